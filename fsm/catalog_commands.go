@@ -1,0 +1,319 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Result is what applying one command produced. Domain outcomes (not found,
+// already exists, CAS lost) are values here, decided inside Apply and
+// therefore linearizable; Err turns them into sentinel errors.
+type Result struct {
+	// Status is StatusOK on success, else names the domain outcome.
+	Status Status `json:"status"`
+	// Message explains a failure to a human.
+	Message string `json:"message,omitempty"`
+	// Tables holds, for table commands, the entries as they are after the
+	// command (create, commit, register, rename) or as they were before it
+	// (drop).
+	Tables []Table `json:"tables,omitempty"`
+	// Properties reports an UpdateNamespace outcome.
+	Properties *PropertiesOutcome `json:"properties,omitempty"`
+}
+
+// Status is a domain outcome. Its values are stable: results cross the
+// network when a follower forwards a command to the leader.
+type Status uint8
+
+const (
+	StatusOK Status = iota
+	StatusNoSuchNamespace
+	StatusNoSuchTable
+	StatusAlreadyExists
+	StatusNamespaceNotEmpty
+	StatusCommitFailed
+)
+
+var statusErrors = map[Status]error{
+	StatusNoSuchNamespace:   ErrNoSuchNamespace,
+	StatusNoSuchTable:       ErrNoSuchTable,
+	StatusAlreadyExists:     ErrAlreadyExists,
+	StatusNamespaceNotEmpty: ErrNamespaceNotEmpty,
+	StatusCommitFailed:      ErrCommitFailed,
+}
+
+// Err returns nil for StatusOK, else an error wrapping the status's sentinel
+// (ErrNoSuchTable, ErrCommitFailed, ...) with the message.
+func (r Result) Err() error {
+	if r.Status == StatusOK {
+		return nil
+	}
+	sentinel, ok := statusErrors[r.Status]
+	if !ok {
+		return fmt.Errorf("fsm: unknown status %d: %s", r.Status, r.Message)
+	}
+	return fmt.Errorf("%w: %s", sentinel, r.Message)
+}
+
+// PropertiesOutcome is the outcome of UpdateNamespace.
+type PropertiesOutcome struct {
+	Updated []string `json:"updated"`
+	Removed []string `json:"removed"`
+	Missing []string `json:"missing"`
+}
+
+func fail(s Status, format string, args ...any) Result {
+	return Result{Status: s, Message: fmt.Sprintf(format, args...)}
+}
+
+func nsName(levels []string) string { return strings.Join(levels, ".") }
+
+// CreateNamespace creates a namespace. Its parent, for a multi-level
+// namespace, must exist.
+type CreateNamespace struct {
+	Namespace  []string          `json:"namespace"`
+	Properties map[string]string `json:"properties,omitempty"`
+	AtMs       int64             `json:"at-ms"`
+}
+
+// DropNamespace removes an empty namespace (no tables, no child namespaces).
+type DropNamespace struct {
+	Namespace []string `json:"namespace"`
+}
+
+// UpdateNamespace sets and removes namespace properties. A key both set and
+// removed is refused by the catalog before proposing.
+type UpdateNamespace struct {
+	Namespace []string          `json:"namespace"`
+	Set       map[string]string `json:"set,omitempty"`
+	Remove    []string          `json:"remove,omitempty"`
+	AtMs      int64             `json:"at-ms"`
+}
+
+// Change kinds inside CommitTables.
+const (
+	ChangeCreate   = "create"   // the table must not exist
+	ChangeUpdate   = "update"   // compare-and-set of the metadata pointer
+	ChangeRegister = "register" // create, or replace when Overwrite is set
+)
+
+// TableChange is one table's part of a CommitTables command. The metadata
+// file at MetadataLocation was written by the proposer before proposing.
+type TableChange struct {
+	Kind  string `json:"kind"`
+	Ident Ident  `json:"ident"`
+	// ExpectedMetadataLocation is the pointer an update was built on.
+	ExpectedMetadataLocation string `json:"expected-metadata-location,omitempty"`
+	// ExpectedUUID guards an update against a drop and re-create in between.
+	ExpectedUUID     string `json:"expected-uuid,omitempty"`
+	MetadataLocation string `json:"metadata-location"`
+	Location         string `json:"location"`
+	UUID             string `json:"uuid"`
+	Overwrite        bool   `json:"overwrite,omitempty"`
+}
+
+// CommitTables applies one or more table changes atomically: either every
+// change's precondition holds and all are written, or nothing is written and
+// the first failing change is reported.
+type CommitTables struct {
+	Changes []TableChange `json:"changes"`
+	AtMs    int64         `json:"at-ms"`
+}
+
+// DropTable removes a table's catalog entry. Result.Tables holds the removed
+// entry so the caller can find its files.
+type DropTable struct {
+	Ident Ident `json:"ident"`
+	Purge bool  `json:"purge,omitempty"`
+	AtMs  int64 `json:"at-ms"`
+}
+
+// RenameTable moves a table to a new identifier, possibly in another namespace.
+type RenameTable struct {
+	From Ident `json:"from"`
+	To   Ident `json:"to"`
+	AtMs int64 `json:"at-ms"`
+}
+
+// Noop changes nothing but the applied index. It is used to measure the raw
+// cost of the log and as a write barrier.
+type Noop struct {
+	Pad []byte `json:"pad,omitempty"`
+}
+
+func (CreateNamespace) Type() CommandType { return TypeCreateNamespace }
+func (DropNamespace) Type() CommandType   { return TypeDropNamespace }
+func (UpdateNamespace) Type() CommandType { return TypeUpdateNamespace }
+func (CommitTables) Type() CommandType    { return TypeCommitTables }
+func (DropTable) Type() CommandType       { return TypeDropTable }
+func (RenameTable) Type() CommandType     { return TypeRenameTable }
+func (Noop) Type() CommandType            { return TypeNoop }
+
+func init() {
+	register(TypeCreateNamespace, registration{1, jsonCodec[CreateNamespace](1), applyCreateNamespace})
+	register(TypeDropNamespace, registration{1, jsonCodec[DropNamespace](1), applyDropNamespace})
+	register(TypeUpdateNamespace, registration{1, jsonCodec[UpdateNamespace](1), applyUpdateNamespace})
+	register(TypeCommitTables, registration{1, jsonCodec[CommitTables](1), applyCommitTables})
+	register(TypeDropTable, registration{1, jsonCodec[DropTable](1), applyDropTable})
+	register(TypeRenameTable, registration{1, jsonCodec[RenameTable](1), applyRenameTable})
+	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
+}
+
+func applyCreateNamespace(t *txn, c Command) Result {
+	cmd := c.(CreateNamespace)
+	if len(cmd.Namespace) == 0 {
+		return fail(StatusNoSuchNamespace, "empty namespace")
+	}
+	if _, ok := t.namespace(cmd.Namespace); ok {
+		return fail(StatusAlreadyExists, "namespace already exists: %s", nsName(cmd.Namespace))
+	}
+	if parent := cmd.Namespace[:len(cmd.Namespace)-1]; len(parent) > 0 {
+		if _, ok := t.namespace(parent); !ok {
+			return fail(StatusNoSuchNamespace, "parent namespace does not exist: %s", nsName(parent))
+		}
+	}
+	t.put(bucketNamespaces, namespaceKey(cmd.Namespace), Namespace{
+		Levels:     cmd.Namespace,
+		Properties: cmd.Properties,
+		CreatedMs:  cmd.AtMs,
+		UpdatedMs:  cmd.AtMs,
+	})
+	return Result{}
+}
+
+func applyDropNamespace(t *txn, c Command) Result {
+	cmd := c.(DropNamespace)
+	if _, ok := t.namespace(cmd.Namespace); !ok {
+		return fail(StatusNoSuchNamespace, "namespace does not exist: %s", nsName(cmd.Namespace))
+	}
+	if t.hasPrefix(bucketTables, tablePrefix(cmd.Namespace)) {
+		return fail(StatusNamespaceNotEmpty, "namespace %s contains tables", nsName(cmd.Namespace))
+	}
+	if t.hasPrefix(bucketNamespaces, append(namespaceKey(cmd.Namespace), levelSep...)) {
+		return fail(StatusNamespaceNotEmpty, "namespace %s contains namespaces", nsName(cmd.Namespace))
+	}
+	t.del(bucketNamespaces, namespaceKey(cmd.Namespace))
+	return Result{}
+}
+
+func applyUpdateNamespace(t *txn, c Command) Result {
+	cmd := c.(UpdateNamespace)
+	ns, ok := t.namespace(cmd.Namespace)
+	if !ok {
+		return fail(StatusNoSuchNamespace, "namespace does not exist: %s", nsName(cmd.Namespace))
+	}
+	out := &PropertiesOutcome{Updated: []string{}, Removed: []string{}, Missing: []string{}}
+	props := maps.Clone(ns.Properties)
+	if props == nil {
+		props = map[string]string{}
+	}
+	for _, k := range cmd.Remove {
+		if _, ok := props[k]; ok {
+			delete(props, k)
+			out.Removed = append(out.Removed, k)
+		} else {
+			out.Missing = append(out.Missing, k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(cmd.Set)) {
+		props[k] = cmd.Set[k]
+		out.Updated = append(out.Updated, k)
+	}
+	ns.Properties = props
+	ns.UpdatedMs = cmd.AtMs
+	t.put(bucketNamespaces, namespaceKey(cmd.Namespace), ns)
+	return Result{Properties: out}
+}
+
+func applyCommitTables(t *txn, c Command) Result {
+	cmd := c.(CommitTables)
+	if len(cmd.Changes) == 0 {
+		return fail(StatusCommitFailed, "no table changes")
+	}
+	// Check every precondition before writing anything, so a failing change
+	// leaves the whole transaction unapplied.
+	seen := map[string]bool{}
+	next := make([]Table, 0, len(cmd.Changes))
+	for _, ch := range cmd.Changes {
+		key := string(tableKey(ch.Ident))
+		if seen[key] {
+			return fail(StatusCommitFailed, "table %s appears twice in one commit", ch.Ident)
+		}
+		seen[key] = true
+		if _, ok := t.namespace(ch.Ident.Namespace); !ok {
+			return fail(StatusNoSuchNamespace, "namespace does not exist: %s", nsName(ch.Ident.Namespace))
+		}
+		cur, exists := t.table(ch.Ident)
+		tb := Table{
+			Namespace:        ch.Ident.Namespace,
+			Name:             ch.Ident.Name,
+			UUID:             ch.UUID,
+			Location:         ch.Location,
+			MetadataLocation: ch.MetadataLocation,
+			CreatedMs:        cmd.AtMs,
+			UpdatedMs:        cmd.AtMs,
+		}
+		switch ch.Kind {
+		case ChangeCreate:
+			if exists {
+				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
+			}
+		case ChangeRegister:
+			if exists && !ch.Overwrite {
+				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
+			}
+		case ChangeUpdate:
+			if !exists {
+				return fail(StatusNoSuchTable, "table does not exist: %s", ch.Ident)
+			}
+			if cur.MetadataLocation != ch.ExpectedMetadataLocation {
+				return fail(StatusCommitFailed, "table %s changed: metadata location is %s, expected %s",
+					ch.Ident, cur.MetadataLocation, ch.ExpectedMetadataLocation)
+			}
+			if ch.ExpectedUUID != "" && cur.UUID != ch.ExpectedUUID {
+				return fail(StatusCommitFailed, "table %s was replaced: uuid is %s, expected %s", ch.Ident, cur.UUID, ch.ExpectedUUID)
+			}
+			tb.CreatedMs = cur.CreatedMs
+		default:
+			return fail(StatusCommitFailed, "unknown change kind %q", ch.Kind)
+		}
+		next = append(next, tb)
+	}
+	for _, tb := range next {
+		t.put(bucketTables, tableKey(tb.Ident()), tb)
+	}
+	return Result{Tables: next}
+}
+
+func applyDropTable(t *txn, c Command) Result {
+	cmd := c.(DropTable)
+	cur, ok := t.table(cmd.Ident)
+	if !ok {
+		if _, nsOK := t.namespace(cmd.Ident.Namespace); !nsOK {
+			return fail(StatusNoSuchNamespace, "namespace does not exist: %s", nsName(cmd.Ident.Namespace))
+		}
+		return fail(StatusNoSuchTable, "table does not exist: %s", cmd.Ident)
+	}
+	t.del(bucketTables, tableKey(cmd.Ident))
+	return Result{Tables: []Table{cur}}
+}
+
+func applyRenameTable(t *txn, c Command) Result {
+	cmd := c.(RenameTable)
+	cur, ok := t.table(cmd.From)
+	if !ok {
+		return fail(StatusNoSuchTable, "table does not exist: %s", cmd.From)
+	}
+	if _, ok := t.namespace(cmd.To.Namespace); !ok {
+		return fail(StatusNoSuchNamespace, "namespace does not exist: %s", nsName(cmd.To.Namespace))
+	}
+	if _, ok := t.table(cmd.To); ok {
+		return fail(StatusAlreadyExists, "table already exists: %s", cmd.To)
+	}
+	t.del(bucketTables, tableKey(cmd.From))
+	cur.Namespace, cur.Name, cur.UpdatedMs = cmd.To.Namespace, cmd.To.Name, cmd.AtMs
+	t.put(bucketTables, tableKey(cmd.To), cur)
+	return Result{Tables: []Table{cur}}
+}

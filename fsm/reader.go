@@ -1,0 +1,103 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Reader reads the state machine inside one bbolt read transaction. It is
+// valid only inside the View callback that handed it out.
+type Reader struct {
+	tx *bolt.Tx
+}
+
+// AppliedIndex is the applied index this view reflects.
+func (r *Reader) AppliedIndex() uint64 {
+	return getUint64(r.tx.Bucket(bucketRaft), keyAppliedIndex)
+}
+
+// Namespace returns the namespace and whether it exists.
+func (r *Reader) Namespace(levels []string) (Namespace, bool) {
+	var ns Namespace
+	ok := r.get(bucketNamespaces, namespaceKey(levels), &ns)
+	return ns, ok
+}
+
+// Table returns the table and whether it exists.
+func (r *Reader) Table(id Ident) (Table, bool) {
+	var t Table
+	ok := r.get(bucketTables, tableKey(id), &t)
+	return t, ok
+}
+
+// Namespaces lists the direct children of parent (top-level namespaces when
+// parent is empty) in name order, starting after the child named after, at
+// most limit of them (limit <= 0: all). more reports whether any follow.
+func (r *Reader) Namespaces(parent []string, after string, limit int) (out []Namespace, more bool) {
+	prefix := []byte{}
+	if len(parent) > 0 {
+		prefix = append(namespaceKey(parent), levelSep...)
+	}
+	c := r.tx.Bucket(bucketNamespaces).Cursor()
+	k, v := c.Seek(append(append([]byte{}, prefix...), after...))
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		rest := k[len(prefix):]
+		if bytes.Contains(rest, []byte(levelSep)) || (after != "" && string(rest) <= after) {
+			continue // a grandchild, or the page boundary itself
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true
+		}
+		var ns Namespace
+		mustUnmarshal(k, v, &ns)
+		out = append(out, ns)
+	}
+	return out, false
+}
+
+// Tables lists the tables of a namespace in name order, starting after the
+// table named after, at most limit of them (limit <= 0: all).
+func (r *Reader) Tables(namespace []string, after string, limit int) (out []Table, more bool) {
+	prefix := tablePrefix(namespace)
+	c := r.tx.Bucket(bucketTables).Cursor()
+	k, v := c.Seek(append(append([]byte{}, prefix...), after...))
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if after != "" && string(k[len(prefix):]) <= after {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true
+		}
+		var t Table
+		mustUnmarshal(k, v, &t)
+		out = append(out, t)
+	}
+	return out, false
+}
+
+// ForEachTable calls fn for every table in the catalog, stopping at the first error.
+func (r *Reader) ForEachTable(fn func(Table) error) error {
+	return r.tx.Bucket(bucketTables).ForEach(func(k, v []byte) error {
+		var t Table
+		mustUnmarshal(k, v, &t)
+		return fn(t)
+	})
+}
+
+func (r *Reader) get(bucket, key []byte, v any) bool {
+	raw := r.tx.Bucket(bucket).Get(key)
+	if raw == nil {
+		return false
+	}
+	mustUnmarshal(key, raw, v)
+	return true
+}
+
+func mustUnmarshal(k, raw []byte, v any) {
+	if err := json.Unmarshal(raw, v); err != nil {
+		panic(fmt.Sprintf("fsm: corrupt value at %q: %v", k, err))
+	}
+}

@@ -1,0 +1,155 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket layout of the state machine's bbolt file.
+//
+//	raft        applied_index, applied_term (8-byte big-endian each)
+//	namespaces  key: levels joined by 0x1F      value: JSON Namespace
+//	tables      key: namespace key, 0x00, name  value: JSON Table
+//
+// Names never contain control characters (the catalog refuses them), so the
+// separators cannot occur inside a level or a table name.
+var (
+	bucketRaft       = []byte("raft")
+	bucketNamespaces = []byte("namespaces")
+	bucketTables     = []byte("tables")
+
+	keyAppliedIndex = []byte("applied_index")
+	keyAppliedTerm  = []byte("applied_term")
+
+	allBuckets = [][]byte{bucketRaft, bucketNamespaces, bucketTables}
+)
+
+const (
+	levelSep = "\x1f"
+	tableSep = "\x00"
+)
+
+// Domain outcomes. Apply returns them inside a Result, never as a failure of
+// the log entry itself: the entry is committed and applied either way.
+var (
+	ErrNoSuchNamespace   = errors.New("namespace does not exist")
+	ErrNoSuchTable       = errors.New("table does not exist")
+	ErrAlreadyExists     = errors.New("already exists")
+	ErrNamespaceNotEmpty = errors.New("namespace is not empty")
+	ErrCommitFailed      = errors.New("commit failed")
+)
+
+// Ident names a table: its namespace levels and its name.
+type Ident struct {
+	Namespace []string `json:"namespace"`
+	Name      string   `json:"name"`
+}
+
+func (id Ident) String() string {
+	return strings.Join(append(append([]string{}, id.Namespace...), id.Name), ".")
+}
+
+// Namespace is a stored namespace.
+type Namespace struct {
+	Levels     []string          `json:"levels"`
+	Properties map[string]string `json:"properties,omitempty"`
+	CreatedMs  int64             `json:"created-ms"`
+	UpdatedMs  int64             `json:"updated-ms"`
+}
+
+// Table is a stored table pointer: the catalog keeps only where the current
+// metadata file is; the metadata itself lives in object storage.
+type Table struct {
+	Namespace        []string `json:"namespace"`
+	Name             string   `json:"name"`
+	UUID             string   `json:"uuid"`
+	Location         string   `json:"location"`
+	MetadataLocation string   `json:"metadata-location"`
+	CreatedMs        int64    `json:"created-ms"`
+	UpdatedMs        int64    `json:"updated-ms"`
+}
+
+// Ident returns the table's identifier.
+func (t Table) Ident() Ident { return Ident{Namespace: t.Namespace, Name: t.Name} }
+
+func namespaceKey(levels []string) []byte { return []byte(strings.Join(levels, levelSep)) }
+
+func tableKey(id Ident) []byte {
+	return []byte(strings.Join(id.Namespace, levelSep) + tableSep + id.Name)
+}
+
+func tablePrefix(levels []string) []byte {
+	return []byte(strings.Join(levels, levelSep) + tableSep)
+}
+
+// txn wraps a bbolt write transaction for the apply functions. Storage errors
+// inside Apply are unrecoverable (the entry is committed, the state machine
+// could not record it), so the helpers panic instead of returning them.
+type txn struct {
+	tx *bolt.Tx
+}
+
+func (t *txn) get(bucket, key []byte, v any) bool {
+	raw := t.tx.Bucket(bucket).Get(key)
+	if raw == nil {
+		return false
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		panic(fmt.Sprintf("fsm: corrupt value in %s/%q: %v", bucket, key, err))
+	}
+	return true
+}
+
+func (t *txn) put(bucket, key []byte, v any) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: encode value for %s/%q: %v", bucket, key, err))
+	}
+	if err := t.tx.Bucket(bucket).Put(key, raw); err != nil {
+		panic(fmt.Sprintf("fsm: put %s/%q: %v", bucket, key, err))
+	}
+}
+
+func (t *txn) del(bucket, key []byte) {
+	if err := t.tx.Bucket(bucket).Delete(key); err != nil {
+		panic(fmt.Sprintf("fsm: delete %s/%q: %v", bucket, key, err))
+	}
+}
+
+func (t *txn) namespace(levels []string) (Namespace, bool) {
+	var ns Namespace
+	ok := t.get(bucketNamespaces, namespaceKey(levels), &ns)
+	return ns, ok
+}
+
+func (t *txn) table(id Ident) (Table, bool) {
+	var tb Table
+	ok := t.get(bucketTables, tableKey(id), &tb)
+	return tb, ok
+}
+
+// hasPrefix reports whether any key in bucket starts with prefix.
+func (t *txn) hasPrefix(bucket, prefix []byte) bool {
+	k, _ := t.tx.Bucket(bucket).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+func putUint64(b *bolt.Bucket, key []byte, v uint64) error {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], v)
+	return b.Put(key, buf[:])
+}
+
+func getUint64(b *bolt.Bucket, key []byte) uint64 {
+	v := b.Get(key)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}

@@ -1,0 +1,188 @@
+package storage_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+func newLocal(t *testing.T, cfg storage.Config) *storage.Mux {
+	t.Helper()
+	m, err := storage.New(cfg)
+	require.NoError(t, err)
+	return m
+}
+
+func TestLocalContract(t *testing.T) {
+	m := newLocal(t, storage.Config{})
+	t.Run("FileURIs", func(t *testing.T) { testContract(t, m, "file://"+t.TempDir()) })
+	t.Run("BarePaths", func(t *testing.T) { testContract(t, m, t.TempDir()) })
+	t.Run("Concurrency1", func(t *testing.T) {
+		testContract(t, newLocal(t, storage.Config{LocalDeleteConcurrency: 1}), "file://"+t.TempDir())
+	})
+}
+
+func TestLocalSpellings(t *testing.T) {
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+
+	// All spellings address the same file.
+	require.NoError(t, m.Write(ctx, "file:"+dir+"/a/x", []byte("1")))
+	for _, u := range []string{dir + "/a/x", "file://" + dir + "/a/x", "file://localhost" + dir + "/a/x", dir + "//a///x"} {
+		got, err := m.Read(ctx, u)
+		require.NoError(t, err, u)
+		assert.Equal(t, "1", string(got), u)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "a", "x"))
+	require.NoError(t, err)
+	assert.Equal(t, "1", string(b))
+
+	// List reports bare paths for a bare prefix and file:/// URIs otherwise.
+	assert.Equal(t, []string{dir + "/a/x"}, listAll(t, m, dir+"/a/"))
+	assert.Equal(t, []string{"file://" + dir + "/a/x"}, listAll(t, m, "file://"+dir+"/a/"))
+	assert.Equal(t, []string{"file://" + dir + "/a/x"}, listAll(t, m, "file:"+dir+"/a"))
+	assert.Equal(t, []string{"file://" + dir + "/a/x"}, listAll(t, m, "file://localhost"+dir+"/a/"))
+}
+
+func TestLocalWriteIsAtomic(t *testing.T) {
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	uri := dir + "/meta/v1.json"
+	require.NoError(t, m.Write(ctx, uri, []byte("old")))
+
+	fi, err := os.Stat(uri)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+
+	// Concurrent readers see either complete version, never a mix or nothing.
+	oldData, newData := []byte(strings.Repeat("o", 1<<20)), []byte(strings.Repeat("n", 1<<19))
+	require.NoError(t, m.Write(ctx, uri, oldData))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			data := newData
+			if i%2 == 0 {
+				data = oldData
+			}
+			assert.NoError(t, m.Write(ctx, uri, data))
+		}
+	})
+	for range 200 {
+		got, err := m.Read(ctx, uri)
+		require.NoError(t, err)
+		if !assert.True(t, string(got) == string(oldData) || string(got) == string(newData), "torn read of %d bytes", len(got)) {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	// No temporary files are left behind, and List never shows them.
+	entries, err := os.ReadDir(dir + "/meta")
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "v1.json", entries[0].Name())
+
+	require.NoError(t, os.WriteFile(dir+"/meta/.floe-tmp-v2.json-123", []byte("partial"), 0o600))
+	assert.Equal(t, []string{uri}, listAll(t, m, dir+"/meta/"))
+}
+
+func TestLocalWriteFailures(t *testing.T) {
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	require.NoError(t, m.Write(ctx, dir+"/file", []byte("x")))
+
+	// Parent is a file.
+	err := m.Write(ctx, dir+"/file/child", []byte("x"))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, dir+"/file/child")
+	// Target is a directory.
+	require.NoError(t, os.Mkdir(dir+"/d", 0o755))
+	require.Error(t, m.Write(ctx, dir+"/d", []byte("x")))
+	require.Error(t, m.Write(ctx, "/", []byte("x")))
+
+	// Nothing but the original files remains.
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"d", "file"}, names)
+
+	// Reading below a file is "not found"; reading a directory is not.
+	_, err = m.Read(ctx, dir+"/file/child")
+	assert.ErrorIs(t, err, storage.ErrNotFound)
+	_, err = m.Read(ctx, dir+"/d")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, storage.ErrNotFound)
+
+	// Directories are not objects.
+	ok, err := m.Exists(ctx, dir+"/d")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	ok, err = m.Exists(ctx, dir+"/file/child")
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+func TestLocalDeleteRefusesDirectories(t *testing.T) {
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(dir+"/empty", 0o755))
+	require.NoError(t, m.Write(ctx, dir+"/full/x", []byte("x")))
+
+	n, err := m.Delete(ctx, []string{dir + "/empty", dir + "/full", dir + "/full/x"})
+	assert.Equal(t, 1, n)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, dir+"/empty")
+	assert.ErrorContains(t, err, dir+"/full:")
+	assert.DirExists(t, dir+"/empty")
+	assert.DirExists(t, dir+"/full")
+	assert.NoFileExists(t, dir+"/full/x")
+}
+
+func TestLocalDeletePermissionError(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores directory permissions")
+	}
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	require.NoError(t, m.Write(ctx, dir+"/ro/x", []byte("x")))
+	require.NoError(t, m.Write(ctx, dir+"/rw/y", []byte("y")))
+	require.NoError(t, os.Chmod(dir+"/ro", 0o555))
+	t.Cleanup(func() { _ = os.Chmod(dir+"/ro", 0o755) })
+
+	n, err := m.Delete(ctx, []string{dir + "/ro/x", dir + "/rw/y"})
+	assert.Equal(t, 1, n)
+	assert.ErrorContains(t, err, dir+"/ro/x")
+	assert.FileExists(t, dir+"/ro/x")
+}
+
+func TestLocalListSkipsNonRegularFiles(t *testing.T) {
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	require.NoError(t, m.Write(context.Background(), dir+"/x", []byte("x")))
+	require.NoError(t, os.Symlink(dir+"/x", dir+"/link"))
+	require.NoError(t, os.MkdirAll(dir+"/emptydir/sub", 0o755))
+	assert.Equal(t, []string{dir + "/x"}, listAll(t, m, dir+"/"))
+}

@@ -1,0 +1,292 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// fakeS3 is gofakes3 behind a handler that records requests and injects
+// DeleteObjects failures for keys containing "denied" (AccessDenied),
+// "nosuchkey" (a NoSuchKey error, which means deleted) or "mangled" (an error
+// for a key that was not requested), and fails whole DeleteObjects requests
+// for bucket "broken".
+type fakeS3 struct {
+	backend *s3mem.Backend
+	faker   http.Handler
+
+	mu           sync.Mutex
+	deleteSizes  []int    // keys per DeleteObjects request
+	deleteBucket []string // bucket per DeleteObjects request
+	putHeaders   []http.Header
+	delHeaders   []http.Header
+}
+
+type deleteRequest struct {
+	Quiet   bool `xml:"Quiet"`
+	Objects []struct {
+		Key string `xml:"Key"`
+	} `xml:"Object"`
+}
+
+type deleteError struct {
+	Key     string `xml:"Key"`
+	Code    string `xml:"Code"`
+	Message string `xml:"Message"`
+}
+
+type deleteResult struct {
+	XMLName xml.Name      `xml:"http://s3.amazonaws.com/doc/2006-03-01/ DeleteResult"`
+	Errors  []deleteError `xml:"Error"`
+}
+
+func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	bucket, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if r.Method == http.MethodPut && r.URL.Query().Get("x-id") == "PutObject" {
+		f.mu.Lock()
+		f.putHeaders = append(f.putHeaders, r.Header.Clone())
+		f.mu.Unlock()
+	}
+	if r.Method != http.MethodPost || !r.URL.Query().Has("delete") {
+		f.faker.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req deleteRequest
+	if err := xml.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.deleteSizes = append(f.deleteSizes, len(req.Objects))
+	f.deleteBucket = append(f.deleteBucket, bucket)
+	f.delHeaders = append(f.delHeaders, r.Header.Clone())
+	f.mu.Unlock()
+	if !req.Quiet {
+		http.Error(w, "expected quiet mode", http.StatusBadRequest)
+		return
+	}
+	if bucket == "broken" {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>no way</Message></Error>`)
+		return
+	}
+
+	var res deleteResult
+	var ok []string
+	for _, o := range req.Objects {
+		switch {
+		case strings.Contains(o.Key, "denied"):
+			res.Errors = append(res.Errors, deleteError{o.Key, "AccessDenied", "Access Denied"})
+		case strings.Contains(o.Key, "nosuchkey"):
+			res.Errors = append(res.Errors, deleteError{o.Key, "NoSuchKey", "The specified key does not exist."})
+		case strings.Contains(o.Key, "mangled"):
+			res.Errors = append(res.Errors, deleteError{o.Key + "%2F", "InternalError", "oops"})
+		default:
+			ok = append(ok, o.Key)
+		}
+	}
+	if len(res.Errors) == 0 {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		f.faker.ServeHTTP(w, r)
+		return
+	}
+	if len(ok) > 0 {
+		if _, err := f.backend.DeleteMulti(bucket, ok...); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	_ = xml.NewEncoder(w).Encode(res)
+}
+
+// newFakeS3 serves buckets "bucket", "other" and "broken" from memory and
+// returns a Mux for them.
+func newFakeS3(t *testing.T, batch int) (*storage.Mux, *fakeS3) {
+	t.Helper()
+	backend := s3mem.New()
+	for _, b := range []string{"bucket", "other", "broken"} {
+		require.NoError(t, backend.CreateBucket(b))
+	}
+	f := &fakeS3{backend: backend, faker: gofakes3.New(backend).Server()}
+	ts := httptest.NewServer(f)
+	t.Cleanup(ts.Close)
+	m, err := storage.New(storage.Config{
+		S3Endpoint:        ts.URL,
+		S3Region:          "us-east-1",
+		S3AccessKeyID:     "key",
+		S3SecretAccessKey: "secret",
+		S3PathStyle:       true,
+		DeleteBatchSize:   batch,
+	})
+	require.NoError(t, err)
+	return m, f
+}
+
+func TestS3Contract(t *testing.T) {
+	m, _ := newFakeS3(t, 0)
+	t.Run("s3", func(t *testing.T) { testContract(t, m, "s3://bucket/wh") })
+	t.Run("s3a", func(t *testing.T) { testContract(t, m, "s3a://bucket/wh-a") })
+	t.Run("SmallBatches", func(t *testing.T) {
+		m, _ := newFakeS3(t, 3)
+		testContract(t, m, "s3://bucket/wh")
+	})
+}
+
+func TestS3Checksums(t *testing.T) {
+	ctx := context.Background()
+	m, f := newFakeS3(t, 0)
+	require.NoError(t, m.Write(ctx, "s3://bucket/x", []byte("x")))
+	_, err := m.Delete(ctx, []string{"s3://bucket/x"})
+	require.NoError(t, err)
+
+	// PutObject carries no flexible checksum (RequestChecksumCalculation
+	// WhenRequired); DeleteObjects carries one because the API requires it.
+	require.Len(t, f.putHeaders, 1)
+	for name := range f.putHeaders[0] {
+		assert.False(t, strings.HasPrefix(strings.ToLower(name), "x-amz-checksum-"), name)
+		assert.NotEqual(t, "x-amz-sdk-checksum-algorithm", strings.ToLower(name))
+	}
+	require.Len(t, f.delHeaders, 1)
+	hasChecksum := f.delHeaders[0].Get("Content-MD5") != ""
+	for name := range f.delHeaders[0] {
+		if strings.HasPrefix(strings.ToLower(name), "x-amz-checksum-") {
+			hasChecksum = true
+		}
+	}
+	assert.True(t, hasChecksum, "DeleteObjects without a checksum: %v", f.delHeaders[0])
+}
+
+func TestS3DeleteBatching(t *testing.T) {
+	ctx := context.Background()
+	m, f := newFakeS3(t, 10)
+	var uris []string
+	for i := range 25 {
+		uris = append(uris, fmt.Sprintf("s3://bucket/t/%02d", i))
+	}
+	for i := range 12 {
+		uris = append(uris, fmt.Sprintf("s3a://other/t/%02d", i))
+	}
+	writeAll(t, m, uris)
+	// Interleave the buckets and repeat some keys.
+	req := []string{uris[30], uris[0], uris[31], uris[1], uris[0], "s3n://other/t/00"}
+	req = append(req, uris...)
+
+	n, err := m.Delete(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, len(req), n)
+	// Buckets in order of first appearance, keys deduplicated.
+	assert.Equal(t, []int{10, 2, 10, 10, 5}, f.deleteSizes)
+	assert.Equal(t, []string{"other", "other", "bucket", "bucket", "bucket"}, f.deleteBucket)
+	assert.Empty(t, listAll(t, m, "s3://bucket/"))
+	assert.Empty(t, listAll(t, m, "s3://other/"))
+}
+
+func TestS3DeletePerKeyErrors(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newFakeS3(t, 4)
+	ok := []string{"s3://bucket/t/a", "s3://bucket/t/b", "s3://bucket/t/c"}
+	denied := []string{"s3://bucket/t/denied-1", "s3a://bucket/t/denied-2"}
+	writeAll(t, m, append(append([]string{}, ok...), denied...))
+
+	req := append(append([]string{}, ok...), denied...)
+	req = append(req, "s3://bucket/t/nosuchkey", denied[0])
+	n, err := m.Delete(ctx, req)
+	require.Error(t, err)
+	assert.Equal(t, len(ok)+1, n, "ok keys and the NoSuchKey key count as deleted")
+	joined := err.(interface{ Unwrap() []error }).Unwrap()
+	require.Len(t, joined, 3, "denied-1 twice, denied-2 once")
+	for i, want := range []string{denied[0], denied[1], denied[0]} {
+		var oe *storage.ObjectError
+		require.ErrorAs(t, joined[i], &oe)
+		assert.Equal(t, want, oe.URI)
+		assert.Equal(t, "delete", oe.Op)
+		assert.ErrorContains(t, oe, "AccessDenied")
+	}
+	assert.Equal(t, []string{"s3://bucket/t/denied-1", "s3://bucket/t/denied-2"}, listAll(t, m, "s3://bucket/t/"))
+}
+
+func TestS3DeleteUnrecognisedErrorFailsBatch(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newFakeS3(t, 2)
+	uris := []string{"s3://bucket/a", "s3://bucket/mangled", "s3://bucket/c"}
+	writeAll(t, m, uris)
+	n, err := m.Delete(ctx, uris)
+	// The first batch (a, mangled) cannot be attributed, the second (c) is fine.
+	assert.Equal(t, 1, n)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "s3://bucket/a:")
+	assert.ErrorContains(t, err, "s3://bucket/mangled:")
+	assert.NotContains(t, err.Error(), "s3://bucket/c:")
+}
+
+func TestS3DeleteRequestFailure(t *testing.T) {
+	ctx := context.Background()
+	m, f := newFakeS3(t, 0)
+	writeAll(t, m, []string{"s3://bucket/keep-going"})
+	n, err := m.Delete(ctx, []string{"s3://broken/x", "s3://bucket/keep-going", "s3://broken/y"})
+	assert.Equal(t, 1, n)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "s3://broken/x")
+	assert.ErrorContains(t, err, "s3://broken/y")
+	assert.ErrorContains(t, err, "AccessDenied")
+	assert.Len(t, f.deleteSizes, 2, "one request per bucket, no retry of a 403")
+}
+
+func TestS3ObjectKeyRequired(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newFakeS3(t, 0)
+	for _, uri := range []string{"s3://bucket", "s3://bucket/", "s3://bucket/dir/"} {
+		require.ErrorIs(t, m.Write(ctx, uri, []byte("x")), storage.ErrInvalidURI, uri)
+		_, err := m.Read(ctx, uri)
+		require.ErrorIs(t, err, storage.ErrInvalidURI, uri)
+		_, err = m.Exists(ctx, uri)
+		require.ErrorIs(t, err, storage.ErrInvalidURI, uri)
+		n, err := m.Delete(ctx, []string{uri})
+		require.ErrorIs(t, err, storage.ErrInvalidURI, uri)
+		assert.Zero(t, n)
+	}
+	// The bucket root is a valid List prefix.
+	writeAll(t, m, []string{"s3://bucket/x"})
+	assert.Equal(t, []string{"s3://bucket/x"}, listAll(t, m, "s3://bucket"))
+}
+
+func TestS3ListPagination(t *testing.T) {
+	m, _ := newFakeS3(t, 0)
+	var uris []string
+	for i := range 2100 { // more than one 1000-key page
+		uris = append(uris, fmt.Sprintf("s3://bucket/p/%05d", i))
+	}
+	writeAll(t, m, uris)
+	assert.Equal(t, uris, listAll(t, m, "s3://bucket/p/"))
+}
+
+func TestS3MissingBucket(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newFakeS3(t, 0)
+	_, err := m.Read(ctx, "s3://nobucket/x")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, storage.ErrNotFound, "a missing bucket is a failure, not a missing object")
+	assert.Error(t, m.Write(ctx, "s3://nobucket/x", []byte("x")))
+	assert.Error(t, m.List(ctx, "s3://nobucket/", func(string) error { return nil }))
+}
