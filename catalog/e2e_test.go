@@ -1,0 +1,238 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	icecatalog "github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/catalog/catalogtest"
+	"github.com/apache/iceberg-go/catalog/rest"
+	iceio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func forEachWarehouse(t *testing.T, fn func(t *testing.T, wh warehouse)) {
+	for _, wh := range warehouses() {
+		t.Run(wh.name, func(t *testing.T) { fn(t, wh) })
+	}
+}
+
+func TestConformance(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		n := startNode(t, wh)
+		catalogtest.RunCatalogTests(t, catalogtest.Config{
+			NewCatalog:                  func(t *testing.T) icecatalog.Catalog { return n.catalog(t) },
+			SupportsNamespaceProperties: true,
+		})
+	})
+}
+
+var rowSchema = iceberg.NewSchema(0,
+	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+	iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.PrimitiveTypes.String, Required: false},
+)
+
+// writeParquet writes rows (id, name) as a Parquet file at uri through the
+// table's own FileIO, as an engine would.
+func writeParquet(t *testing.T, tbl *table.Table, uri string, ids ...int64) {
+	t.Helper()
+	ctx := context.Background()
+	fs, err := tbl.FS(ctx)
+	require.NoError(t, err)
+	wfs, ok := fs.(iceio.WriteFileIO)
+	require.True(t, ok)
+	arrSchema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, nil)
+	var rows []string
+	for _, id := range ids {
+		rows = append(rows, fmt.Sprintf(`{"id": %d, "name": "row-%d"}`, id, id))
+	}
+	tab, err := array.TableFromJSON(memory.DefaultAllocator, arrSchema, []string{"[" + strings.Join(rows, ",") + "]"})
+	require.NoError(t, err)
+	defer tab.Release()
+	out, err := wfs.Create(uri)
+	require.NoError(t, err)
+	// WriteTable closes out.
+	require.NoError(t, pqarrow.WriteTable(tab, out, tab.NumRows(), nil, pqarrow.DefaultWriterProps()))
+}
+
+func TestDataRoundTrip(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		ctx := context.Background()
+		n := startNode(t, wh)
+		cat := n.catalog(t)
+		require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"sales"}, nil))
+		id := table.Identifier{"sales", "orders"}
+		tbl, err := cat.CreateTable(ctx, id, rowSchema)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(tbl.Location(), n.warehouse+"/sales/orders"), tbl.Location())
+
+		file := tbl.Location() + "/data/part-0.parquet"
+		writeParquet(t, tbl, file, 1, 2, 3)
+		tx := tbl.NewTransaction()
+		require.NoError(t, tx.AddFiles(ctx, []string{file}, nil, false))
+		committed, err := tx.Commit(ctx)
+		require.NoError(t, err)
+		assert.Contains(t, committed.MetadataLocation(), "/metadata/00001-")
+
+		reloaded, err := cat.LoadTable(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, reloaded.CurrentSnapshot())
+		assert.Equal(t, committed.CurrentSnapshot().SnapshotID, reloaded.CurrentSnapshot().SnapshotID)
+		arrTbl, err := reloaded.Scan().ToArrowTable(ctx)
+		require.NoError(t, err)
+		defer arrTbl.Release()
+		assert.EqualValues(t, 3, arrTbl.NumRows())
+
+		// The metadata log records the previous file.
+		prev := slices.Collect(reloaded.Metadata().PreviousFiles())
+		require.Len(t, prev, 1)
+		assert.Equal(t, tbl.MetadataLocation(), prev[0].MetadataFile)
+	})
+}
+
+func TestMultiTableTransaction(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	t1, err := cat.CreateTable(ctx, table.Identifier{"db", "orders"}, rowSchema)
+	require.NoError(t, err)
+	t2, err := cat.CreateTable(ctx, table.Identifier{"db", "inventory"}, rowSchema)
+	require.NoError(t, err)
+
+	mtx, err := icecatalog.NewMultiTableTransaction(cat)
+	require.NoError(t, err)
+	tx1 := t1.NewTransaction()
+	require.NoError(t, tx1.SetProperties(map[string]string{"pipeline": "v2"}))
+	require.NoError(t, mtx.AddTransaction(tx1))
+	tx2 := t2.NewTransaction()
+	require.NoError(t, tx2.SetProperties(map[string]string{"pipeline": "v2"}))
+	require.NoError(t, mtx.AddTransaction(tx2))
+	require.NoError(t, mtx.Commit(ctx))
+
+	for _, id := range []table.Identifier{{"db", "orders"}, {"db", "inventory"}} {
+		tbl, err := cat.LoadTable(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, "v2", tbl.Properties()["pipeline"], id)
+	}
+
+	// A transaction whose second table's requirement fails changes neither.
+	before := n.state(t)
+	r := n.do(t, "POST", "/v1/floe/transactions/commit", map[string]any{
+		"table-changes": []any{
+			map[string]any{
+				"identifier":   map[string]any{"namespace": []string{"db"}, "name": "orders"},
+				"requirements": []any{},
+				"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"x": "1"}}},
+			},
+			map[string]any{
+				"identifier":   map[string]any{"namespace": []string{"db"}, "name": "inventory"},
+				"requirements": []any{map[string]any{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000001"}},
+				"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"x": "1"}}},
+			},
+		},
+	})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "CommitFailedException", r.errorType(t))
+	assert.Equal(t, before, n.state(t))
+}
+
+// TestConcurrentCommits has 8 clients append to one table at once; every
+// snapshot a client saw acknowledged must be in the final table.
+func TestConcurrentCommits(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	id := table.Identifier{"db", "events"}
+	_, err := cat.CreateTable(ctx, id, rowSchema)
+	require.NoError(t, err)
+
+	const clients, perClient = 8, 3
+	var (
+		mu    sync.Mutex
+		acked []int64
+		wg    sync.WaitGroup
+	)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := n.catalog(t)
+			for i := range perClient {
+				for attempt := 0; ; attempt++ {
+					require.Less(t, attempt, 50, "client %d could not commit", c)
+					tbl, err := cl.LoadTable(ctx, id)
+					require.NoError(t, err)
+					file := fmt.Sprintf("%s/data/c%d-%d-%d.parquet", tbl.Location(), c, i, attempt)
+					writeParquet(t, tbl, file, int64(c*100+i))
+					tx := tbl.NewTransaction()
+					require.NoError(t, tx.AddFiles(ctx, []string{file}, nil, false))
+					done, err := tx.Commit(ctx)
+					if errors.Is(err, rest.ErrCommitFailed) {
+						continue
+					}
+					require.NoError(t, err)
+					mu.Lock()
+					acked = append(acked, done.CurrentSnapshot().SnapshotID)
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, acked, clients*perClient)
+
+	final, err := cat.LoadTable(ctx, id)
+	require.NoError(t, err)
+	var ancestry []int64
+	for snap := final.CurrentSnapshot(); snap != nil; {
+		ancestry = append(ancestry, snap.SnapshotID)
+		if snap.ParentSnapshotID == nil {
+			break
+		}
+		snap = final.SnapshotByID(*snap.ParentSnapshotID)
+	}
+	for _, s := range acked {
+		assert.Contains(t, ancestry, s, "acknowledged snapshot lost")
+	}
+	rows, err := final.Scan().ToArrowTable(ctx)
+	require.NoError(t, err)
+	defer rows.Release()
+	assert.EqualValues(t, clients*perClient, rows.NumRows())
+}
+
+func TestRestartKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"a"}, iceberg.Properties{"owner": "me"}))
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"a", "b"}, nil))
+	_, err := cat.CreateTable(ctx, table.Identifier{"a", "b", "t"}, rowSchema)
+	require.NoError(t, err)
+	before := n.state(t)
+	applied := n.raft.FSM().AppliedIndex()
+
+	n.restart()
+	assert.Equal(t, before, n.state(t))
+	assert.GreaterOrEqual(t, n.raft.FSM().AppliedIndex(), applied)
+	// And the restarted node takes writes.
+	_, err = n.catalog(t).CreateTable(ctx, table.Identifier{"a", "t2"}, rowSchema)
+	require.NoError(t, err)
+}

@@ -1,0 +1,122 @@
+package catalog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/raftnode"
+)
+
+// apiError is an error with its place in the Iceberg error model: the HTTP
+// status and the exception type name clients switch on.
+type apiError struct {
+	status     int
+	typ        string
+	msg        string
+	retryAfter string // seconds, for 503
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.typ, e.msg) }
+
+func badRequest(format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: fmt.Sprintf(format, args...)}
+}
+
+func notFoundNamespace(format string, args ...any) error {
+	return &apiError{status: http.StatusNotFound, typ: "NoSuchNamespaceException", msg: fmt.Sprintf(format, args...)}
+}
+
+func notFoundTable(format string, args ...any) error {
+	return &apiError{status: http.StatusNotFound, typ: "NoSuchTableException", msg: fmt.Sprintf(format, args...)}
+}
+
+func commitFailed(format string, args ...any) error {
+	return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: fmt.Sprintf(format, args...)}
+}
+
+func unprocessable(format string, args ...any) error {
+	return &apiError{status: http.StatusUnprocessableEntity, typ: "UnprocessableEntityException", msg: fmt.Sprintf(format, args...)}
+}
+
+// commitStateUnknown is the answer when a commit may or may not have been
+// applied: the client must reload before retrying, never rebase blindly.
+func commitStateUnknown(err error) error {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "CommitStateUnknownException",
+		msg: fmt.Sprintf("commit state unknown: %v", err)}
+}
+
+// opKind tells toAPIError how to classify a failure the store could not
+// decide: for a table commit an unknown outcome is CommitStateUnknown.
+type opKind int
+
+const (
+	opOther opKind = iota
+	opCommit
+)
+
+// toAPIError classifies any error a handler produced. Domain outcomes from the
+// state machine map to 404/409; store failures map to 503 (nothing applied,
+// retry) or to an unknown-outcome 5xx, never to 409 or 400.
+func toAPIError(err error, kind opKind) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	msg := err.Error()
+	switch {
+	case errors.Is(err, fsm.ErrNoSuchNamespace):
+		return &apiError{status: http.StatusNotFound, typ: "NoSuchNamespaceException", msg: msg}
+	case errors.Is(err, fsm.ErrNoSuchTable):
+		return &apiError{status: http.StatusNotFound, typ: "NoSuchTableException", msg: msg}
+	case errors.Is(err, fsm.ErrAlreadyExists):
+		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
+	case errors.Is(err, fsm.ErrNamespaceNotEmpty):
+		return &apiError{status: http.StatusConflict, typ: "NamespaceNotEmptyException", msg: msg}
+	case errors.Is(err, fsm.ErrCommitFailed):
+		return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrShutdown):
+		// Nothing was proposed: the client may retry, here or elsewhere.
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: "no leader available: " + msg, retryAfter: "1"}
+	case errors.Is(err, raftnode.ErrUnknownOutcome):
+		if kind == opCommit {
+			return commitStateUnknown(err).(*apiError)
+		}
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: "outcome unknown, reload before retrying: " + msg}
+	}
+	if kind == opCommit {
+		return &apiError{status: http.StatusInternalServerError, typ: "CommitStateUnknownException", msg: msg}
+	}
+	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
+}
+
+type errorBody struct {
+	Error errorModel `json:"error"`
+}
+
+type errorModel struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeAPIError(w http.ResponseWriter, r *http.Request, ae *apiError) {
+	if ae.retryAfter != "" {
+		w.Header().Set("Retry-After", ae.retryAfter)
+	}
+	if r.Method == http.MethodHead {
+		w.WriteHeader(ae.status)
+		return
+	}
+	writeJSON(w, ae.status, errorBody{Error: errorModel{Message: ae.msg, Type: ae.typ, Code: ae.status}})
+}

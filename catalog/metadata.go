@@ -1,0 +1,171 @@
+package catalog
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// tableMetadata is one parsed metadata file. Metadata files are immutable,
+// so a parsed copy keyed by location never goes stale.
+type tableMetadata struct {
+	location string
+	raw      []byte
+	meta     table.Metadata
+}
+
+type metadataCache struct {
+	lru *lru.Cache[string, *tableMetadata]
+}
+
+func newMetadataCache(size int) *metadataCache {
+	c, err := lru.New[string, *tableMetadata](size)
+	if err != nil {
+		panic(err) // only for size <= 0, which New rules out
+	}
+	return &metadataCache{lru: c}
+}
+
+// readMetadata returns the metadata file at loc, from the cache when it can.
+func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, error) {
+	if tm, ok := s.cache.lru.Get(loc); ok {
+		s.metrics.cacheHits.Inc()
+		return tm, nil
+	}
+	s.metrics.cacheMisses.Inc()
+	raw, err := s.objects.Read(ctx, loc)
+	if err != nil {
+		return nil, fmt.Errorf("read metadata %s: %w", loc, err)
+	}
+	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
+		}
+	}
+	meta, err := table.ParseMetadataBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
+	}
+	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
+	s.cache.lru.Add(loc, tm)
+	return tm, nil
+}
+
+var errCorruptMetadata = errors.New("unreadable table metadata")
+
+// writeMetadata writes meta as <tableLocation>/metadata/<version>-<uuid>.metadata.json
+// and returns it. The file is written before the command that points at it
+// is proposed; the caller deletes it if the command does not take effect.
+func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version int) (*tableMetadata, error) {
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("encode metadata: %w", err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
+	if err := s.objects.Write(ctx, loc, raw); err != nil {
+		return nil, fmt.Errorf("write metadata %s: %w", loc, err)
+	}
+	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
+	s.cache.lru.Add(loc, tm)
+	return tm, nil
+}
+
+// discard deletes metadata files that no committed pointer references: the
+// files of attempts that lost. A failure only leaves an orphan behind.
+func (s *Server) discard(ctx context.Context, locs ...string) {
+	if len(locs) == 0 {
+		return
+	}
+	for _, l := range locs {
+		s.cache.lru.Remove(l)
+	}
+	if _, err := s.objects.Delete(context.WithoutCancel(ctx), locs); err != nil {
+		s.metrics.orphanedFiles.Add(float64(len(locs)))
+		s.log.Warn("could not delete unused metadata files", "files", locs, "error", err)
+	}
+}
+
+var metadataFileRE = regexp.MustCompile(`^(\d+)-[0-9a-fA-F-]{36}(?:\.[a-z]+)?\.metadata\.json$`)
+var legacyMetadataFileRE = regexp.MustCompile(`^v(\d+)(?:\.gz)?\.metadata\.json$`)
+
+// metadataVersion parses the version out of a metadata file name; -1 when the
+// name follows neither convention (a registered table may use any name).
+func metadataVersion(loc string) int {
+	base := path.Base(loc)
+	m := metadataFileRE.FindStringSubmatch(base)
+	if m == nil {
+		m = legacyMetadataFileRE.FindStringSubmatch(base)
+	}
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.Atoi(m[1])
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// defaultLocation is <warehouse>/<namespace levels joined by />/<table>.
+func (s *Server) defaultLocation(id fsm.Ident) string {
+	return s.cfg.Warehouse + "/" + strings.Join(id.Namespace, "/") + "/" + id.Name
+}
+
+// checkLocation refuses table locations outside the warehouse.
+func (s *Server) checkLocation(loc string) error {
+	if _, _, _, err := storage.ParseURI(loc); err != nil {
+		return badRequest("invalid location %q: %v", loc, err)
+	}
+	if !storage.IsWithin(s.cfg.Warehouse, loc) || strings.TrimSuffix(loc, "/") == s.cfg.Warehouse {
+		return badRequest("location %q is outside the warehouse %q", loc, s.cfg.Warehouse)
+	}
+	return nil
+}
+
+// expiredMetadataFiles lists the metadata files that fell out of the
+// metadata log with this commit, when the table asks for them to be deleted
+// (write.metadata.delete-after-commit.enabled).
+// Only files under the table's location are ever offered for deletion.
+func expiredMetadataFiles(beforeLoc string, before, after table.Metadata) []string {
+	if !after.Properties().GetBool(table.MetadataDeleteAfterCommitEnabledKey, table.MetadataDeleteAfterCommitEnabledDefault) {
+		return nil
+	}
+	kept := map[string]bool{}
+	for e := range after.PreviousFiles() {
+		kept[e.MetadataFile] = true
+	}
+	var out []string
+	candidates := []string{beforeLoc}
+	for e := range before.PreviousFiles() {
+		candidates = append(candidates, e.MetadataFile)
+	}
+	for _, f := range candidates {
+		if f != "" && !kept[f] && storage.IsWithin(after.Location(), f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,44 @@
+package catalog
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	commitRetries  prometheus.Counter
+	orphanedFiles  prometheus.Counter
+	metricsReports *prometheus.CounterVec
+	cacheHits      prometheus.Counter
+	cacheMisses    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_catalog_requests_total", Help: "Catalog API requests by operation and HTTP status.",
+		}, []string{"op", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "floe_catalog_request_duration_seconds", Help: "Catalog API request latency by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"op"}),
+		commitRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_commit_retries_total", Help: "Commits rebuilt on newer metadata after losing a compare-and-set.",
+		}),
+		orphanedFiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_orphaned_metadata_files_total", Help: "Metadata files of losing attempts that could not be deleted.",
+		}),
+		metricsReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_catalog_metrics_reports_total", Help: "Client metrics reports accepted, by report type.",
+		}, []string{"report_type"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_metadata_cache_hits_total", Help: "Metadata files served from the in-memory cache.",
+		}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_metadata_cache_misses_total", Help: "Metadata files read from storage.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses)
+	}
+	return m
+}

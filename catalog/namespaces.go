@@ -1,0 +1,260 @@
+package catalog
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+const maxPageSize = 1000
+
+type configResponse struct {
+	Defaults           map[string]string `json:"defaults"`
+	Overrides          map[string]string `json:"overrides"`
+	Endpoints          []string          `json:"endpoints"`
+	NamespaceSeparator string            `json:"namespace-separator"`
+}
+
+func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
+	if wh := r.URL.Query().Get("warehouse"); wh != "" && wh != s.cfg.Prefix && wh != s.cfg.Warehouse {
+		return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
+			msg: fmt.Sprintf("unknown warehouse %q (this catalog serves %q at %s)", wh, s.cfg.Prefix, s.cfg.Warehouse)}
+	}
+	var endpoints []string
+	for _, rt := range s.catalogRoutes() {
+		endpoints = append(endpoints, rt.method+" /v1/{prefix}"+rt.path)
+	}
+	writeJSON(w, http.StatusOK, configResponse{
+		Defaults:           map[string]string{},
+		Overrides:          map[string]string{"prefix": s.cfg.Prefix, "warehouse": s.cfg.Warehouse},
+		Endpoints:          endpoints,
+		NamespaceSeparator: nsSeparatorEncoded,
+	})
+	return nil
+}
+
+// page parses pageToken and pageSize. The token is the last name returned,
+// base64url-encoded; it stays valid across changes because listing resumes
+// after that name rather than at an offset.
+func page(r *http.Request) (after string, limit int, err error) {
+	q := r.URL.Query()
+	if tok := q.Get("pageToken"); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil {
+			return "", 0, badRequest("malformed pageToken %q", tok)
+		}
+		after = string(b)
+	}
+	if ps := q.Get("pageSize"); ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 {
+			return "", 0, badRequest("pageSize must be a positive integer, got %q", ps)
+		}
+		limit = min(n, maxPageSize)
+	}
+	return after, limit, nil
+}
+
+func nextToken(more bool, last string) *string {
+	if !more {
+		return nil
+	}
+	t := base64.RawURLEncoding.EncodeToString([]byte(last))
+	return &t
+}
+
+type listNamespacesResponse struct {
+	NextPageToken *string    `json:"next-page-token"`
+	Namespaces    [][]string `json:"namespaces"`
+}
+
+func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	var parent []string
+	if p := r.URL.Query().Get("parent"); p != "" {
+		if parent, err = splitNamespace(p); err != nil {
+			return err
+		}
+	}
+	resp := listNamespacesResponse{Namespaces: [][]string{}}
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if len(parent) > 0 {
+			if _, ok := rd.Namespace(parent); !ok {
+				return notFoundNamespace("namespace does not exist: %s", nsString(parent))
+			}
+		}
+		list, more := rd.Namespaces(parent, after, limit)
+		for _, ns := range list {
+			resp.Namespaces = append(resp.Namespaces, ns.Levels)
+		}
+		if len(list) > 0 {
+			resp.NextPageToken = nextToken(more, list[len(list)-1].Levels[len(list[len(list)-1].Levels)-1])
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+type namespaceBody struct {
+	Namespace  []string          `json:"namespace"`
+	Properties map[string]string `json:"properties"`
+}
+
+func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
+	var req namespaceBody
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateNamespace(req.Namespace); err != nil {
+		return err
+	}
+	if err := validateProperties(req.Properties); err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.CreateNamespace{
+		Namespace: req.Namespace, Properties: req.Properties, AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		if errors.Is(err, fsm.ErrNoSuchNamespace) {
+			// The spec lists no 404 for createNamespace.
+			return badRequest("%v", err)
+		}
+		return err
+	}
+	if req.Properties == nil {
+		req.Properties = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, req)
+	return nil
+}
+
+func validateProperties(props map[string]string) error {
+	for k := range props {
+		if k == "" {
+			return badRequest("property keys must not be empty")
+		}
+	}
+	return nil
+}
+
+func namespaceVar(r *http.Request) ([]string, error) {
+	return parseNamespace(mux.Vars(r)["namespace"])
+}
+
+func (s *Server) loadNamespace(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var ns fsm.Namespace
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		var ok bool
+		if ns, ok = rd.Namespace(levels); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if ns.Properties == nil {
+		ns.Properties = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, namespaceBody{Namespace: ns.Levels, Properties: ns.Properties})
+	return nil
+}
+
+func (s *Server) namespaceExists(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(levels); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) dropNamespace(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.DropNamespace{Namespace: levels})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type updatePropertiesRequest struct {
+	Removals []string          `json:"removals"`
+	Updates  map[string]string `json:"updates"`
+}
+
+func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var req updatePropertiesRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateProperties(req.Updates); err != nil {
+		return err
+	}
+	for _, k := range req.Removals {
+		if _, ok := req.Updates[k]; ok {
+			return unprocessable("property %q is both set and removed", k)
+		}
+	}
+	res, err := s.store.Propose(r.Context(), fsm.UpdateNamespace{
+		Namespace: levels, Set: req.Updates, Remove: req.Removals, AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res.Properties)
+	return nil
+}
+
+// escapedVar returns a route variable decoded from its escaped form.
+func escapedVar(r *http.Request, name string) (string, error) {
+	v, err := url.PathUnescape(mux.Vars(r)[name])
+	if err != nil {
+		return "", badRequest("malformed %s %q: %v", name, mux.Vars(r)[name], err)
+	}
+	return v, nil
+}

@@ -1,0 +1,313 @@
+package catalog_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var tableBody = map[string]any{
+	"name": "t",
+	"schema": map[string]any{
+		"type": "struct", "schema-id": 0,
+		"fields": []any{map[string]any{"id": 1, "name": "id", "type": "long", "required": true}},
+	},
+}
+
+func withName(name string) map[string]any {
+	b := map[string]any{}
+	for k, v := range tableBody {
+		b[k] = v
+	}
+	b["name"] = name
+	return b
+}
+
+func TestConfigAdvertisesWhatIsServed(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	r := n.do(t, "GET", "/v1/config", nil)
+	require.Equal(t, 200, r.status)
+	cfg := r.json(t)
+	assert.Equal(t, "%2E", cfg["namespace-separator"])
+	assert.Equal(t, "floe", cfg["overrides"].(map[string]any)["prefix"])
+	eps := cfg["endpoints"].([]any)
+	assert.Contains(t, eps, "POST /v1/{prefix}/transactions/commit")
+	assert.Contains(t, eps, "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/unregister")
+	assert.NotContains(t, eps, "GET /v1/{prefix}/namespaces/{namespace}/views")
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/config?warehouse=other", nil).status)
+}
+
+func TestNamespaces(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	for _, p := range []string{"/v1", "/v1/floe"} {
+		t.Run(p, func(t *testing.T) {
+			root := "r" + strings.ReplaceAll(p, "/", "_")
+			r := n.do(t, "POST", p+"/namespaces", map[string]any{"namespace": []string{root}, "properties": map[string]string{"a": "1"}})
+			require.Equal(t, 200, r.status, "%s", r.body)
+			// Multi-level: the parent must exist; both separators address it.
+			assert.Equal(t, 400, n.do(t, "POST", p+"/namespaces", map[string]any{"namespace": []string{"nope", "x"}}).errorStatus(t))
+			require.Equal(t, 200, n.do(t, "POST", p+"/namespaces", map[string]any{"namespace": []string{root, "child"}}).status)
+			assert.Equal(t, 200, n.do(t, "GET", p+"/namespaces/"+root+"%1Fchild", nil).status)
+			assert.Equal(t, 200, n.do(t, "GET", p+"/namespaces/"+root+".child", nil).status)
+			assert.Equal(t, 200, n.do(t, "GET", p+"/namespaces/"+root+"%2Echild", nil).status)
+			assert.Equal(t, 204, n.do(t, "HEAD", p+"/namespaces/"+root+"%1Fchild", nil).status)
+			assert.Equal(t, 404, n.do(t, "HEAD", p+"/namespaces/"+root+"%1Fnone", nil).status)
+
+			r = n.do(t, "GET", p+"/namespaces?parent="+root, nil)
+			require.Equal(t, 200, r.status)
+			assert.Equal(t, []any{[]any{root, "child"}}, r.json(t)["namespaces"])
+			assert.Equal(t, 404, n.do(t, "GET", p+"/namespaces?parent=missing", nil).errorStatus(t))
+
+			// 409 while it has a child, 422 for a key both set and removed.
+			r = n.do(t, "DELETE", p+"/namespaces/"+root, nil)
+			assert.Equal(t, 409, r.status)
+			assert.Equal(t, "NamespaceNotEmptyException", r.errorType(t))
+			r = n.do(t, "POST", p+"/namespaces/"+root+"/properties", map[string]any{"removals": []string{"a"}, "updates": map[string]string{"a": "2"}})
+			assert.Equal(t, 422, r.status)
+			assert.Equal(t, "UnprocessableEntityException", r.errorType(t))
+			r = n.do(t, "POST", p+"/namespaces/"+root+"/properties", map[string]any{"removals": []string{"a", "zz"}, "updates": map[string]string{"b": "2"}})
+			require.Equal(t, 200, r.status)
+			assert.Equal(t, map[string]any{"updated": []any{"b"}, "removed": []any{"a"}, "missing": []any{"zz"}}, r.json(t))
+
+			assert.Equal(t, 204, n.do(t, "DELETE", p+"/namespaces/"+root+"%1Fchild", nil).status)
+			assert.Equal(t, 204, n.do(t, "DELETE", p+"/namespaces/"+root, nil).status)
+			r = n.do(t, "DELETE", p+"/namespaces/"+root, nil)
+			assert.Equal(t, 404, r.status)
+			assert.Equal(t, "NoSuchNamespaceException", r.errorType(t))
+		})
+	}
+}
+
+func (r response) errorStatus(t *testing.T) int {
+	t.Helper()
+	r.errorType(t)
+	return r.status
+}
+
+func TestPagination(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"p"}}).status)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/p/tables", withName(name)).status)
+	}
+	var got []string
+	path := "/v1/floe/namespaces/p/tables?pageSize=2"
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		r := n.do(t, "GET", path, nil)
+		require.Equal(t, 200, r.status)
+		body := r.json(t)
+		for _, id := range body["identifiers"].([]any) {
+			got = append(got, id.(map[string]any)["name"].(string))
+		}
+		tok, ok := body["next-page-token"].(string)
+		if !ok {
+			break
+		}
+		path = "/v1/floe/namespaces/p/tables?pageSize=2&pageToken=" + tok
+	}
+	assert.Equal(t, []string{"a", "b", "c", "d", "e"}, got)
+	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageSize=0", nil).errorStatus(t))
+	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageToken=***", nil).errorStatus(t))
+}
+
+func TestTableLifecycle(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"b"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata-location"].(string)
+	assert.Contains(t, loc, n.warehouse+"/a/t/metadata/00000-")
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/tables", withName("t"))
+	assert.Equal(t, 409, r.status)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+
+	// ETag and If-None-Match.
+	r = n.do(t, "GET", "/v1/floe/namespaces/a/tables/t", nil)
+	require.Equal(t, 200, r.status)
+	etag := r.header.Get("ETag")
+	require.NotEmpty(t, etag)
+	assert.Equal(t, 304, n.do(t, "GET", "/v1/floe/namespaces/a/tables/t", nil, "If-None-Match", etag).status)
+	assert.Equal(t, 204, n.do(t, "HEAD", "/v1/floe/namespaces/a/tables/t", nil).status)
+	r = n.do(t, "GET", "/v1/floe/namespaces/a/tables/missing", nil)
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+
+	// A commit changes the ETag; snapshots=refs answers too.
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/tables/t", map[string]any{
+		"requirements": []any{},
+		"updates": []any{map[string]any{"action": "set-properties", "updates": map[string]string{
+			"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1"}}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/a/tables/t", nil, "If-None-Match", etag).status)
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/a/tables/t?snapshots=refs", nil).status)
+	// With previous-versions-max=1 and delete-after-commit, a second commit
+	// drops the first file from the log and from storage.
+	for i := range 2 {
+		r = n.do(t, "POST", "/v1/floe/namespaces/a/tables/t", map[string]any{
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"i": string(rune('0' + i))}}},
+		})
+		require.Equal(t, 200, r.status, "%s", r.body)
+	}
+	_, err := n.objects.Read(ctx, loc)
+	assert.Error(t, err, "expired metadata file should be deleted")
+	assert.Len(t, r.json(t)["metadata"].(map[string]any)["metadata-log"], 1)
+
+	// Unknown update and requirement types are 400 and change nothing.
+	before := n.state(t)
+	for _, body := range []string{
+		`{"requirements":[],"updates":[{"action":"frobnicate"}]}`,
+		`{"requirements":[{"type":"assert-nothing"}],"updates":[]}`,
+		`{"requirements":[],"updates":[{"action":"set-current-schema","schema-id":42}]}`,
+		`{"updates":[]}`,
+	} {
+		r = n.do(t, "POST", "/v1/floe/namespaces/a/tables/t", body)
+		assert.Equal(t, 400, r.status, "%s -> %s", body, r.body)
+		assert.Equal(t, "BadRequestException", r.errorType(t))
+	}
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/tables/t", `{"requirements":[{"type":"assert-current-schema-id","current-schema-id":7}],"updates":[]}`)
+	assert.Equal(t, 409, r.status)
+	assert.Equal(t, "CommitFailedException", r.errorType(t))
+	assert.Equal(t, before, n.state(t))
+
+	// Rename across namespaces.
+	r = n.do(t, "POST", "/v1/floe/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"a"}, "name": "t"}, "destination": map[string]any{"namespace": []string{"b"}, "name": "u"}})
+	require.Equal(t, 204, r.status, "%s", r.body)
+	assert.Equal(t, 404, n.do(t, "HEAD", "/v1/floe/namespaces/a/tables/t", nil).status)
+	r = n.do(t, "GET", "/v1/floe/namespaces/b/tables/u", nil)
+	require.Equal(t, 200, r.status)
+	current := r.json(t)["metadata-location"].(string)
+	r = n.do(t, "POST", "/v1/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"a"}, "name": "t"}, "destination": map[string]any{"namespace": []string{"b"}, "name": "v"}})
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+
+	// Unregister, then register again; register without overwrite is 409.
+	r = n.do(t, "POST", "/v1/floe/namespaces/b/tables/u/unregister", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, current, r.json(t)["metadata-location"])
+	_, err = n.objects.Read(ctx, current)
+	require.NoError(t, err, "unregister must not touch files")
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/register", map[string]any{"name": "back", "metadata-location": current})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/register", map[string]any{"name": "back", "metadata-location": current})
+	assert.Equal(t, 409, r.status)
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/register", map[string]any{"name": "back", "metadata-location": current, "overwrite": true})
+	assert.Equal(t, 200, r.status)
+
+	// Metrics reports are accepted.
+	r = n.do(t, "POST", "/v1/floe/namespaces/a/tables/back/metrics", map[string]any{
+		"report-type": "commit-report", "table-name": "a.back", "snapshot-id": 1, "sequence-number": 1, "operation": "append", "metrics": map[string]any{}})
+	assert.Equal(t, 204, r.status, "%s", r.body)
+
+	// Drop without purge leaves files; drop with purge deletes them.
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/floe/namespaces/a/tables/back", nil).status)
+	_, err = n.objects.Read(ctx, current)
+	require.NoError(t, err)
+	assert.Equal(t, 404, n.do(t, "DELETE", "/v1/floe/namespaces/a/tables/back", nil).status)
+}
+
+func TestDropWithPurgeDeletesOnlyThatTable(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		ctx := context.Background()
+		n := startNode(t, wh)
+		cat := n.catalog(t)
+		require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+		var files = map[string][]string{}
+		for _, name := range []string{"gone", "gone2", "kept"} {
+			tbl, err := cat.CreateTable(ctx, table.Identifier{"db", name}, rowSchema)
+			require.NoError(t, err)
+			f := tbl.Location() + "/data/f.parquet"
+			writeParquet(t, tbl, f, 1)
+			tx := tbl.NewTransaction()
+			require.NoError(t, tx.AddFiles(ctx, []string{f}, nil, false))
+			_, err = tx.Commit(ctx)
+			require.NoError(t, err)
+			require.NoError(t, n.objects.List(ctx, tbl.Location()+"/", func(uri string) error {
+				files[name] = append(files[name], uri)
+				return nil
+			}))
+			require.GreaterOrEqual(t, len(files[name]), 5, "data, manifest, manifest list, 2 metadata files")
+		}
+		r := n.do(t, "DELETE", "/v1/floe/namespaces/db/tables/gone?purgeRequested=true", nil)
+		require.Equal(t, 204, r.status, "%s", r.body)
+		for _, f := range files["gone"] {
+			_, err := n.objects.Read(ctx, f)
+			assert.Error(t, err, "%s should be deleted", f)
+		}
+		for _, f := range append(files["gone2"], files["kept"]...) {
+			_, err := n.objects.Read(ctx, f)
+			assert.NoError(t, err, "%s must survive", f)
+		}
+		assert.Equal(t, 400, n.do(t, "DELETE", "/v1/floe/namespaces/db/tables/kept?purgeRequested=maybe", nil).status)
+	})
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	long := strings.Repeat("x", 256)
+	outside := withName("outside")
+	outside["location"] = "file:///somewhere/else"
+	if dir, err := os.MkdirTemp("", "floe-outside"); err == nil {
+		outside["location"] = "file://" + dir
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+		typ                string
+	}{
+		{"malformed json", "POST", "/v1/namespaces", `{"namespace": [`, 400, "BadRequestException"},
+		{"empty body", "POST", "/v1/namespaces", ``, 400, "BadRequestException"},
+		{"wrong field type", "POST", "/v1/namespaces", `{"namespace": "a"}`, 400, "BadRequestException"},
+		{"wrong property type", "POST", "/v1/namespaces", `{"namespace": ["q"], "properties": {"a": 1}}`, 400, "BadRequestException"},
+		{"empty namespace", "POST", "/v1/namespaces", `{"namespace": []}`, 400, "BadRequestException"},
+		{"empty level", "POST", "/v1/namespaces", `{"namespace": [""]}`, 400, "BadRequestException"},
+		{"over-long name", "POST", "/v1/namespaces", `{"namespace": ["` + long + `"]}`, 400, "BadRequestException"},
+		{"separator in name", "POST", "/v1/namespaces", `{"namespace": ["a.b"]}`, 400, "BadRequestException"},
+		{"control character", "POST", "/v1/namespaces", `{"namespace": ["a\u0001b"]}`, 400, "BadRequestException"},
+		{"unit separator", "POST", "/v1/namespaces", `{"namespace": ["a\u001fb"]}`, 400, "BadRequestException"},
+		{"empty table name", "POST", "/v1/namespaces/a/tables", withName(""), 400, "BadRequestException"},
+		{"control char table", "POST", "/v1/namespaces/a/tables", withName("t\nx"), 400, "BadRequestException"},
+		{"long table name", "POST", "/v1/namespaces/a/tables", withName(long), 400, "BadRequestException"},
+		{"no schema", "POST", "/v1/namespaces/a/tables", `{"name": "x"}`, 400, "BadRequestException"},
+		{"bad schema", "POST", "/v1/namespaces/a/tables", `{"name": "x", "schema": {"type": "struct", "fields": [{"id": 1}]}}`, 400, "BadRequestException"},
+		{"location outside warehouse", "POST", "/v1/namespaces/a/tables", outside, 400, "BadRequestException"},
+		{"empty level in path", "GET", "/v1/namespaces/a%1F%1Fb", nil, 400, "BadRequestException"},
+		{"unknown prefix", "GET", "/v1/other/namespaces", nil, 404, "NoSuchWarehouseException"},
+		{"table in missing namespace", "POST", "/v1/namespaces/zz/tables", withName("x"), 404, "NoSuchNamespaceException"},
+		{"register outside warehouse", "POST", "/v1/namespaces/a/register", `{"name":"r","metadata-location":"file:///etc/passwd"}`, 400, "BadRequestException"},
+		{"register missing file", "POST", "/v1/namespaces/a/register", map[string]any{"name": "r", "metadata-location": n.warehouse + "/a/nope/metadata/00000-x.metadata.json"}, 400, "BadRequestException"},
+		{"rename without source", "POST", "/v1/tables/rename", `{"destination": {"namespace": ["a"], "name": "z"}}`, 400, "BadRequestException"},
+		{"transaction without identifier", "POST", "/v1/transactions/commit", `{"table-changes": [{"requirements": [], "updates": []}]}`, 400, "BadRequestException"},
+		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
+		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
+		{"bad metrics report", "POST", "/v1/namespaces/a/tables/t/metrics", `{"report-type": "nonsense"}`, 400, "BadRequestException"},
+	}
+	before := n.state(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := n.do(t, c.method, c.path, c.body)
+			assert.Equal(t, c.status, r.status, "%s", r.body)
+			assert.Equal(t, c.typ, r.errorType(t))
+		})
+	}
+	// Answers the spec does not list for these routes.
+	r := n.doRaw(t, "POST", "/v1/namespaces", `{"namespace": ["big"], "properties": {"k": "`+strings.Repeat("v", 2<<20)+`"}}`)
+	assert.Equal(t, 413, r.status)
+	assert.Equal(t, "BadRequestException", r.errorType(t))
+	r = n.doRaw(t, "PUT", "/v1/namespaces", `{}`)
+	assert.Equal(t, 405, r.status)
+	assert.Equal(t, before, n.state(t))
+}

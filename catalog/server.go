@@ -1,0 +1,303 @@
+// Package catalog serves the table side of the Iceberg REST catalog API.
+//
+// The handlers are thin: they parse and validate a request, prepare a
+// command (for table changes: build the new metadata with iceberg-go and
+// write the metadata file first), propose it to the replicated store, and map
+// the outcome to the Iceberg error model in one place (errors.go). Decisions
+// such as "already exists" or "metadata changed underneath" are made by the
+// state machine when the command is applied, never here.
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// Store is the replicated state the catalog reads and changes.
+type Store interface {
+	// Propose replicates cmd and returns its applied Result. A non-nil error
+	// means the outcome is not a domain outcome: either nothing was applied
+	// (not leader, shutdown) or the outcome is unknown.
+	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	// Read runs fn against a linearizable view of the state.
+	Read(ctx context.Context, fn func(*fsm.Reader) error) error
+}
+
+// Objects is where metadata and data files live.
+type Objects interface {
+	Write(ctx context.Context, uri string, data []byte) error
+	Read(ctx context.Context, uri string) ([]byte, error)
+	Delete(ctx context.Context, uris []string) (int, error)
+	// ClientConfig is the FileIO configuration a client needs for files at uri.
+	ClientConfig(uri string) map[string]string
+}
+
+// Config configures the catalog service.
+type Config struct {
+	// Warehouse is the root URI under which tables live (file:///… or s3://…).
+	// Table locations outside it are refused.
+	Warehouse string
+	// Prefix is the path prefix advertised in /v1/config; routes are served
+	// both with it (/v1/{prefix}/…) and without it (/v1/…).
+	Prefix string
+	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 8 MiB.
+	MaxBodyBytes int64
+	// CommitRetries bounds how often a commit that lost a compare-and-set is
+	// rebuilt on the new metadata before answering 409. Default 4.
+	CommitRetries int
+	// MetadataCacheSize bounds the parsed metadata files kept in memory.
+	// Default 1024.
+	MetadataCacheSize int
+	Logger            *slog.Logger
+	Registerer        prometheus.Registerer
+	// Now returns the time stamped into commands. Default time.Now.
+	Now func() time.Time
+}
+
+// nsSeparator is the namespace separator floe advertises. Path segments are
+// also split at the unit separator (%1F), the spec's default, so clients that
+// ignore the advertisement work too. Namespace names may contain neither.
+const (
+	nsSeparator        = "."
+	nsSeparatorEncoded = "%2E"
+	unitSeparator      = "\x1f"
+	maxNameLength      = 255
+)
+
+var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "config": true, "oauth": true}
+
+// Server is the catalog's HTTP service.
+type Server struct {
+	cfg     Config
+	store   Store
+	objects Objects
+	log     *slog.Logger
+	cache   *metadataCache
+	metrics *metrics
+	router  *mux.Router
+}
+
+// New validates cfg and returns the catalog service.
+func New(cfg Config, store Store, objects Objects) (*Server, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "floe"
+	}
+	if reservedPrefixes[cfg.Prefix] || strings.ContainsAny(cfg.Prefix, "/?#%") {
+		return nil, fmt.Errorf("catalog: prefix %q is reserved or not a single path segment", cfg.Prefix)
+	}
+	if _, _, _, err := storage.ParseURI(cfg.Warehouse); err != nil {
+		return nil, fmt.Errorf("catalog: warehouse: %w", err)
+	}
+	cfg.Warehouse = strings.TrimSuffix(cfg.Warehouse, "/")
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 8 << 20
+	}
+	if cfg.CommitRetries <= 0 {
+		cfg.CommitRetries = 4
+	}
+	if cfg.MetadataCacheSize <= 0 {
+		cfg.MetadataCacheSize = 1024
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{
+		cfg:     cfg,
+		store:   store,
+		objects: objects,
+		log:     cfg.Logger,
+		cache:   newMetadataCache(cfg.MetadataCacheSize),
+		metrics: newMetrics(cfg.Registerer),
+	}
+	s.router = s.routes()
+	return s, nil
+}
+
+// Handler serves /v1/….
+func (s *Server) Handler() http.Handler { return s.router }
+
+// route describes one served endpoint; the same table feeds the router and
+// the endpoints list in /v1/config, so the two cannot disagree.
+type route struct {
+	method  string
+	path    string // relative to /v1/{prefix}
+	name    string
+	handler func(w http.ResponseWriter, r *http.Request) error
+}
+
+func (s *Server) catalogRoutes() []route {
+	return []route{
+		{"GET", "/namespaces", "listNamespaces", s.listNamespaces},
+		{"POST", "/namespaces", "createNamespace", s.createNamespace},
+		{"GET", "/namespaces/{namespace}", "loadNamespace", s.loadNamespace},
+		{"HEAD", "/namespaces/{namespace}", "namespaceExists", s.namespaceExists},
+		{"DELETE", "/namespaces/{namespace}", "dropNamespace", s.dropNamespace},
+		{"POST", "/namespaces/{namespace}/properties", "updateProperties", s.updateProperties},
+		{"GET", "/namespaces/{namespace}/tables", "listTables", s.listTables},
+		{"POST", "/namespaces/{namespace}/tables", "createTable", s.createTable},
+		{"POST", "/namespaces/{namespace}/register", "registerTable", s.registerTable},
+		{"GET", "/namespaces/{namespace}/tables/{table}", "loadTable", s.loadTable},
+		{"HEAD", "/namespaces/{namespace}/tables/{table}", "tableExists", s.tableExists},
+		{"POST", "/namespaces/{namespace}/tables/{table}", "updateTable", s.updateTable},
+		{"DELETE", "/namespaces/{namespace}/tables/{table}", "dropTable", s.dropTable},
+		{"POST", "/namespaces/{namespace}/tables/{table}/unregister", "unregisterTable", s.unregisterTable},
+		{"POST", "/namespaces/{namespace}/tables/{table}/metrics", "reportMetrics", s.reportMetrics},
+		{"POST", "/tables/rename", "renameTable", s.renameTable},
+		{"POST", "/transactions/commit", "commitTransaction", s.commitTransaction},
+	}
+}
+
+func (s *Server) routes() *mux.Router {
+	r := mux.NewRouter().UseEncodedPath()
+	r.Handle("/v1/config", s.wrap("getConfig", s.getConfig)).Methods("GET")
+	// The prefixed routes are registered first; a prefix may not be one of
+	// the plain routes' first segments (reservedPrefixes), so the two sets
+	// cannot shadow each other.
+	for _, base := range []string{"/v1/" + s.cfg.Prefix, "/v1"} {
+		for _, rt := range s.catalogRoutes() {
+			r.Handle(base+rt.path, s.wrap(rt.name, rt.handler)).Methods(rt.method)
+		}
+	}
+	r.MethodNotAllowedHandler = s.wrap("methodNotAllowed", func(w http.ResponseWriter, r *http.Request) error {
+		return &apiError{status: http.StatusMethodNotAllowed, typ: "MethodNotAllowedException",
+			msg: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)}
+	})
+	r.NotFoundHandler = s.wrap("notFound", func(w http.ResponseWriter, r *http.Request) error {
+		parts := strings.SplitN(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/"), "/", 2)
+		if strings.HasPrefix(r.URL.Path, "/v1/") && len(parts) == 2 && !reservedPrefixes[parts[0]] && parts[0] != s.cfg.Prefix {
+			return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
+				msg: fmt.Sprintf("unknown catalog prefix %q (this catalog serves %q)", parts[0], s.cfg.Prefix)}
+		}
+		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: "no such route: " + r.URL.Path}
+	})
+	return r
+}
+
+// wrap adds the body limit, metrics, logging and error mapping to a handler.
+func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	kind := opOther
+	if name == "updateTable" || name == "commitTransaction" {
+		kind = opCommit
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		err := h(rec, r)
+		if err != nil {
+			ae := toAPIError(err, kind)
+			if ae.status >= 500 {
+				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
+			} else {
+				s.log.Debug("request refused", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", ae.msg)
+			}
+			writeAPIError(rec, r, ae)
+		}
+		s.metrics.requests.WithLabelValues(name, fmt.Sprint(rec.status)).Inc()
+		s.metrics.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// decodeBody parses a JSON request body into v: 413 over the limit, 400 for
+// anything that is not one well-formed JSON value of the right shape.
+func decodeBody(r *http.Request, v any) error {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestException",
+				msg: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+		}
+		return badRequest("reading request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return badRequest("request body is empty")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("malformed request body: %v", err)
+	}
+	return nil
+}
+
+// parseNamespace decodes a {namespace} path segment: levels separated by
+// %1F or by the advertised separator.
+func parseNamespace(raw string) ([]string, error) {
+	decoded, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, badRequest("malformed namespace %q: %v", raw, err)
+	}
+	return splitNamespace(decoded)
+}
+
+func splitNamespace(decoded string) ([]string, error) {
+	levels := strings.FieldsFunc(decoded, func(r rune) bool { return string(r) == unitSeparator || string(r) == nsSeparator })
+	if len(levels) == 0 || strings.Count(decoded, unitSeparator)+strings.Count(decoded, nsSeparator) != len(levels)-1 {
+		return nil, badRequest("malformed namespace %q: empty level", decoded)
+	}
+	if err := validateNamespace(levels); err != nil {
+		return nil, err
+	}
+	return levels, nil
+}
+
+func validateNamespace(levels []string) error {
+	if len(levels) == 0 {
+		return badRequest("namespace must have at least one level")
+	}
+	for _, l := range levels {
+		if err := validateName("namespace level", l); err != nil {
+			return err
+		}
+		if strings.Contains(l, nsSeparator) {
+			return badRequest("namespace level %q contains the namespace separator %q", l, nsSeparator)
+		}
+	}
+	return nil
+}
+
+// validateName refuses names a catalog cannot store or address: empty,
+// over-long, or containing control characters (which also keeps the state
+// machine's key separators out of names).
+func validateName(what, name string) error {
+	if name == "" {
+		return badRequest("%s must not be empty", what)
+	}
+	if len(name) > maxNameLength {
+		return badRequest("%s is %d bytes long, the limit is %d", what, len(name), maxNameLength)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return badRequest("%s %q contains a control character", what, name)
+		}
+	}
+	return nil
+}
+
+func nsString(levels []string) string { return strings.Join(levels, ".") }

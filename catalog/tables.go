@@ -1,0 +1,773 @@
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/purge"
+)
+
+type loadTableResult struct {
+	MetadataLocation string            `json:"metadata-location,omitempty"`
+	Metadata         json.RawMessage   `json:"metadata"`
+	Config           map[string]string `json:"config,omitempty"`
+}
+
+func (s *Server) loadResult(tm *tableMetadata, staged bool) loadTableResult {
+	res := loadTableResult{Metadata: tm.raw, Config: s.objects.ClientConfig(tm.meta.Location())}
+	if !staged {
+		res.MetadataLocation = tm.location
+	}
+	return res
+}
+
+func tableVar(r *http.Request) (fsm.Ident, error) {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return fsm.Ident{}, err
+	}
+	name, err := escapedVar(r, "table")
+	if err != nil {
+		return fsm.Ident{}, err
+	}
+	if err := validateName("table name", name); err != nil {
+		return fsm.Ident{}, err
+	}
+	return fsm.Ident{Namespace: levels, Name: name}, nil
+}
+
+// lookupTable reads one table entry linearizably: 404 NoSuchTable when it or
+// its namespace is missing.
+func (s *Server) lookupTable(ctx context.Context, id fsm.Ident) (fsm.Table, error) {
+	var t fsm.Table
+	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		var ok bool
+		if t, ok = rd.Table(id); ok {
+			return nil
+		}
+		if _, nsOK := rd.Namespace(id.Namespace); !nsOK {
+			return notFoundTable("table does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
+		}
+		return notFoundTable("table does not exist: %s", id)
+	})
+	return t, err
+}
+
+type listTablesResponse struct {
+	NextPageToken *string           `json:"next-page-token"`
+	Identifiers   []tableIdentifier `json:"identifiers"`
+}
+
+type tableIdentifier struct {
+	Namespace []string `json:"namespace"`
+	Name      string   `json:"name"`
+}
+
+func (id tableIdentifier) ident() (fsm.Ident, error) {
+	if err := validateNamespace(id.Namespace); err != nil {
+		return fsm.Ident{}, err
+	}
+	if err := validateName("table name", id.Name); err != nil {
+		return fsm.Ident{}, err
+	}
+	return fsm.Ident{Namespace: id.Namespace, Name: id.Name}, nil
+}
+
+func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	resp := listTablesResponse{Identifiers: []tableIdentifier{}}
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(levels); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
+		}
+		list, more := rd.Tables(levels, after, limit)
+		for _, t := range list {
+			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: t.Namespace, Name: t.Name})
+		}
+		if len(list) > 0 {
+			resp.NextPageToken = nextToken(more, list[len(list)-1].Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+type createTableRequest struct {
+	Name          string                 `json:"name"`
+	Location      string                 `json:"location"`
+	Schema        *iceberg.Schema        `json:"schema"`
+	PartitionSpec *iceberg.PartitionSpec `json:"partition-spec"`
+	WriteOrder    *table.SortOrder       `json:"write-order"`
+	StageCreate   bool                   `json:"stage-create"`
+	Properties    map[string]string      `json:"properties"`
+}
+
+func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var req createTableRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateName("table name", req.Name); err != nil {
+		return err
+	}
+	if req.Schema == nil {
+		return badRequest("schema is required")
+	}
+	if err := validateProperties(req.Properties); err != nil {
+		return err
+	}
+	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(levels); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
+		}
+		if _, ok := rd.Table(id); ok {
+			// An early answer for the common case; the state machine decides
+			// again when the command is applied.
+			return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: "table already exists: " + id.String()}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	loc := strings.TrimSuffix(req.Location, "/")
+	if loc == "" {
+		loc = s.defaultLocation(id)
+	}
+	if err := s.checkLocation(loc); err != nil {
+		return err
+	}
+	order := table.UnsortedSortOrder
+	if req.WriteOrder != nil {
+		order = *req.WriteOrder
+	}
+	tableUUID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec, order, loc, req.Properties, tableUUID)
+	if err != nil {
+		return badRequest("invalid table definition: %v", err)
+	}
+	if req.StageCreate {
+		raw, err := json.Marshal(meta)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, s.loadResult(&tableMetadata{raw: raw, meta: meta}, true))
+		return nil
+	}
+	tm, err := s.writeMetadata(r.Context(), meta, 0)
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.CommitTables{
+		Changes: []fsm.TableChange{{
+			Kind: fsm.ChangeCreate, Ident: id, MetadataLocation: tm.location, Location: loc, UUID: tableUUID.String(),
+		}},
+		AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		if !isOutcomeUnknown(err) {
+			s.discard(r.Context(), tm.location)
+		}
+		return err
+	}
+	if err := res.Err(); err != nil {
+		s.discard(r.Context(), tm.location)
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.loadResult(tm, false))
+	return nil
+}
+
+func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	mode := r.URL.Query().Get("snapshots")
+	if mode != "" && mode != "all" && mode != "refs" {
+		return badRequest("snapshots must be all or refs, got %q", mode)
+	}
+	t, err := s.lookupTable(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	etag := etagFor(t.MetadataLocation, mode)
+	w.Header().Set("ETag", etag)
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	tm, err := s.readMetadata(r.Context(), t.MetadataLocation)
+	if err != nil {
+		return err
+	}
+	res := s.loadResult(tm, false)
+	if mode == "refs" {
+		if res.Metadata, err = onlyReferencedSnapshots(tm); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// etagFor names one version of a loadTable answer: the metadata file is
+// immutable, so its location (and the snapshots mode) determines the body.
+func etagFor(metadataLocation, mode string) string {
+	sum := sha256.Sum256([]byte(mode + "\x00" + metadataLocation))
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
+}
+
+func etagMatches(header, etag string) bool {
+	for _, candidate := range strings.Split(header, ",") {
+		c := strings.TrimPrefix(strings.TrimSpace(candidate), "W/")
+		if c == etag || c == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// onlyReferencedSnapshots returns the metadata JSON with only the snapshots
+// that a branch or tag points at (snapshots=refs).
+func onlyReferencedSnapshots(tm *tableMetadata) (json.RawMessage, error) {
+	keep := map[int64]bool{}
+	for _, ref := range tm.meta.Refs() {
+		keep[ref.SnapshotID] = true
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(tm.raw, &doc); err != nil {
+		return nil, err
+	}
+	var snaps []json.RawMessage
+	if raw, ok := doc["snapshots"]; ok {
+		if err := json.Unmarshal(raw, &snaps); err != nil {
+			return nil, err
+		}
+	}
+	filtered := []json.RawMessage{}
+	for _, sn := range snaps {
+		var head struct {
+			ID int64 `json:"snapshot-id"`
+		}
+		if err := json.Unmarshal(sn, &head); err != nil {
+			return nil, err
+		}
+		if keep[head.ID] {
+			filtered = append(filtered, sn)
+		}
+	}
+	b, err := json.Marshal(filtered)
+	if err != nil {
+		return nil, err
+	}
+	doc["snapshots"] = b
+	return json.Marshal(doc)
+}
+
+func (s *Server) tableExists(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.lookupTable(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type commitTableRequest struct {
+	Identifier   *tableIdentifier   `json:"identifier"`
+	Requirements table.Requirements `json:"requirements"`
+	Updates      table.Updates      `json:"updates"`
+}
+
+type commitTableResponse struct {
+	MetadataLocation string          `json:"metadata-location"`
+	Metadata         json.RawMessage `json:"metadata"`
+}
+
+// decodeCommit parses a CommitTableRequest; an unknown requirement or update
+// type, or a field of the wrong type, is a 400.
+func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
+	var probe struct {
+		Requirements json.RawMessage `json:"requirements"`
+		Updates      json.RawMessage `json:"updates"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return commitTableRequest{}, badRequest("malformed commit: %v", err)
+	}
+	if probe.Requirements == nil || probe.Updates == nil {
+		return commitTableRequest{}, badRequest("commit must have requirements and updates")
+	}
+	var req commitTableRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return commitTableRequest{}, badRequest("invalid commit: %v", err)
+	}
+	return req, nil
+}
+
+func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := decodeBody(r, &raw); err != nil {
+		return err
+	}
+	req, err := decodeCommit(raw)
+	if err != nil {
+		return err
+	}
+	if req.Identifier != nil {
+		bodyID, err := req.Identifier.ident()
+		if err != nil {
+			return err
+		}
+		if bodyID.String() != id.String() {
+			return badRequest("identifier %s in the body does not match the route's %s", bodyID, id)
+		}
+	}
+	out, err := s.commit(r.Context(), []pendingCommit{{id: id, req: req}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: out[0].location, Metadata: out[0].raw})
+	return nil
+}
+
+type commitTransactionRequest struct {
+	TableChanges []json.RawMessage `json:"table-changes"`
+}
+
+func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) error {
+	var req commitTransactionRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if len(req.TableChanges) == 0 {
+		return badRequest("table-changes must not be empty")
+	}
+	pending := make([]pendingCommit, 0, len(req.TableChanges))
+	seen := map[string]bool{}
+	for i, raw := range req.TableChanges {
+		c, err := decodeCommit(raw)
+		if err != nil {
+			return err
+		}
+		if c.Identifier == nil {
+			return badRequest("table-changes[%d] has no identifier", i)
+		}
+		id, err := c.Identifier.ident()
+		if err != nil {
+			return err
+		}
+		if seen[id.String()] {
+			return badRequest("table %s appears more than once in the transaction", id)
+		}
+		seen[id.String()] = true
+		pending = append(pending, pendingCommit{id: id, req: c})
+	}
+	if _, err := s.commit(r.Context(), pending); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type pendingCommit struct {
+	id  fsm.Ident
+	req commitTableRequest
+}
+
+// prepared is one table's new metadata, written and ready to propose.
+type prepared struct {
+	change fsm.TableChange
+	before *tableMetadata // nil for a create
+	after  *tableMetadata
+}
+
+// commit applies a commit to one or more tables atomically. It builds each
+// table's new metadata on the current one, writes the files, and proposes
+// one CommitTables. When the compare-and-set loses to a concurrent commit it
+// rebuilds on the newer metadata (requirements are checked again) up to
+// CommitRetries times, then answers 409. Files of attempts that lost are
+// deleted; when the outcome is unknown they are kept, since the pointer may
+// now reference them.
+func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableMetadata, error) {
+	for attempt := 0; ; attempt++ {
+		preps, err := s.prepareCommit(ctx, pending)
+		written := func() []string {
+			var locs []string
+			for _, p := range preps {
+				locs = append(locs, p.after.location)
+			}
+			return locs
+		}
+		if err != nil {
+			s.discard(ctx, written()...)
+			return nil, err
+		}
+		changes := make([]fsm.TableChange, len(preps))
+		for i, p := range preps {
+			changes[i] = p.change
+		}
+		res, err := s.store.Propose(ctx, fsm.CommitTables{Changes: changes, AtMs: s.cfg.Now().UnixMilli()})
+		if err != nil {
+			if !isOutcomeUnknown(err) {
+				s.discard(ctx, written()...)
+			}
+			return nil, err
+		}
+		if err := res.Err(); err != nil {
+			s.discard(ctx, written()...)
+			if errors.Is(err, fsm.ErrCommitFailed) && attempt < s.cfg.CommitRetries {
+				s.metrics.commitRetries.Inc()
+				continue
+			}
+			if errors.Is(err, fsm.ErrAlreadyExists) {
+				return nil, commitFailed("requirement failed: %v", err)
+			}
+			return nil, err
+		}
+		out := make([]*tableMetadata, len(preps))
+		var expired []string
+		for i, p := range preps {
+			out[i] = p.after
+			if p.before != nil {
+				expired = append(expired, expiredMetadataFiles(p.before.location, p.before.meta, p.after.meta)...)
+			}
+		}
+		if len(expired) > 0 {
+			s.discard(ctx, expired...)
+		}
+		return out, nil
+	}
+}
+
+// prepareCommit reads the current pointers in one linearizable read, then
+// builds and writes each table's new metadata. On error the files already
+// written are in the returned slice so the caller can delete them.
+func (s *Server) prepareCommit(ctx context.Context, pending []pendingCommit) ([]prepared, error) {
+	current := make([]*fsm.Table, len(pending))
+	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		for i, p := range pending {
+			if t, ok := rd.Table(p.id); ok {
+				current[i] = &t
+			} else if _, ok := rd.Namespace(p.id.Namespace); !ok {
+				return notFoundTable("table does not exist: %s (namespace %s does not exist)", p.id, nsString(p.id.Namespace))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var preps []prepared
+	for i, p := range pending {
+		prep, err := s.prepareOne(ctx, p, current[i])
+		if err != nil {
+			return preps, err
+		}
+		preps = append(preps, prep)
+	}
+	return preps, nil
+}
+
+func hasAssertCreate(reqs table.Requirements) bool {
+	return slices.ContainsFunc(reqs, func(r table.Requirement) bool { return r.GetType() == "assert-create" })
+}
+
+func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table) (prepared, error) {
+	var (
+		before  *tableMetadata
+		base    table.Metadata
+		builder *table.MetadataBuilder
+		err     error
+	)
+	switch {
+	case cur == nil && !hasAssertCreate(p.req.Requirements):
+		return prepared{}, notFoundTable("table does not exist: %s", p.id)
+	case cur == nil:
+		// Completing a staged create: build from nothing.
+		builder, err = table.NewMetadataBuilder(1)
+	default:
+		if before, err = s.readMetadata(ctx, cur.MetadataLocation); err != nil {
+			return prepared{}, err
+		}
+		base = before.meta
+		builder, err = table.MetadataBuilderFromBase(base, cur.MetadataLocation)
+	}
+	if err != nil {
+		return prepared{}, err
+	}
+	for _, req := range p.req.Requirements {
+		if err := req.Validate(base); err != nil {
+			return prepared{}, commitFailed("requirement failed for %s: %v", p.id, err)
+		}
+	}
+	for _, u := range p.req.Updates {
+		if err := u.Apply(builder); err != nil {
+			return prepared{}, badRequest("cannot apply %s to %s: %v", u.Action(), p.id, err)
+		}
+	}
+	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
+		if err := builder.SetLoc(s.defaultLocation(p.id)); err != nil {
+			return prepared{}, err
+		}
+	}
+	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateAssignUUID) {
+		if err := builder.SetUUID(uuid.Must(uuid.NewV7())); err != nil {
+			return prepared{}, err
+		}
+	}
+	meta, err := builder.Build()
+	if err != nil {
+		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
+	}
+	if err := s.checkLocation(meta.Location()); err != nil {
+		return prepared{}, err
+	}
+	version := 0
+	if before != nil {
+		version = max(metadataVersion(before.location), 0) + 1
+	}
+	after, err := s.writeMetadata(ctx, meta, version)
+	if err != nil {
+		return prepared{}, err
+	}
+	ch := fsm.TableChange{
+		Kind: fsm.ChangeCreate, Ident: p.id, MetadataLocation: after.location,
+		Location: meta.Location(), UUID: meta.TableUUID().String(),
+	}
+	if cur != nil {
+		ch.Kind = fsm.ChangeUpdate
+		ch.ExpectedMetadataLocation = cur.MetadataLocation
+		ch.ExpectedUUID = cur.UUID
+	}
+	return prepared{change: ch, before: before, after: after}, nil
+}
+
+func hasUpdate(updates table.Updates, action string) bool {
+	return slices.ContainsFunc(updates, func(u table.Update) bool { return u.Action() == action })
+}
+
+func isOutcomeUnknown(err error) bool {
+	ae := toAPIError(err, opCommit)
+	return ae.typ == "CommitStateUnknownException"
+}
+
+func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	purge := false
+	switch v := r.URL.Query().Get("purgeRequested"); v {
+	case "", "false":
+	case "true":
+		purge = true
+	default:
+		return badRequest("purgeRequested must be true or false, got %q", v)
+	}
+	res, err := s.store.Propose(r.Context(), fsm.DropTable{Ident: id, Purge: purge, AtMs: s.cfg.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		if errors.Is(err, fsm.ErrNoSuchNamespace) {
+			return notFoundTable("table does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
+		}
+		return err
+	}
+	if purge {
+		if err := s.purgeNow(r.Context(), res.Tables[0]); err != nil {
+			return err
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) unregisterTable(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.DropTable{Ident: id, AtMs: s.cfg.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		if errors.Is(err, fsm.ErrNoSuchNamespace) {
+			return notFoundTable("table does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
+		}
+		return err
+	}
+	tm, err := s.readMetadata(r.Context(), res.Tables[0].MetadataLocation)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
+	return nil
+}
+
+type registerTableRequest struct {
+	Name             string `json:"name"`
+	MetadataLocation string `json:"metadata-location"`
+	Overwrite        bool   `json:"overwrite"`
+}
+
+func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var req registerTableRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateName("table name", req.Name); err != nil {
+		return err
+	}
+	if req.MetadataLocation == "" {
+		return badRequest("metadata-location is required")
+	}
+	if err := s.checkLocation(req.MetadataLocation); err != nil {
+		return err
+	}
+	tm, err := s.readMetadata(r.Context(), req.MetadataLocation)
+	if err != nil {
+		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+	}
+	if err := s.checkLocation(tm.meta.Location()); err != nil {
+		return err
+	}
+	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	res, err := s.store.Propose(r.Context(), fsm.CommitTables{
+		Changes: []fsm.TableChange{{
+			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
+			Location: tm.meta.Location(), UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite,
+		}},
+		AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.loadResult(tm, false))
+	return nil
+}
+
+type renameTableRequest struct {
+	Source      *tableIdentifier `json:"source"`
+	Destination *tableIdentifier `json:"destination"`
+}
+
+func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
+	var req renameTableRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.Source == nil || req.Destination == nil {
+		return badRequest("source and destination are required")
+	}
+	from, err := req.Source.ident()
+	if err != nil {
+		return err
+	}
+	to, err := req.Destination.ident()
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.RenameTable{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := res.Err(); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type reportMetricsRequest struct {
+	ReportType string `json:"report-type"`
+	TableName  string `json:"table-name"`
+}
+
+func (s *Server) reportMetrics(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	var req reportMetricsRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.ReportType != "scan-report" && req.ReportType != "commit-report" {
+		return badRequest("report-type must be scan-report or commit-report, got %q", req.ReportType)
+	}
+	if _, err := s.lookupTable(r.Context(), id); err != nil {
+		return err
+	}
+	s.metrics.metricsReports.WithLabelValues(req.ReportType).Inc()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// purgeNow deletes the dropped table's files before answering. It is the
+// interim synchronous purge: it is not crash-safe (a crash midway leaves
+// files behind), which the purge job table replaces.
+func (s *Server) purgeNow(ctx context.Context, t fsm.Table) error {
+	files, err := purge.Enumerate(ctx, s.objects, t.MetadataLocation, t.Location)
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", t.Ident(), err)
+	}
+	if _, err := s.objects.Delete(ctx, files.Delete); err != nil {
+		return fmt.Errorf("purge %s: %w", t.Ident(), err)
+	}
+	for _, f := range files.Delete {
+		s.cache.lru.Remove(f)
+	}
+	if len(files.Outside) > 0 {
+		s.log.Warn("purge left files outside the table location", "table", t.Ident().String(), "files", files.Outside)
+	}
+	s.log.Info("purged table files", "table", t.Ident().String(), "deleted", len(files.Delete), "outside", len(files.Outside))
+	return nil
+}

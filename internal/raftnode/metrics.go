@@ -1,0 +1,117 @@
+package raftnode
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the node's Prometheus collectors, all named floe_raft_*.
+type metrics struct {
+	state         *prometheus.GaugeVec
+	term          prometheus.Gauge
+	commitIndex   prometheus.Gauge
+	appliedIndex  prometheus.Gauge
+	leaderChanges prometheus.Counter
+	applyDuration prometheus.Histogram
+	readIndexWait prometheus.Histogram
+}
+
+// raftStates are the values of the state label, in raft.RaftState order.
+var raftStates = []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown}
+
+func stateLabel(s raft.RaftState) string {
+	switch s {
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	case raft.Leader:
+		return "leader"
+	default:
+		return "shutdown"
+	}
+}
+
+func newMetrics() *metrics {
+	const ns, sub = "floe", "raft"
+	// Raft commits on a LAN take well under a millisecond to tens of
+	// milliseconds (an fsync on each of a quorum); a slow disk or a leader
+	// change pushes them to seconds.
+	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	return &metrics{
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "state",
+			Help: "Raft state of this node: 1 for the current state, 0 for the others.",
+		}, []string{"state"}),
+		term: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "term",
+			Help: "Current Raft term.",
+		}),
+		commitIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "commit_index",
+			Help: "Index of the last log entry this node knows to be committed.",
+		}),
+		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "applied_index",
+			Help: "Index of the last log entry the state machine has applied (entries the state machine never sees, such as no-ops and barriers, do not advance it).",
+		}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leader_changes_total",
+			Help: "Number of times this node observed a new leader (itself included).",
+		}),
+		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "apply_duration_seconds",
+			Help:    "Time from proposing a command on this node to its result from the state machine (or failure).",
+			Buckets: buckets,
+		}),
+		readIndexWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "read_index_wait_seconds",
+			Help:    "Time a linearizable read waited for leadership confirmation and the state machine to reach the read index.",
+			Buckets: buckets,
+		}),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait}
+}
+
+// register registers every collector with reg, or none: on failure the ones
+// already registered are unregistered again.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	var done []prometheus.Collector
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			for _, d := range done {
+				reg.Unregister(d)
+			}
+			return fmt.Errorf("raftnode: register metrics: %w", err)
+		}
+		done = append(done, c)
+	}
+	return nil
+}
+
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
+}
+
+func (m *metrics) setState(s raft.RaftState) {
+	for _, st := range raftStates {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(stateLabel(st)).Set(v)
+	}
+}

@@ -1,0 +1,782 @@
+// Package raftnode runs one Raft node around floe's state machine: the
+// hashicorp/raft instance, its log and stable store (internal/raftlog), its
+// snapshot store and its transport, all under one data directory.
+//
+// Writes go through Propose, which returns the state machine's Result (a
+// domain outcome such as "already exists" is a value, not an error) or one of
+// the errors below, each stating what the caller can know about whether the
+// command was applied. Reads go through Read (linearizable, ReadIndex-style,
+// leader only for now) or StaleRead (the local state machine as it is).
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/raftlog"
+)
+
+// Errors returned by Node. Each says what the caller can know about the
+// command or read it was returned for.
+var (
+	// ErrNotLeader: this node is not the leader. For Propose, nothing was
+	// appended to the log: the command will never be applied, and it is safe
+	// to send it to another node. For Read, nothing was read.
+	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrNoLeader: no leader is known to this node (an election is under way
+	// or this node cannot reach a quorum).
+	ErrNoLeader = errors.New("raftnode: no leader")
+	// ErrUnknownOutcome: the command was handed to Raft but the node cannot
+	// tell whether it was committed: leadership was lost mid-commit, the
+	// context ended while waiting, or the node shut down. It may or may not
+	// be applied, now or later. Do not retry blindly and never report it as
+	// a conflict: the commit state is unknown.
+	//
+	// An error wrapping ErrUnknownOutcome never also wraps ErrNotLeader,
+	// ErrNoLeader or ErrShutdown, so callers may test for those in any order.
+	ErrUnknownOutcome = errors.New("raftnode: outcome unknown")
+	// ErrShutdown: the node is shut down or shutting down, and for Propose
+	// nothing was appended to the log. (A command appended before the
+	// shutdown gets ErrUnknownOutcome instead.)
+	ErrShutdown = errors.New("raftnode: shut down")
+	// ErrCatchingUp is wrapped by Ready while a leader is known but the
+	// local state machine has not yet applied what the leader had committed
+	// when this node first heard from it.
+	ErrCatchingUp = errors.New("raftnode: catching up")
+)
+
+// Defaults for the Config knobs left zero.
+const (
+	DefaultHeartbeatTimeout   = 1000 * time.Millisecond
+	DefaultElectionTimeout    = 1000 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultSnapshotInterval   = 2 * time.Minute
+	DefaultSnapshotThreshold  = 8192
+	DefaultTrailingLogs       = 10240
+	DefaultApplyTimeout       = 10 * time.Second
+
+	snapshotsRetained = 2
+	transportMaxPool  = 3
+	transportTimeout  = 10 * time.Second
+	monitorInterval   = 100 * time.Millisecond
+)
+
+// Config configures a Node. DataDir and ClusterAddr are required.
+type Config struct {
+	// NodeID is this node's Raft server ID. Default: the cluster address as
+	// bound (so "127.0.0.1:0" yields the real port).
+	NodeID string
+	// DataDir holds the state machine (fsm.db), the Raft log and stable
+	// store (raft.db) and the snapshots (snapshots/).
+	DataDir string
+	// ClusterAddr is the TCP address Raft binds and advertises, for example
+	// 127.0.0.1:8182. It must name a concrete interface: other nodes dial it.
+	ClusterAddr string
+	// Bootstrap bootstraps a new cluster when this node has no Raft state
+	// (no log, no term, no snapshot). A node with state ignores it, so it is
+	// safe to leave on across restarts.
+	Bootstrap bool
+	// Peers is the initial configuration Bootstrap writes; it must include
+	// this node. Empty means a cluster of this node alone. Starting every
+	// node of a new cluster with Bootstrap and the same Peers is safe: the
+	// configurations are identical and Raft elects one leader.
+	Peers []raft.Server
+	// Logger receives the node's logs, Raft's included. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the floe_raft_* metrics; nil disables them. They
+	// are unregistered again by Shutdown.
+	Registerer prometheus.Registerer
+
+	// HeartbeatTimeout is how long a follower waits without hearing from
+	// the leader before it starts an election. Lower detects a dead leader
+	// sooner; too low for the network or for GC and fsync pauses causes
+	// needless elections. Default 1s (a LAN or loopback; raise it on
+	// congested or long-distance links).
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout is how long a candidate waits for votes before it
+	// starts another election. Default 1s.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout is how long a leader stays leader without hearing
+	// from a quorum; it then steps down. At most HeartbeatTimeout.
+	// Default 500ms.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout bounds how long followers may go without an
+	// AppendEntries carrying the leader's commit index when nothing new is
+	// written. Default 50ms.
+	CommitTimeout time.Duration
+	// SnapshotInterval is how often Raft checks whether to snapshot;
+	// SnapshotThreshold is how many new entries make it do so. Defaults 2m
+	// and 8192.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	// TrailingLogs is how many entries to keep in the log after a snapshot,
+	// so that a slightly lagging follower catches up from the log rather
+	// than by installing a snapshot. Default 10240.
+	TrailingLogs uint64
+	// ApplyTimeout bounds how long Propose waits for Raft to accept a
+	// command when the context has no deadline. Default 10s.
+	ApplyTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&c.ElectionTimeout, DefaultElectionTimeout)
+	def(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	def(&c.CommitTimeout, DefaultCommitTimeout)
+	def(&c.SnapshotInterval, DefaultSnapshotInterval)
+	def(&c.ApplyTimeout, DefaultApplyTimeout)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+}
+
+// Node is one Raft node and its state machine. Its methods are safe for
+// concurrent use.
+type Node struct {
+	cfg    Config
+	id     raft.ServerID
+	logger *slog.Logger
+
+	fsm     *fsm.FSM
+	logs    *raftlog.Store
+	snaps   *raft.FileSnapshotStore
+	trans   *raft.NetworkTransport
+	raft    *raft.Raft
+	metrics *metrics
+
+	// ctx is canceled by Shutdown: it is the stop signal of the background
+	// goroutines and ends every wait on a Raft future.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	observerCh chan raft.Observation
+	observer   *raft.Observer
+
+	// barrierSem lets one goroutine at a time issue the per-term barrier;
+	// barrierTerm is the last term in which one completed (see Read).
+	barrierSem  chan struct{}
+	barrierTerm atomic.Uint64
+
+	// Readiness (see Ready): openedAt and startCommit are fixed at Open.
+	openedAt    time.Time
+	startCommit uint64
+	readyMu     sync.Mutex
+	caughtUp    atomic.Bool
+	contactAt   time.Time // when the monitor first saw contact from a leader
+	readyTarget uint64
+	targetSet   bool
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+	closed       atomic.Bool
+}
+
+// Open opens the node's stores under cfg.DataDir, binds cfg.ClusterAddr and
+// starts Raft. With cfg.Bootstrap and no existing Raft state it first writes
+// the initial configuration. It does not wait for a leader: see WaitLeader
+// and Ready.
+func Open(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.DataDir == "" {
+		return nil, errors.New("raftnode: DataDir is required")
+	}
+	if cfg.ClusterAddr == "" {
+		return nil, errors.New("raftnode: ClusterAddr is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftnode: create data dir: %w", err)
+	}
+
+	n := &Node{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), barrierSem: make(chan struct{}, 1)}
+	if err := n.metrics.register(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	// On failure, undo whatever was opened, newest first.
+	var (
+		undo []func()
+		ok   bool
+		err  error
+	)
+	defer func() {
+		if !ok {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+			n.metrics.unregister(cfg.Registerer)
+		}
+	}()
+
+	hlog := newHCLog(cfg.Logger.With("component", "raft"), "raft")
+
+	n.fsm, err = fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), cfg.Logger.With("component", "fsm"))
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	undo = append(undo, func() { n.fsm.Close() })
+
+	n.logs, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+	undo = append(undo, func() { n.logs.Close() })
+
+	// The snapshot store creates <DataDir>/snapshots.
+	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	if err := n.restoreIfBehindSnapshot(); err != nil {
+		return nil, err
+	}
+
+	n.trans, err = raft.NewTCPTransportWithLogger(cfg.ClusterAddr, nil, transportMaxPool, transportTimeout, hlog)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: cluster transport on %s: %w", cfg.ClusterAddr, err)
+	}
+	undo = append(undo, func() { n.trans.Close() })
+	if cfg.NodeID == "" {
+		cfg.NodeID = string(n.trans.LocalAddr())
+		n.cfg.NodeID = cfg.NodeID
+	}
+	n.id = raft.ServerID(cfg.NodeID)
+	n.logger = cfg.Logger.With("node_id", cfg.NodeID)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = n.id
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	// The state machine is durable on its own: every ApplyBatch commits its
+	// entries together with the applied index in one fsynced bbolt
+	// transaction, and after a restart it skips every entry at or below that
+	// index. Restoring the newest snapshot on start would only replace the
+	// fsm.db we already have with an older copy (and then replay the log on
+	// top of it). With NoSnapshotRestoreOnStart Raft still reads the
+	// snapshot's metadata (configuration, index, term) and replays the log
+	// from the snapshot's index on; the entries the state machine already
+	// has are skipped by it, so none is applied twice. The one case where
+	// fsm.db is older than the snapshot (the file was lost or replaced) is
+	// handled before Raft starts by restoreIfBehindSnapshot.
+	rc.NoSnapshotRestoreOnStart = true
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("raftnode: %w", err)
+	}
+
+	if cfg.Bootstrap {
+		if err := n.bootstrap(rc); err != nil {
+			return nil, err
+		}
+	}
+
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, n.snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	n.openedAt = time.Now()
+	n.startCommit = n.raft.CommitIndex()
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+
+	n.observerCh = make(chan raft.Observation, 64)
+	n.observer = raft.NewObserver(n.observerCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.RaftState, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.observer)
+	n.wg.Add(2)
+	go n.observe()
+	go n.monitor()
+
+	n.logger.Info("raft node started", "cluster_addr", string(n.trans.LocalAddr()), "data_dir", cfg.DataDir,
+		"applied_index", n.fsm.AppliedIndex(), "last_index", n.raft.LastIndex())
+	ok = true
+	return n, nil
+}
+
+// bootstrap writes the initial configuration when there is no Raft state.
+func (n *Node) bootstrap(rc *raft.Config) error {
+	has, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
+	if err != nil {
+		return fmt.Errorf("raftnode: check existing state: %w", err)
+	}
+	if has {
+		n.logger.Info("raft state exists; not bootstrapping")
+		return nil
+	}
+	servers := n.cfg.Peers
+	if len(servers) == 0 {
+		servers = []raft.Server{{ID: n.id, Address: n.trans.LocalAddr(), Suffrage: raft.Voter}}
+	}
+	self := false
+	for _, s := range servers {
+		if s.ID == n.id {
+			self = true
+		}
+	}
+	if !self {
+		return fmt.Errorf("raftnode: bootstrap peers do not include this node (%s)", n.id)
+	}
+	conf := raft.Configuration{Servers: servers}
+	if err := raft.BootstrapCluster(rc, n.logs, n.logs, n.snaps, n.trans, conf); err != nil {
+		return fmt.Errorf("raftnode: bootstrap: %w", err)
+	}
+	n.logger.Info("bootstrapped new cluster", "servers", len(servers))
+	return nil
+}
+
+// restoreIfBehindSnapshot restores the state machine from the newest
+// snapshot when fsm.db holds less than that snapshot. Raft runs with
+// NoSnapshotRestoreOnStart and replays the log only from the snapshot's
+// index on, so a state machine that is behind the snapshot (fsm.db lost,
+// replaced by an older copy) would otherwise silently miss the entries in
+// between. The state machine's applied index counts only entries it is
+// given: a snapshot index above it is normal when the entries in between are
+// no-ops or barriers, so the log decides.
+func (n *Node) restoreIfBehindSnapshot() error {
+	metas, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftnode: list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	meta := metas[0]
+	applied := n.fsm.AppliedIndex()
+	if applied >= meta.Index {
+		return nil
+	}
+	target, err := n.fsmTarget(meta.Index)
+	if err != nil {
+		return err
+	}
+	if target <= applied {
+		return nil
+	}
+	n.logger.Warn("state machine is behind the newest snapshot; restoring it from the snapshot",
+		"applied_index", applied, "snapshot_index", meta.Index, "snapshot_id", meta.ID)
+	_, rc, err := n.snaps.Open(meta.ID)
+	if err != nil {
+		return fmt.Errorf("raftnode: open snapshot %s: %w", meta.ID, err)
+	}
+	if err := n.fsm.Restore(rc); err != nil { // Restore closes rc
+		return fmt.Errorf("raftnode: restore snapshot %s: %w", meta.ID, err)
+	}
+	return nil
+}
+
+// fsmTarget returns the applied index the state machine must reach to
+// reflect every entry up to index.
+//
+// It is not index itself: Raft hands the state machine only command and
+// configuration entries. No-ops (one starts every leader's term) and
+// barriers never reach it, so when they are the newest entries the state
+// machine's applied index stays below the commit index for good, and a wait
+// for the commit index would never end. The state after a no-op is the state
+// after the last entry before it, so the target is the newest entry at or
+// below index that the state machine sees. An entry already compacted out of
+// the log is covered by a snapshot, hence already in the state machine.
+func (n *Node) fsmTarget(index uint64) (uint64, error) {
+	applied := n.fsm.AppliedIndex()
+	var l raft.Log
+	for i := index; i > applied; i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return applied, nil
+			}
+			return 0, fmt.Errorf("raftnode: read log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return i, nil
+		}
+	}
+	return applied, nil
+}
+
+// Raft returns the underlying Raft instance (for membership changes,
+// snapshots, stats and tests).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// FSM returns the state machine.
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// ID returns this node's Raft server ID.
+func (n *Node) ID() string { return string(n.id) }
+
+// Addr returns the cluster address this node advertises.
+func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
+
+// IsLeader reports whether this node currently believes it is the leader.
+// Leadership can be lost at any moment after this returns.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the cluster address and ID of the leader this node knows
+// of, or empty strings when none is known.
+func (n *Node) Leader() (addr, id string) {
+	a, i := n.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// Propose replicates cmd and returns what the state machine's Apply
+// returned for it. A domain outcome (already exists, no such table, commit
+// failed) is a Result whose Err is non-nil, with a nil error: the command was
+// committed and applied, and the decision is final.
+//
+// A non-nil error means no Result is known:
+//
+//   - ErrNotLeader: nothing was appended; safe to send the command to the
+//     leader.
+//   - ErrShutdown: the node was shut down before the command was appended;
+//     it will not be applied.
+//   - ErrUnknownOutcome (possibly also wrapping raft's error or the
+//     context's error): the command was handed to Raft and may or may not
+//     be applied.
+//   - the context's error alone, or context.DeadlineExceeded with
+//     raft.ErrEnqueueTimeout: Raft never accepted the command; it will not
+//     be applied.
+//   - an encoding error: cmd is not a registered command.
+//
+// The time Raft may take to accept the command is bounded by ctx's deadline,
+// else by Config.ApplyTimeout. The wait for the result is bounded by ctx.
+func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	if n.closed.Load() {
+		return fsm.Result{}, ErrShutdown
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, fmt.Errorf("raftnode: propose: %w", err)
+	}
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("raftnode: %w", err)
+	}
+	timeout := n.enqueueTimeout(ctx)
+	start := time.Now()
+	f := n.raft.Apply(data, timeout)
+	err = n.await(ctx, f)
+	n.metrics.applyDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		var index uint64
+		if !errors.Is(err, errAwaitCanceled) {
+			// Raft responded; the future is no longer written to.
+			index = f.Index()
+		}
+		return fsm.Result{}, proposeError(err, index, timeout)
+	}
+	switch res := f.Response().(type) {
+	case fsm.Result:
+		return res, nil
+	default:
+		// The state machine returns a Result for every command it applies;
+		// nil means it skipped the entry as already applied, which a new
+		// entry never is.
+		return fsm.Result{}, fmt.Errorf("%w: state machine returned %T for entry %d", ErrUnknownOutcome, res, f.Index())
+	}
+}
+
+// proposeError maps the error of waiting on an Apply future to Propose's
+// contract. index is the log index Raft assigned to the entry, 0 if it never
+// assigned one (and then the entry was never written to the log).
+func proposeError(err error, index uint64, timeout time.Duration) error {
+	switch {
+	case errors.Is(err, errAwaitCanceled):
+		// We stopped waiting (ctx ended or the node is shutting down); Raft
+		// still has the command and may commit it.
+		if errors.Is(err, ErrShutdown) {
+			return fmt.Errorf("%w: node shut down while waiting for the result", ErrUnknownOutcome)
+		}
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Answered by a follower or candidate loop, or by a leader that is
+		// stepping down or handing leadership over, before the entry was
+		// given an index: it is not in any log.
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		// Returned by Apply itself when its timer fired before the main loop
+		// took the command: nothing was enqueued.
+		return fmt.Errorf("raftnode: raft did not accept the command within %s: %w: %w", timeout, context.DeadlineExceeded, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		if index == 0 {
+			// Apply saw the shutdown before handing the command over.
+			return fmt.Errorf("%w: %w", ErrShutdown, err)
+		}
+		// Committed entries waiting for the state machine when Raft shut
+		// down are answered this way: appended, maybe committed.
+		return fmt.Errorf("%w: node shut down after appending the command: %w", ErrUnknownOutcome, err)
+	default:
+		// raft.ErrLeadershipLost ("there is no way to guarantee whether the
+		// write succeeded or failed"), a log store failure on the leader,
+		// raft.ErrAbortedByRestore and anything new: the entry may have
+		// reached other logs, so the outcome is unknown.
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+}
+
+// enqueueTimeout is the timeout passed to Raft's Apply and Barrier: the time
+// left before ctx's deadline, else Config.ApplyTimeout.
+func (n *Node) enqueueTimeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d > 0 {
+			return d
+		}
+		return time.Nanosecond
+	}
+	return n.cfg.ApplyTimeout
+}
+
+// errAwaitCanceled is wrapped by await when it stops waiting before Raft
+// answered.
+var errAwaitCanceled = errors.New("stopped waiting for raft")
+
+// await waits for f, for ctx or for Shutdown, whichever comes first. Raft
+// answers every future eventually except committed entries still queued for
+// the state machine when it shuts down, so waiting happens in a goroutine
+// that ends when Raft answers (or, for those, stays blocked with the
+// discarded Raft instance); the caller never blocks beyond ctx or Shutdown.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errAwaitCanceled, ctx.Err())
+	case <-n.ctx.Done():
+		return fmt.Errorf("%w: %w", errAwaitCanceled, ErrShutdown)
+	}
+}
+
+// StaleRead runs fn on the local state machine as it is, without any check:
+// on a follower or a deposed leader it may miss writes that were already
+// acknowledged. Use it only when the client asked for it.
+func (n *Node) StaleRead(fn func(*fsm.Reader) error) error {
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	return n.view(fn)
+}
+
+func (n *Node) view(fn func(*fsm.Reader) error) error {
+	err := n.fsm.View(fn)
+	if errors.Is(err, fsm.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrShutdown, err)
+	}
+	return err
+}
+
+// WaitLeader blocks until a leader (this node or another) is known, ctx
+// ends (ErrNoLeader wrapping ctx's error) or the node shuts down.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.closed.Load() {
+			return ErrShutdown
+		}
+		if _, id := n.raft.LeaderWithID(); id != "" {
+			return nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())
+		case <-n.ctx.Done():
+			return ErrShutdown
+		}
+	}
+}
+
+// Ready returns nil when this node can usefully serve: a leader is known and
+// the local state machine has caught up. Caught up means, on the leader,
+// that it has applied every entry of earlier terms (the barrier it issues on
+// taking office has completed) and, on a follower, that it has applied up to
+// the commit index the leader reported when this node first heard from it
+// after starting. Catching up is checked once per Open; after that Ready
+// only requires a known leader. Otherwise it returns ErrShutdown, ErrNoLeader
+// or an error wrapping ErrCatchingUp, each saying why.
+func (n *Node) Ready() error {
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	return n.updateReadiness()
+}
+
+// updateReadiness is called by Ready and by the monitor loop.
+func (n *Node) updateReadiness() error {
+	if n.caughtUp.Load() {
+		return nil
+	}
+	n.readyMu.Lock()
+	defer n.readyMu.Unlock()
+	if n.caughtUp.Load() {
+		return nil
+	}
+	if _, id := n.raft.LeaderWithID(); id == "" {
+		return ErrNoLeader
+	}
+	if n.raft.State() == raft.Leader {
+		term := n.raft.CurrentTerm()
+		if n.barrierTerm.Load() != term {
+			return fmt.Errorf("%w: leader has not yet applied the entries of earlier terms (term %d)", ErrCatchingUp, term)
+		}
+		n.latchReady()
+		return nil
+	}
+	// A follower learns the leader's commit index from AppendEntries, not
+	// from heartbeats, so the first contact may come before it: wait until
+	// the commit index moves past where it stood at Open, or, on a quiet
+	// cluster where it has nothing to move to, for a heartbeat timeout after
+	// the first contact (the leader sends its commit index every
+	// CommitTimeout).
+	if !n.raft.LastContact().After(n.openedAt) {
+		return fmt.Errorf("%w: no contact from the leader yet", ErrCatchingUp)
+	}
+	if n.contactAt.IsZero() {
+		n.contactAt = time.Now()
+	}
+	if !n.targetSet {
+		ci := n.raft.CommitIndex()
+		if ci <= n.startCommit && time.Since(n.contactAt) < n.cfg.HeartbeatTimeout {
+			return fmt.Errorf("%w: waiting for the leader's commit index", ErrCatchingUp)
+		}
+		target, err := n.fsmTarget(ci)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCatchingUp, err)
+		}
+		n.readyTarget, n.targetSet = target, true
+	}
+	if applied := n.fsm.AppliedIndex(); applied < n.readyTarget {
+		return fmt.Errorf("%w: applied index %d of %d", ErrCatchingUp, applied, n.readyTarget)
+	}
+	n.latchReady()
+	return nil
+}
+
+func (n *Node) latchReady() {
+	n.caughtUp.Store(true)
+	n.logger.Info("raft node ready", "state", stateLabel(n.raft.State()), "applied_index", n.fsm.AppliedIndex(),
+		"commit_index", n.raft.CommitIndex(), "since_open", time.Since(n.openedAt).Round(time.Millisecond))
+}
+
+// observe logs leadership and state changes and counts leader changes.
+func (n *Node) observe() {
+	defer n.wg.Done()
+	var leader raft.ServerID
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case o := <-n.observerCh:
+			switch d := o.Data.(type) {
+			case raft.RaftState:
+				n.metrics.setState(d)
+				n.logger.Info("raft state changed", "state", stateLabel(d))
+			case raft.LeaderObservation:
+				if d.LeaderID == leader {
+					continue
+				}
+				leader = d.LeaderID
+				if d.LeaderID == "" {
+					n.logger.Warn("raft leader lost", "term", n.raft.CurrentTerm())
+					continue
+				}
+				n.metrics.leaderChanges.Inc()
+				n.logger.Info("raft leader changed", "leader_id", string(d.LeaderID), "leader_addr", string(d.LeaderAddr),
+					"self", d.LeaderID == n.id, "term", n.raft.CurrentTerm())
+			}
+		}
+	}
+}
+
+// monitor refreshes the gauges, issues the barrier of each new term in which
+// this node leads (so Ready turns nil without waiting for a first read), and
+// advances readiness.
+func (n *Node) monitor() {
+	defer n.wg.Done()
+	t := time.NewTicker(monitorInterval)
+	defer t.Stop()
+	for {
+		n.metrics.setState(n.raft.State())
+		n.metrics.term.Set(float64(n.raft.CurrentTerm()))
+		n.metrics.commitIndex.Set(float64(n.raft.CommitIndex()))
+		n.metrics.appliedIndex.Set(float64(n.fsm.AppliedIndex()))
+		if n.raft.State() == raft.Leader {
+			term := n.raft.CurrentTerm()
+			if n.barrierTerm.Load() != term {
+				ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+				if err := n.termBarrier(ctx, term); err != nil && n.ctx.Err() == nil {
+					n.logger.Debug("term barrier failed", "term", term, "error", err)
+				}
+				cancel()
+			}
+		}
+		if !n.caughtUp.Load() {
+			_ = n.updateReadiness()
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Shutdown stops Raft, then closes the log store and the state machine. Any
+// Propose or Read still waiting returns (ErrUnknownOutcome or ErrShutdown).
+// It is idempotent: later calls return the first call's result.
+func (n *Node) Shutdown() error {
+	n.shutdownOnce.Do(func() {
+		n.closed.Store(true)
+		n.cancel()
+		n.logger.Info("raft node shutting down")
+		var errs []error
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
+		}
+		n.raft.DeregisterObserver(n.observer)
+		n.wg.Wait()
+		n.metrics.setState(raft.Shutdown)
+		if err := n.logs.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftnode: close log store: %w", err))
+		}
+		if err := n.fsm.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftnode: close state machine: %w", err))
+		}
+		n.metrics.unregister(n.cfg.Registerer)
+		n.shutdownErr = errors.Join(errs...)
+		n.logger.Info("raft node stopped")
+	})
+	return n.shutdownErr
+}

@@ -1,0 +1,141 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// Read runs fn on the local state machine once it reflects every write
+// acknowledged anywhere in the cluster before Read was called: a
+// linearizable read, using Raft's ReadIndex protocol (Raft thesis §6.4)
+// instead of a log entry per read.
+//
+// Only the leader serves it for now; elsewhere it returns ErrNotLeader
+// (forwarding comes later). It also returns ErrNotLeader, wrapped, when
+// leadership is lost or changes while the read waits; nothing was read and
+// the caller may retry. ErrShutdown and ctx's error are the other failures
+// before fn runs. fn's own error is returned unchanged.
+func (n *Node) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	start := time.Now()
+	if err := n.waitForLinearizableRead(ctx); err != nil {
+		return err
+	}
+	n.metrics.readIndexWait.Observe(time.Since(start).Seconds())
+	return n.view(fn)
+}
+
+// waitForLinearizableRead returns once the local state machine may serve a
+// linearizable read, or with the reason it may not.
+func (n *Node) waitForLinearizableRead(ctx context.Context) error {
+	if n.closed.Load() {
+		return ErrShutdown
+	}
+	// 1. Only the leader knows the cluster's commit index; a follower's may
+	// lag by any amount.
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	// 2. Note the term: every later step must happen within this one
+	// leadership, or its conclusions do not combine.
+	term := n.raft.CurrentTerm()
+
+	// 3. A new leader has every committed entry in its log but does not know
+	// which of its entries are committed until it commits one of its own
+	// term (Raft §5.4.2): until then its commit index can be below writes
+	// an earlier leader acknowledged. A barrier is such an entry, and Raft
+	// answers it only after the state machine has applied everything before
+	// it. Once per term is enough: the commit index never goes back.
+	if err := n.termBarrier(ctx, term); err != nil {
+		return err
+	}
+
+	// 4. The read index: every write acknowledged before this call is at or
+	// below the commit index now, provided we are still the leader now
+	// (step 5) in the same term (step 6).
+	readIndex := n.raft.CommitIndex()
+
+	// 5. Confirm leadership with a quorum (a heartbeat round started after
+	// step 4). A leader cut off from the others keeps believing it leads
+	// until its lease runs out, while a new leader on the other side may
+	// already acknowledge writes; a quorum answering us means no other
+	// leader of a higher term existed when it answered.
+	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
+		return readError(err)
+	}
+
+	// 6. If the term moved, steps 3 to 5 may describe different
+	// leaderships (lost and regained in between): the read index could
+	// predate another leader's writes.
+	if now := n.raft.CurrentTerm(); now != term {
+		return fmt.Errorf("%w: term changed from %d to %d during the read", ErrNotLeader, term, now)
+	}
+
+	// 7. Wait until the local state machine has applied up to the read
+	// index. raft.AppliedIndex is not enough: it moves when an entry is
+	// handed to the state machine, before it is applied. The state machine
+	// tracks its own applied index, and fsmTarget accounts for the entries
+	// it never sees (no-ops, barriers).
+	target, err := n.fsmTarget(readIndex)
+	if err != nil {
+		return err
+	}
+	if err := n.fsm.WaitApplied(ctx, target); err != nil {
+		return fmt.Errorf("raftnode: read: %w", err)
+	}
+	return nil
+}
+
+// termBarrier makes sure a barrier has completed in term while this node
+// leads it. Concurrent callers share one barrier.
+func (n *Node) termBarrier(ctx context.Context, term uint64) error {
+	if n.barrierTerm.Load() == term {
+		return nil
+	}
+	select {
+	case n.barrierSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("raftnode: read: %w", ctx.Err())
+	case <-n.ctx.Done():
+		return ErrShutdown
+	}
+	defer func() { <-n.barrierSem }()
+	if n.barrierTerm.Load() == term {
+		return nil // another caller's barrier, in this term, completed meanwhile
+	}
+	if err := n.await(ctx, n.raft.Barrier(n.enqueueTimeout(ctx))); err != nil {
+		return readError(err)
+	}
+	// Terms only grow: if the term is still the one we started in, the
+	// barrier was committed by this node as leader of that term.
+	if now := n.raft.CurrentTerm(); now != term {
+		return fmt.Errorf("%w: term changed from %d to %d during the barrier", ErrNotLeader, term, now)
+	}
+	n.barrierTerm.Store(term)
+	return nil
+}
+
+// readError maps an error of a barrier or leadership check. Nothing is
+// written by a read, so there is no unknown outcome: either leadership is in
+// doubt (retry, possibly elsewhere) or the node or the caller gave up.
+func readError(err error) error {
+	switch {
+	case errors.Is(err, ErrShutdown), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrShutdown, err)
+	case errors.Is(err, errAwaitCanceled):
+		return fmt.Errorf("raftnode: read: %w", err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("raftnode: read: %w: %w", context.DeadlineExceeded, err)
+	default:
+		// raft.ErrNotLeader, raft.ErrLeadershipLost,
+		// raft.ErrLeadershipTransferInProgress and anything else Raft
+		// answers a barrier or VerifyLeader with: leadership is not
+		// confirmed.
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+}
