@@ -236,3 +236,45 @@ func TestRestartKeepsEverything(t *testing.T) {
 	_, err = n.catalog(t).CreateTable(ctx, table.Identifier{"a", "t2"}, rowSchema)
 	require.NoError(t, err)
 }
+
+// TestCreateTableOptions creates tables with a partition spec, sort order,
+// properties and location, directly and through a staged create (the
+// stage-create request, then a commit with assert-create).
+func TestCreateTableOptions(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	spec := iceberg.NewPartitionSpec(iceberg.PartitionField{SourceIDs: []int{1}, FieldID: 1000, Name: "id_bucket", Transform: iceberg.BucketTransform{NumBuckets: 4}})
+	order, err := table.NewSortOrder(1, []table.SortField{{SourceIDs: []int{2}, Transform: iceberg.IdentityTransform{}, Direction: table.SortASC, NullOrder: table.NullsFirst}})
+	require.NoError(t, err)
+	for _, staged := range []bool{false, true} {
+		name := fmt.Sprintf("t_staged_%v", staged)
+		opts := []icecatalog.CreateTableOpt{
+			icecatalog.WithPartitionSpec(&spec),
+			icecatalog.WithSortOrder(order),
+			icecatalog.WithProperties(iceberg.Properties{"owner": "etl"}),
+			icecatalog.WithLocation(n.warehouse + "/custom/" + name),
+		}
+		if staged {
+			opts = append(opts, icecatalog.WithStagedUpdates(table.NewSetPropertiesUpdate(iceberg.Properties{"staged": "yes"})))
+		}
+		tbl, err := cat.CreateTable(ctx, table.Identifier{"db", name}, rowSchema, opts...)
+		require.NoError(t, err, name)
+		loaded, err := cat.LoadTable(ctx, table.Identifier{"db", name})
+		require.NoError(t, err)
+		assert.Equal(t, tbl.MetadataLocation(), loaded.MetadataLocation())
+		assert.Equal(t, n.warehouse+"/custom/"+name, loaded.Location())
+		assert.Equal(t, "etl", loaded.Properties()["owner"])
+		loadedSpec := loaded.Spec()
+		assert.Equal(t, 1, loadedSpec.NumFields())
+		assert.Equal(t, 1, loaded.SortOrder().Len())
+		if staged {
+			assert.Equal(t, "yes", loaded.Properties()["staged"])
+		}
+	}
+	// A staged create of a name that exists by commit time fails.
+	_, err = cat.CreateTable(ctx, table.Identifier{"db", "t_staged_true"}, rowSchema,
+		icecatalog.WithStagedUpdates(table.NewSetPropertiesUpdate(iceberg.Properties{"x": "y"})))
+	assert.Error(t, err)
+}
