@@ -216,6 +216,22 @@ func TestConcurrentCommits(t *testing.T) {
 	require.NoError(t, err)
 	defer rows.Release()
 	assert.EqualValues(t, clients*perClient, rows.NumRows())
+
+	// Every metadata file left in storage is the current one or in its log:
+	// the files of attempts that lost a compare-and-set were deleted.
+	referenced := map[string]bool{final.MetadataLocation(): true}
+	for e := range final.Metadata().PreviousFiles() {
+		referenced[e.MetadataFile] = true
+	}
+	var stored int
+	require.NoError(t, n.objects.List(ctx, final.Location()+"/metadata/", func(uri string) error {
+		if strings.HasSuffix(uri, ".metadata.json") {
+			stored++
+			assert.True(t, referenced[uri], "orphaned metadata file %s", uri)
+		}
+		return nil
+	}))
+	assert.Equal(t, len(referenced), stored)
 }
 
 func TestRestartKeepsEverything(t *testing.T) {

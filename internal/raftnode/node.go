@@ -376,11 +376,14 @@ func (n *Node) restoreIfBehindSnapshot() error {
 	if applied >= meta.Index {
 		return nil
 	}
-	target, err := n.fsmTarget(meta.Index)
+	// Entries above the applied index that are still in the log tell: if
+	// they are all no-ops or barriers, the state machine has everything. An
+	// entry compacted away is known only to the snapshot.
+	target, compacted, err := n.lastVisible(meta.Index)
 	if err != nil {
 		return err
 	}
-	if target <= applied {
+	if !compacted && target <= applied {
 		return nil
 	}
 	n.logger.Warn("state machine is behind the newest snapshot; restoring it from the snapshot",
@@ -404,23 +407,36 @@ func (n *Node) restoreIfBehindSnapshot() error {
 // machine's applied index stays below the commit index for good, and a wait
 // for the commit index would never end. The state after a no-op is the state
 // after the last entry before it, so the target is the newest entry at or
-// below index that the state machine sees. An entry already compacted out of
-// the log is covered by a snapshot, hence already in the state machine.
+// below index that the state machine sees.
+//
+// While Raft runs, an entry compacted out of the log is covered by a
+// snapshot the running state machine produced, so it is already applied.
+// (Not so before Raft starts, when fsm.db may have been lost: see
+// restoreIfBehindSnapshot.)
 func (n *Node) fsmTarget(index uint64) (uint64, error) {
+	target, _, err := n.lastVisible(index)
+	return target, err
+}
+
+// lastVisible scans the log down from index to the state machine's applied
+// index and returns the first entry the state machine sees (a command or a
+// configuration), else the applied index. compacted reports that the scan
+// reached an entry no longer in the log before finding one.
+func (n *Node) lastVisible(index uint64) (target uint64, compacted bool, err error) {
 	applied := n.fsm.AppliedIndex()
 	var l raft.Log
 	for i := index; i > applied; i-- {
 		if err := n.logs.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
-				return applied, nil
+				return applied, true, nil
 			}
-			return 0, fmt.Errorf("raftnode: read log entry %d: %w", i, err)
+			return 0, false, fmt.Errorf("raftnode: read log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
-			return i, nil
+			return i, false, nil
 		}
 	}
-	return applied, nil
+	return applied, false, nil
 }
 
 // Raft returns the underlying Raft instance (for membership changes,

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// config is the node's effective configuration.
+type config struct {
+	NodeID            string
+	DataDir           string
+	HTTPAddr          string
+	ClusterAddr       string
+	Warehouse         string
+	S3Endpoint        string
+	S3Region          string
+	S3AccessKeyID     string
+	S3SecretAccessKey string
+	S3PathStyle       bool
+	LogLevel          string
+	LogFormat         string
+	Prefix            string
+	MaxBodyBytes      int64
+}
+
+// usageError is a bad flag or environment value: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// envName is the environment twin of a flag: --data-dir ↔ FLOE_DATA_DIR.
+func envName(flagName string) string {
+	return "FLOE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+const (
+	defaultDataDir      = "./floe-data"
+	defaultHTTPAddr     = "127.0.0.1:8181"
+	defaultClusterAddr  = "127.0.0.1:8182"
+	defaultPrefix       = "floe"
+	defaultMaxBodyBytes = 8 << 20
+)
+
+func newFlagSet(c *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("floe", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and usage are printed by parseConfig
+	fs.StringVar(&c.NodeID, "node-id", "", "Raft server ID of this node (default: the cluster address)")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "directory for the state machine, the Raft log and snapshots")
+	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address of the HTTP API (/v1/...), /healthz, /readyz and /metrics")
+	fs.StringVar(&c.ClusterAddr, "cluster-addr", defaultClusterAddr, "address Raft binds and advertises to the other nodes")
+	fs.StringVar(&c.Warehouse, "warehouse", "", "root URI of table data and metadata: file:///abs/path or s3://bucket/prefix (default: file://<abs data-dir>/warehouse)")
+	fs.StringVar(&c.S3Endpoint, "s3-endpoint", "", "S3 API endpoint URL for S3-compatible servers (default: AWS)")
+	fs.StringVar(&c.S3Region, "s3-region", "", "S3 signing region (default: the AWS SDK's, else us-east-1)")
+	fs.StringVar(&c.S3AccessKeyID, "s3-access-key-id", "", "S3 access key ID; set with --s3-secret-access-key (default: the AWS SDK's credential chain)")
+	fs.StringVar(&c.S3SecretAccessKey, "s3-secret-access-key", "", "S3 secret access key (never logged)")
+	fs.BoolVar(&c.S3PathStyle, "s3-path-style", false, "address S3 buckets as <endpoint>/<bucket> (most S3-compatible servers need it)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
+	return fs
+}
+
+// printUsage writes --help: every flag with its environment twin and default.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, `Usage: floe [flags]
+
+floe is an Apache Iceberg REST catalog replicated with Raft. With no flags it
+starts a single-node cluster with its data under ./floe-data.
+
+Every flag can also be set through the environment variable shown; a flag on
+the command line wins over the environment, which wins over the default.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
+			typ = ""
+		}
+		name := "--" + f.Name
+		if typ != "" {
+			name += " " + typ
+		}
+		fmt.Fprintf(w, "  %s\n    \t%s\n    \tenv %s", name, usage, envName(f.Name))
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(w, "; default %s", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// parseConfig reads flags from args and their twins from env (KEY=VALUE
+// entries). It returns flag.ErrHelp after printing usage to stdout for
+// -h/--help, and a usageError for any bad flag or value.
+func parseConfig(args, env []string, stdout io.Writer) (config, error) {
+	var c config
+	fs := newFlagSet(&c)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
+			return c, flag.ErrHelp
+		}
+		return c, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return c, usagef("unexpected argument %q (flags only; see --help)", fs.Arg(0))
+	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	vars := envMap(env)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || onCommandLine[f.Name] {
+			return
+		}
+		if v, ok := vars[envName(f.Name)]; ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usagef("invalid value %q for %s: %v", v, envName(f.Name), unwrapParse(e))
+			}
+		}
+	})
+	if err != nil {
+		return c, err
+	}
+	return c, c.validate()
+}
+
+// unwrapParse drops strconv's function-name prefix from a flag.Set error.
+func unwrapParse(err error) error {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return ne.Err
+	}
+	return err
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "FLOE_") {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// validate checks values and fills in the defaults that depend on others.
+func (c *config) validate() error {
+	if c.DataDir == "" {
+		return usagef("--data-dir must not be empty")
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return usagef("--data-dir %q: %v", c.DataDir, err)
+	}
+	c.DataDir = abs
+	for name, addr := range map[string]string{"--http-addr": c.HTTPAddr, "--cluster-addr": c.ClusterAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return usagef("%s %q: want host:port: %v", name, addr, err)
+		}
+	}
+	if c.Warehouse == "" {
+		c.Warehouse = "file://" + filepath.ToSlash(filepath.Join(c.DataDir, "warehouse"))
+	}
+	scheme, _, _, err := storage.ParseURI(c.Warehouse)
+	if err != nil {
+		return usagef("--warehouse %q: %v", c.Warehouse, err)
+	}
+	if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(c.Warehouse, "://") {
+		return usagef("--warehouse %q: want file:// or s3://", c.Warehouse)
+	}
+	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {
+		return usagef("--s3-access-key-id and --s3-secret-access-key must be set together")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return usageError{err}
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return usagef("--log-format %q: want text or json", c.LogFormat)
+	}
+	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "/?#% ") {
+		return usagef("--prefix %q: want a single non-empty path segment", c.Prefix)
+	}
+	if c.MaxBodyBytes <= 0 {
+		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+}
+
+func newLogger(c config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel) // validated
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// logAttrs is the effective configuration for the startup log. The secret
+// key is never included, only whether one is set.
+func (c config) logAttrs() []any {
+	nodeID := c.NodeID
+	if nodeID == "" {
+		nodeID = c.ClusterAddr + " (cluster address)"
+	}
+	return []any{
+		"node_id", nodeID,
+		"data_dir", c.DataDir,
+		"http_addr", c.HTTPAddr,
+		"cluster_addr", c.ClusterAddr,
+		"warehouse", c.Warehouse,
+		"s3_endpoint", c.S3Endpoint,
+		"s3_region", c.S3Region,
+		"s3_access_key_id", c.S3AccessKeyID,
+		"s3_secret_access_key_set", c.S3SecretAccessKey != "",
+		"s3_path_style", c.S3PathStyle,
+		"log_level", c.LogLevel,
+		"log_format", c.LogFormat,
+		"prefix", c.Prefix,
+		"max_body_bytes", c.MaxBodyBytes,
+	}
+}

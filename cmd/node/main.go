@@ -1,0 +1,173 @@
+// Command floe runs one node of the floe Iceberg REST catalog: a Raft node
+// with its state machine, the catalog's HTTP API under /v1/, and /healthz,
+// /readyz and /metrics. With no flags it bootstraps a cluster of one with its
+// data under ./floe-data. See --help.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floe-catalog/floe/internal/raftnode"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// httpShutdownTimeout bounds the graceful HTTP shutdown: requests still
+// running after it are cut off, and Raft is shut down regardless.
+const httpShutdownTimeout = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		// After the first signal, a second one kills the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode reports err on stderr and maps it to the process exit code: 0 for
+// success and --help, 2 for a bad flag or environment value, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "floe: %v\nRun 'floe --help' for the flags.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "floe: %v\n", err)
+		return 1
+	}
+}
+
+// run runs a node until ctx ends, then shuts it down gracefully: the HTTP
+// server first (bounded by httpShutdownTimeout), then Raft. env holds
+// KEY=VALUE entries as os.Environ returns them.
+func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, env, stdout)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	logger.Info("starting floe", cfg.logAttrs()...)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+
+	node, err := raftnode.Open(raftnode.Config{
+		NodeID:      cfg.NodeID,
+		DataDir:     cfg.DataDir,
+		ClusterAddr: cfg.ClusterAddr,
+		Bootstrap:   true,
+		Logger:      logger,
+		Registerer:  reg,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := node.Shutdown(); err != nil {
+			logger.Error("raft shutdown", "error", err)
+		}
+	}()
+
+	objects, err := storage.New(storage.Config{
+		S3Endpoint:        cfg.S3Endpoint,
+		S3Region:          cfg.S3Region,
+		S3AccessKeyID:     cfg.S3AccessKeyID,
+		S3SecretAccessKey: cfg.S3SecretAccessKey,
+		S3PathStyle:       cfg.S3PathStyle,
+	})
+	if err != nil {
+		return err
+	}
+	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           routes(catalogHandler, node, reg),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("http server listening", "addr", ln.Addr().String())
+
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "reason", context.Cause(ctx))
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("http shutdown did not finish in time; closing connections", "error", err)
+		_ = srv.Close()
+	}
+	if err := node.Shutdown(); err != nil {
+		return err
+	}
+	logger.Info("floe stopped")
+	return nil
+}
+
+// readiness is what a node reports on /readyz.
+type readiness interface{ Ready() error }
+
+// routes is the HTTP mux: the catalog under /v1/, and the operational
+// endpoints.
+func routes(catalog http.Handler, node readiness, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", catalog)
+	// /healthz: the process is up and serving HTTP.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	// /readyz: a leader is known and this node's state machine has caught up.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := node.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// floeBinary builds the floe binary once per test run.
+func floeBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "floe-bin-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "floe")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// cleanEnv is the test's environment without FLOE_* variables, so that only
+// the flags a test passes configure the binary.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writer goroutine and
+// the test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestBinaryStartsServesAndStopsOnSIGTERM runs the real binary with only the
+// three flags a second node on a shared machine needs, as an operator would.
+func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
+	bin := floeBinary(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr)
+	cmd.Env = cleanEnv()
+	var output syncBuffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{}) // closed once Wait returned; then waitErr is set
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	defer func() {
+		if t.Failed() {
+			t.Logf("floe output:\n%s", output.String())
+		}
+	}()
+
+	base := "http://" + httpAddr
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	// Ready once the single-node cluster has elected itself.
+	require.Eventually(t, func() bool {
+		select {
+		case <-exited:
+			return true // fail below with the output
+		default:
+		}
+		code, _ := get("/readyz")
+		return code == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "floe never became ready")
+	select {
+	case <-exited:
+		t.Fatalf("floe exited early: %v", waitErr)
+	default:
+	}
+
+	code, body := get("/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"status":"ok"}`, body)
+	code, body = get("/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"status":"ready"}`, body)
+
+	code, body = get("/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	for _, want := range []string{`floe_raft_state{state="leader"} 1`, "floe_raft_commit_index", "go_goroutines", "process_cpu_seconds_total"} {
+		assert.Contains(t, body, want)
+	}
+
+	// The catalog is wired to the node: a namespace created through the
+	// API can be read back.
+	code, body = get("/v1/config")
+	assert.Equal(t, http.StatusOK, code, body)
+	resp, err := client.Post(base+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["demo"]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	code, body = get("/v1/namespaces/demo")
+	assert.Equal(t, http.StatusOK, code, body)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-exited:
+		require.NoError(t, waitErr, "floe should exit 0 after SIGTERM")
+	case <-time.After(10 * time.Second):
+		t.Fatal("floe did not exit within 10s of SIGTERM")
+	}
+	logs := output.String()
+	assert.Contains(t, logs, "starting floe")
+	assert.Contains(t, logs, "floe stopped")
+	assert.FileExists(t, filepath.Join(dataDir, "fsm.db"))
+	assert.FileExists(t, filepath.Join(dataDir, "raft.db"))
+	assert.DirExists(t, filepath.Join(dataDir, "snapshots"))
+}
+
+func TestBinaryBadFlagExits2(t *testing.T) {
+	bin := floeBinary(t)
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{args: []string{"--log-format=xml"}, want: `--log-format "xml": want text or json`},
+		{args: []string{"--no-such-flag"}, want: "flag provided but not defined: -no-such-flag"},
+		{env: []string{"FLOE_MAX_BODY_BYTES=lots"}, want: `invalid value "lots" for FLOE_MAX_BODY_BYTES`},
+	} {
+		t.Run(strings.Join(append(tc.args, tc.env...), " "), func(t *testing.T) {
+			cmd := exec.Command(bin, append(tc.args, "--data-dir", t.TempDir())...)
+			cmd.Env = append(cleanEnv(), tc.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, 2, ee.ExitCode())
+			assert.Contains(t, stderr.String(), tc.want)
+			assert.Contains(t, stderr.String(), "--help")
+			assert.Empty(t, stdout.String())
+		})
+	}
+}
+
+func TestBinaryHelp(t *testing.T) {
+	cmd := exec.Command(floeBinary(t), "--help")
+	cmd.Env = cleanEnv()
+	out, err := cmd.Output()
+	require.NoError(t, err, "--help exits 0")
+	for _, name := range []string{"node-id", "data-dir", "http-addr", "cluster-addr", "warehouse", "s3-endpoint", "s3-region",
+		"s3-access-key-id", "s3-secret-access-key", "s3-path-style", "log-level", "log-format", "prefix", "max-body-bytes"} {
+		assert.Contains(t, string(out), "--"+name)
+		assert.Contains(t, string(out), envName(name))
+	}
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig(nil, nil, io.Discard)
+	require.NoError(t, err)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(wd, "floe-data"), c.DataDir)
+	assert.Equal(t, "127.0.0.1:8181", c.HTTPAddr)
+	assert.Equal(t, "127.0.0.1:8182", c.ClusterAddr)
+	assert.Equal(t, "file://"+filepath.Join(wd, "floe-data", "warehouse"), c.Warehouse)
+	assert.Equal(t, "floe", c.Prefix)
+	assert.Equal(t, int64(8<<20), c.MaxBodyBytes)
+	assert.Equal(t, "info", c.LogLevel)
+	assert.Equal(t, "text", c.LogFormat)
+	assert.False(t, c.S3PathStyle)
+	assert.Empty(t, c.NodeID)
+}
+
+func TestParseConfigFlagBeatsEnvBeatsDefault(t *testing.T) {
+	env := []string{
+		"FLOE_DATA_DIR=/srv/env-data",
+		"FLOE_HTTP_ADDR=127.0.0.1:9000",
+		"FLOE_S3_PATH_STYLE=true",
+		"FLOE_WAREHOUSE=s3://bucket/wh",
+		"FLOE_S3_ACCESS_KEY_ID=AK",
+		"FLOE_S3_SECRET_ACCESS_KEY=SK",
+		"FLOE_MAX_BODY_BYTES=1024",
+		"OTHER=ignored",
+	}
+	c, err := parseConfig([]string{"--data-dir", "/srv/flag-data", "--max-body-bytes=2048"}, env, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "/srv/flag-data", c.DataDir, "flag wins over env")
+	assert.Equal(t, int64(2048), c.MaxBodyBytes, "flag wins over env")
+	assert.Equal(t, "127.0.0.1:9000", c.HTTPAddr, "env wins over default")
+	assert.True(t, c.S3PathStyle)
+	assert.Equal(t, "s3://bucket/wh", c.Warehouse)
+	assert.Equal(t, "127.0.0.1:8182", c.ClusterAddr, "default")
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{args: []string{"--log-level=loud"}, want: "--log-level"},
+		{args: []string{"--log-format=xml"}, want: "--log-format"},
+		{args: []string{"--max-body-bytes=0"}, want: "must be positive"},
+		{args: []string{"--max-body-bytes=x"}, want: "invalid value"},
+		{args: []string{"--http-addr=8181"}, want: "--http-addr"},
+		{args: []string{"--cluster-addr=nope"}, want: "--cluster-addr"},
+		{args: []string{"--warehouse=gs://b/p"}, want: "--warehouse"},
+		{args: []string{"--warehouse=/abs/path"}, want: "want file:// or s3://"},
+		{args: []string{"--warehouse=file://relative"}, want: "--warehouse"},
+		{args: []string{"--s3-access-key-id=AK"}, want: "set together"},
+		{args: []string{"--prefix=a/b"}, want: "--prefix"},
+		{args: []string{"--data-dir="}, want: "--data-dir"},
+		{args: []string{"extra"}, want: "unexpected argument"},
+		{env: []string{"FLOE_S3_PATH_STYLE=maybe"}, want: `invalid value "maybe" for FLOE_S3_PATH_STYLE`},
+		{env: []string{"FLOE_LOG_FORMAT=xml"}, want: "--log-format"},
+	} {
+		t.Run(strings.Join(append(tc.args, tc.env...), " "), func(t *testing.T) {
+			_, err := parseConfig(tc.args, tc.env, io.Discard)
+			var ue usageError
+			require.ErrorAs(t, err, &ue)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Equal(t, 2, exitCode(err, io.Discard))
+		})
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseConfig([]string{"-h"}, nil, &out)
+	require.ErrorIs(t, err, flag.ErrHelp)
+	assert.Equal(t, 0, exitCode(err, io.Discard))
+	assert.Contains(t, out.String(), "--data-dir string")
+	assert.Contains(t, out.String(), "env FLOE_DATA_DIR; default ./floe-data")
+}
+
+func TestStartupLogNeverShowsSecret(t *testing.T) {
+	c, err := parseConfig([]string{"--warehouse=s3://b/w", "--s3-access-key-id=AKID", "--s3-secret-access-key=TOPSECRET"}, nil, io.Discard)
+	require.NoError(t, err)
+	for _, format := range []string{"text", "json"} {
+		c.LogFormat = format
+		var buf bytes.Buffer
+		newLogger(c, &buf).Info("starting floe", c.logAttrs()...)
+		assert.NotContains(t, buf.String(), "TOPSECRET")
+		assert.Contains(t, buf.String(), "AKID")
+	}
+}
+
+type fakeReadiness struct{ err error }
+
+func (f fakeReadiness) Ready() error { return f.err }
+
+func TestReadyzReportsReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	catalog := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	srv := &http.Server{Handler: routes(catalog, fakeReadiness{errors.New("raftnode: no leader")}, reg), ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	var body map[string]string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	assert.Equal(t, map[string]string{"status": "not ready", "reason": "raftnode: no leader"}, body)
+
+	resp2, err := http.Get("http://" + ln.Addr().String() + "/v1/anything")
+	require.NoError(t, err)
+	resp2.Body.Close()
+	assert.Equal(t, http.StatusTeapot, resp2.StatusCode, "/v1/ goes to the catalog")
+}
+
+// TestRunInProcess runs run itself (under the race detector when the tests
+// are) through startup, readiness and a context-driven shutdown.
+func TestRunInProcess(t *testing.T) {
+	httpAddr, clusterAddr, dataDir := freeAddr(t), freeAddr(t), t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr, "--log-format=json"},
+			nil, io.Discard, &logs)
+	}()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "not ready; logs:\n%s", &logs)
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+	assert.Contains(t, logs.String(), `"msg":"floe stopped"`)
+}
