@@ -49,7 +49,15 @@ type FSM struct {
 	applied  atomic.Uint64
 	waitMu   sync.Mutex
 	advanced chan struct{} // closed and replaced whenever applied grows
+
+	// onSnapshot, if set, learns how long each snapshot took to persist
+	// and how large it was.
+	onSnapshot func(d time.Duration, bytes int64)
 }
+
+// OnSnapshot registers fn to be told the duration and size of every
+// snapshot persisted. Call it before Raft starts.
+func (f *FSM) OnSnapshot(fn func(d time.Duration, bytes int64)) { f.onSnapshot = fn }
 
 // Open opens (or creates) the state machine file at path.
 func Open(path string, logger *slog.Logger) (*FSM, error) {
@@ -238,13 +246,14 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: snapshot: %w", err)
 	}
-	return &snapshot{tx: tx, index: getUint64(tx.Bucket(bucketRaft), keyAppliedIndex), logger: f.logger}, nil
+	return &snapshot{tx: tx, index: getUint64(tx.Bucket(bucketRaft), keyAppliedIndex), logger: f.logger, observe: f.onSnapshot}, nil
 }
 
 type snapshot struct {
-	tx     *bolt.Tx
-	index  uint64
-	logger *slog.Logger
+	tx      *bolt.Tx
+	index   uint64
+	logger  *slog.Logger
+	observe func(time.Duration, int64)
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -257,7 +266,11 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	if err := sink.Close(); err != nil {
 		return fmt.Errorf("fsm: close snapshot sink: %w", err)
 	}
-	s.logger.Info("snapshot persisted", "applied_index", s.index, "bytes", n, "duration", time.Since(start))
+	d := time.Since(start)
+	if s.observe != nil {
+		s.observe(d, n)
+	}
+	s.logger.Info("snapshot persisted", "applied_index", s.index, "bytes", n, "duration", d)
 	return nil
 }
 

@@ -16,6 +16,10 @@ type metrics struct {
 	leaderChanges prometheus.Counter
 	applyDuration prometheus.Histogram
 	readIndexWait prometheus.Histogram
+	forwarded     prometheus.Counter
+
+	snapshotDuration prometheus.Histogram
+	snapshotBytes    prometheus.Gauge
 }
 
 // raftStates are the values of the state label, in raft.RaftState order.
@@ -71,11 +75,24 @@ func newMetrics() *metrics {
 			Help:    "Time a linearizable read waited for leadership confirmation and the state machine to reach the read index.",
 			Buckets: buckets,
 		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "forwarded_commands_total",
+			Help: "Commands this node forwarded to the leader.",
+		}),
+		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_persist_seconds",
+			Help:    "Time to write a state machine snapshot.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		snapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_bytes",
+			Help: "Size of the last state machine snapshot written.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait}
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.snapshotDuration, m.snapshotBytes}
 }
 
 // register registers every collector with reg, or none: on failure the ones

@@ -25,6 +25,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/raftlog"
+	"github.com/floe-catalog/floe/transport"
 )
 
 // Errors returned by Node. Each says what the caller can know about the
@@ -128,6 +129,21 @@ type Config struct {
 	// ApplyTimeout bounds how long Propose waits for Raft to accept a
 	// command when the context has no deadline. Default 10s.
 	ApplyTimeout time.Duration
+
+	// TLS enables mutual TLS on the cluster port (Raft and RPC alike).
+	TLS *transport.TLSFiles
+	// HTTPAddr is the catalog address this node advertises to operators
+	// (GET /management/v1/cluster).
+	HTTPAddr string
+	// Join lists cluster addresses of other nodes. A node without Raft
+	// state asks them for the leader and asks the leader to add it as a
+	// voter; with BootstrapExpect it may instead form a new cluster with
+	// them. A node with state ignores both.
+	Join []string
+	// BootstrapExpect, when > 0, forms a new cluster once this node and
+	// the Join nodes it can reach, none of which has state, number at least
+	// BootstrapExpect.
+	BootstrapExpect int
 }
 
 func (c *Config) setDefaults() {
@@ -163,6 +179,9 @@ type Node struct {
 	fsm     *fsm.FSM
 	logs    *raftlog.Store
 	snaps   *raft.FileSnapshotStore
+	mux     *transport.Mux
+	rpc     *transport.Client
+	layer   *faultLayer
 	trans   *raft.NetworkTransport
 	raft    *raft.Raft
 	metrics *metrics
@@ -237,6 +256,10 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
 	undo = append(undo, func() { n.fsm.Close() })
+	n.fsm.OnSnapshot(func(d time.Duration, size int64) {
+		n.metrics.snapshotDuration.Observe(d.Seconds())
+		n.metrics.snapshotBytes.Set(float64(size))
+	})
 
 	n.logs, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{})
 	if err != nil {
@@ -253,10 +276,24 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 
-	n.trans, err = raft.NewTCPTransportWithLogger(cfg.ClusterAddr, nil, transportMaxPool, transportTimeout, hlog)
+	// One port carries Raft and floe's RPC (forwarded writes, read
+	// indexes, membership); see package transport.
+	n.mux, err = transport.Listen(transport.Config{
+		BindAddr: cfg.ClusterAddr, TLS: cfg.TLS, Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: cluster transport on %s: %w", cfg.ClusterAddr, err)
 	}
+	undo = append(undo, func() { n.mux.Close() })
+	n.rpc, err = transport.NewClient(transport.ClientConfig{
+		TLS: cfg.TLS, Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: cluster client: %w", err)
+	}
+	undo = append(undo, func() { n.rpc.Close() })
+	n.layer = newFaultLayer(n.mux.RaftLayer())
+	n.trans = raft.NewNetworkTransportWithLogger(n.layer, transportMaxPool, transportTimeout, hlog)
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
 		cfg.NodeID = string(n.trans.LocalAddr())
@@ -314,9 +351,14 @@ func Open(cfg Config) (*Node, error) {
 		return false
 	})
 	n.raft.RegisterObserver(n.observer)
+	n.mux.Serve(n.handleRPC)
 	n.wg.Add(2)
 	go n.observe()
 	go n.monitor()
+	if len(cfg.Join) > 0 {
+		n.wg.Add(1)
+		go n.formCluster()
+	}
 
 	n.logger.Info("raft node started", "cluster_addr", string(n.trans.LocalAddr()), "data_dir", cfg.DataDir,
 		"applied_index", n.fsm.AppliedIndex(), "last_index", n.raft.LastIndex())
@@ -464,7 +506,9 @@ func (n *Node) Leader() (addr, id string) {
 }
 
 // Propose replicates cmd and returns what the state machine's Apply
-// returned for it. A domain outcome (already exists, no such table, commit
+// returned for it. On a follower the encoded command is forwarded to the
+// leader; the errors below then describe the leader's answer, and a lost
+// answer is ErrUnknownOutcome. A domain outcome (already exists, no such table, commit
 // failed) is a Result whose Err is non-nil, with a nil error: the command was
 // committed and applied, and the decision is final.
 //
@@ -495,10 +539,24 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	if err != nil {
 		return fsm.Result{}, fmt.Errorf("raftnode: %w", err)
 	}
+	if n.raft.State() != raft.Leader {
+		// A follower forwards the prepared command, not the request: one
+		// hop to the leader, with the caller's deadline.
+		return n.forward(ctx, data)
+	}
+	return n.proposeLocal(ctx, data)
+}
+
+// proposeLocal appends an encoded command on this node, which believes it
+// leads. See Propose for the error contract.
+func (n *Node) proposeLocal(ctx context.Context, data []byte) (fsm.Result, error) {
+	if n.closed.Load() {
+		return fsm.Result{}, ErrShutdown
+	}
 	timeout := n.enqueueTimeout(ctx)
 	start := time.Now()
 	f := n.raft.Apply(data, timeout)
-	err = n.await(ctx, f)
+	err := n.await(ctx, f)
 	n.metrics.applyDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		var index uint64
@@ -783,6 +841,13 @@ func (n *Node) Shutdown() error {
 		}
 		n.raft.DeregisterObserver(n.observer)
 		n.wg.Wait()
+		if err := n.trans.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftnode: close raft transport: %w", err))
+		}
+		n.rpc.Close()
+		if err := n.mux.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raftnode: close cluster port: %w", err))
+		}
 		n.metrics.setState(raft.Shutdown)
 		if err := n.logs.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: close log store: %w", err))

@@ -16,10 +16,10 @@ import (
 // linearizable read, using Raft's ReadIndex protocol (Raft thesis §6.4)
 // instead of a log entry per read.
 //
-// Only the leader serves it for now; elsewhere it returns ErrNotLeader
-// (forwarding comes later). It also returns ErrNotLeader, wrapped, when
-// leadership is lost or changes while the read waits; nothing was read and
-// the caller may retry. ErrShutdown and ctx's error are the other failures
+// On a follower the leader confirms the read index and the follower serves
+// the read from its own state machine. It returns ErrNotLeader or
+// ErrNoLeader, wrapped, when leadership is lost or changes while the read
+// waits or no leader is known; nothing was read and the caller may retry. ErrShutdown and ctx's error are the other failures
 // before fn runs. fn's own error is returned unchanged.
 func (n *Node) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
 	start := time.Now()
@@ -37,43 +37,19 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 		return ErrShutdown
 	}
 	// 1. Only the leader knows the cluster's commit index; a follower's may
-	// lag by any amount.
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
+	// lag by any amount. A follower asks the leader for a read index (steps
+	// 2 to 6 run there) and waits until its own log has reached it.
+	var (
+		readIndex uint64
+		err       error
+	)
+	if n.raft.State() == raft.Leader {
+		readIndex, err = n.leaderReadIndex(ctx)
+	} else {
+		readIndex, err = n.followerReadIndex(ctx)
 	}
-	// 2. Note the term: every later step must happen within this one
-	// leadership, or its conclusions do not combine.
-	term := n.raft.CurrentTerm()
-
-	// 3. A new leader has every committed entry in its log but does not know
-	// which of its entries are committed until it commits one of its own
-	// term (Raft §5.4.2): until then its commit index can be below writes
-	// an earlier leader acknowledged. A barrier is such an entry, and Raft
-	// answers it only after the state machine has applied everything before
-	// it. Once per term is enough: the commit index never goes back.
-	if err := n.termBarrier(ctx, term); err != nil {
+	if err != nil {
 		return err
-	}
-
-	// 4. The read index: every write acknowledged before this call is at or
-	// below the commit index now, provided we are still the leader now
-	// (step 5) in the same term (step 6).
-	readIndex := n.raft.CommitIndex()
-
-	// 5. Confirm leadership with a quorum (a heartbeat round started after
-	// step 4). A leader cut off from the others keeps believing it leads
-	// until its lease runs out, while a new leader on the other side may
-	// already acknowledge writes; a quorum answering us means no other
-	// leader of a higher term existed when it answered.
-	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
-		return readError(err)
-	}
-
-	// 6. If the term moved, steps 3 to 5 may describe different
-	// leaderships (lost and regained in between): the read index could
-	// predate another leader's writes.
-	if now := n.raft.CurrentTerm(); now != term {
-		return fmt.Errorf("%w: term changed from %d to %d during the read", ErrNotLeader, term, now)
 	}
 
 	// 7. Wait until the local state machine has applied up to the read

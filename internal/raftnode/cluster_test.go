@@ -1,0 +1,157 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// formCluster starts size nodes that form a cluster through Join and
+// BootstrapExpect, the way operators start them.
+func startJoinedCluster(t *testing.T, size int) ([]*Node, []Config) {
+	t.Helper()
+	addrs := make([]string, size)
+	for i := range addrs {
+		addrs[i] = freeAddr(t)
+	}
+	nodes := make([]*Node, size)
+	cfgs := make([]Config, size)
+	for i := range nodes {
+		cfg := testConfig(t, t.TempDir(), addrs[i])
+		cfg.NodeID = fmt.Sprintf("node%d", i)
+		cfg.Join = addrs
+		cfg.BootstrapExpect = size
+		cfg.SnapshotThreshold = 16
+		cfg.TrailingLogs = 4
+		cfg.SnapshotInterval = 200 * time.Millisecond
+		cfgs[i] = cfg
+		nodes[i] = mustOpen(t, cfg)
+	}
+	waitOneLeader(t, nodes)
+	return nodes, cfgs
+}
+
+func others(nodes []*Node, not *Node) []*Node {
+	var out []*Node
+	for _, n := range nodes {
+		if n != not && !n.closed.Load() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func TestJoinFormsClusterAndFollowersServeEverything(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	for i, n := range nodes {
+		res := mustPropose(t, n, createNS(fmt.Sprintf("w%d", i)))
+		require.NoError(t, res.Err())
+		for _, m := range nodes {
+			assert.True(t, hasNamespace(t, linearRead(t, m), fmt.Sprintf("w%d", i)), "node %s", m.ID())
+		}
+	}
+	st, err := nodes[1].Status(context.Background())
+	require.NoError(t, err)
+	require.Len(t, st.Members, 3)
+	for _, m := range st.Members {
+		assert.True(t, m.Reachable, "%+v", m)
+		assert.Equal(t, "Voter", m.Suffrage)
+	}
+}
+
+func TestPartitionedLeaderCannotAckOrRead(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	old := waitOneLeader(t, nodes)
+	require.NoError(t, mustPropose(t, old, createNS("before")).Err())
+
+	old.Isolate(true)
+	rest := others(nodes, old)
+	leader := waitOneLeader(t, rest)
+	require.NoError(t, mustPropose(t, leader, createNS("after")).Err())
+
+	// The isolated old leader acknowledges no write and serves no
+	// linearizable read, whatever it still believes.
+	res, err := old.Propose(ctxTimeout(t, 2*time.Second), createNS("lost"))
+	if err == nil {
+		t.Fatalf("isolated node acknowledged a write: %+v", res)
+	}
+	err = old.Read(ctxTimeout(t, 2*time.Second), func(*fsm.Reader) error { return nil })
+	require.Error(t, err)
+
+	old.Isolate(false)
+	require.Eventually(t, func() bool {
+		return old.Read(ctxTimeout(t, time.Second), func(*fsm.Reader) error { return nil }) == nil
+	}, 15*time.Second, 50*time.Millisecond)
+	assert.True(t, hasNamespace(t, linearRead(t, old), "after"))
+	assert.False(t, hasNamespace(t, linearRead(t, leader), "lost"))
+}
+
+func TestNewNodeCatchesUpBySnapshotAndRestartKeepsState(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	for i := range 60 {
+		require.NoError(t, mustPropose(t, nodes[i%3], createNS(fmt.Sprintf("n%02d", i))).Err())
+	}
+	// Make sure the log was compacted, so the newcomer must take a snapshot.
+	require.NoError(t, leader.Raft().Snapshot().Error())
+
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.NodeID = "node3"
+	cfg.Join = []string{cfgs[0].ClusterAddr}
+	newcomer := mustOpen(t, cfg)
+	require.Eventually(t, func() bool { return newcomer.Ready() == nil }, 20*time.Second, 20*time.Millisecond)
+	assert.True(t, hasNamespace(t, linearRead(t, newcomer), "n59"))
+	assert.True(t, hasNamespace(t, linearRead(t, newcomer), "n00"))
+	st, err := newcomer.Status(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, st.Members, 4)
+
+	// Every node restarted: state intact, cluster serves again.
+	all := append(nodes, newcomer)
+	allCfgs := append(cfgs, cfg)
+	for _, n := range all {
+		require.NoError(t, n.Shutdown())
+	}
+	for i := range all {
+		all[i] = mustOpen(t, allCfgs[i])
+	}
+	waitOneLeader(t, all)
+	for _, n := range all {
+		assert.True(t, hasNamespace(t, linearRead(t, n), "n42"), "node %s", n.ID())
+	}
+	require.NoError(t, mustPropose(t, all[3], createNS("after-restart")).Err())
+}
+
+func TestMembershipChanges(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	follower := others(nodes, leader)[0]
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	// A non-voter added through a follower (forwarded to the leader).
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.NodeID = "learner"
+	learner := mustOpen(t, cfg)
+	require.NoError(t, follower.AddNonvoter(ctx, "learner", learner.Addr()))
+	require.NoError(t, mustPropose(t, leader, createNS("seen-by-learner")).Err())
+	require.Eventually(t, func() bool { return hasNamespace(t, learner.StaleRead, "seen-by-learner") }, 10*time.Second, 20*time.Millisecond)
+	st, err := learner.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Members, 4)
+
+	// Re-adding the same ID and address is a no-op; removing works.
+	require.NoError(t, follower.AddNonvoter(ctx, "learner", learner.Addr()))
+	require.NoError(t, follower.Remove(ctx, "learner"))
+	require.Error(t, follower.Remove(ctx, "nobody"))
+
+	// Leadership transfer to a named member.
+	target := others(nodes, leader)[1]
+	require.NoError(t, follower.TransferLeadership(ctx, target.ID()))
+	require.Equal(t, target, waitOneLeader(t, nodes))
+}
