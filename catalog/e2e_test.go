@@ -294,3 +294,57 @@ func TestCreateTableOptions(t *testing.T) {
 		icecatalog.WithStagedUpdates(table.NewSetPropertiesUpdate(iceberg.Properties{"x": "y"})))
 	assert.Error(t, err)
 }
+
+// TestThroughAFollower runs the conformance suite and the data round trip
+// against a follower of a three-node cluster: its writes are forwarded to
+// the leader and its reads are linearizable.
+func TestThroughAFollower(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		nodes := startCluster(t, wh, 3)
+		f := follower(t, nodes)
+		t.Run("conformance", func(t *testing.T) {
+			catalogtest.RunCatalogTests(t, catalogtest.Config{
+				NewCatalog:                  func(t *testing.T) icecatalog.Catalog { return f.catalog(t) },
+				SupportsNamespaceProperties: true,
+			})
+		})
+		t.Run("round trip", func(t *testing.T) {
+			ctx := context.Background()
+			cat := f.catalog(t)
+			require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"rt"}, nil))
+			tbl, err := cat.CreateTable(ctx, table.Identifier{"rt", "t"}, rowSchema)
+			require.NoError(t, err)
+			file := tbl.Location() + "/data/part-0.parquet"
+			writeParquet(t, tbl, file, 7, 8)
+			tx := tbl.NewTransaction()
+			require.NoError(t, tx.AddFiles(ctx, []string{file}, nil, false))
+			_, err = tx.Commit(ctx)
+			require.NoError(t, err)
+			// Every node sees the commit at once: reads are linearizable.
+			for _, n := range nodes {
+				loaded, err := n.catalog(t).LoadTable(ctx, table.Identifier{"rt", "t"})
+				require.NoError(t, err)
+				rows, err := loaded.Scan().ToArrowTable(ctx)
+				require.NoError(t, err)
+				assert.EqualValues(t, 2, rows.NumRows())
+				rows.Release()
+			}
+		})
+	})
+}
+
+func TestStaleReadOptIn(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	f := follower(t, nodes)
+	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"s"}}).status)
+	assert.Equal(t, 200, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "linearizable").status)
+	assert.Equal(t, 400, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "eventually").errorStatus(t))
+	// Cut off from the cluster, the follower still answers a stale read
+	// from its replica, but not a linearizable one.
+	f.raft.Isolate(true)
+	defer f.raft.Isolate(false)
+	assert.Equal(t, 200, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "stale").status)
+	r := f.do(t, "GET", "/v1/namespaces/s", nil)
+	assert.Equal(t, 503, r.status)
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+}

@@ -65,6 +65,8 @@ type node struct {
 	t         *testing.T
 	dir       string
 	addr      string
+	join      []string
+	expect    int
 	warehouse string
 	scfg      storage.Config
 	raft      *raftnode.Node
@@ -92,14 +94,52 @@ func startNode(t *testing.T, wh warehouse) *node {
 	return n
 }
 
+// startCluster starts size nodes that form one cluster on a shared
+// warehouse and waits until every node is ready.
+func startCluster(t *testing.T, wh warehouse, size int) []*node {
+	t.Helper()
+	uri, scfg := wh.uri(t)
+	addrs := make([]string, size)
+	for i := range addrs {
+		addrs[i] = freeAddr(t)
+	}
+	nodes := make([]*node, size)
+	for i := range nodes {
+		nodes[i] = &node{t: t, dir: t.TempDir(), addr: addrs[i], join: addrs, expect: size, warehouse: uri, scfg: scfg}
+		nodes[i].start()
+		t.Cleanup(nodes[i].stop)
+	}
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return n.raft.Ready() == nil }, 30*time.Second, 20*time.Millisecond)
+	}
+	return nodes
+}
+
+// follower returns a node of the cluster that is not the leader.
+func follower(t *testing.T, nodes []*node) *node {
+	t.Helper()
+	for _, n := range nodes {
+		if !n.raft.IsLeader() {
+			return n
+		}
+	}
+	t.Fatal("no follower")
+	return nil
+}
+
 func (n *node) start() {
 	t := n.t
 	t.Helper()
-	rn, err := raftnode.Open(raftnode.Config{DataDir: n.dir, ClusterAddr: n.addr, Bootstrap: true, Logger: quietLogger()})
+	rn, err := raftnode.Open(raftnode.Config{
+		DataDir: n.dir, ClusterAddr: n.addr, Bootstrap: len(n.join) == 0, Join: n.join, BootstrapExpect: n.expect,
+		Logger: quietLogger(),
+	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, rn.WaitLeader(ctx))
+	if len(n.join) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, rn.WaitLeader(ctx))
+	}
 	objects, err := storage.New(n.scfg)
 	require.NoError(t, err)
 	srv, err := catalog.New(catalog.Config{

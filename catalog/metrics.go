@@ -10,6 +10,7 @@ type metrics struct {
 	metricsReports *prometheus.CounterVec
 	cacheHits      prometheus.Counter
 	cacheMisses    prometheus.Counter
+	staleReads     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,9 +37,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_catalog_metadata_cache_misses_total", Help: "Metadata files read from storage.",
 		}),
+		staleReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_stale_reads_total", Help: "Reads served from the local replica at the client's request.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses)
+		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses, m.staleReads)
 	}
 	return m
 }

@@ -87,7 +87,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	resp := listNamespacesResponse{Namespaces: [][]string{}}
-	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err = s.read(r, func(rd *fsm.Reader) error {
 		if len(parent) > 0 {
 			if _, ok := rd.Namespace(parent); !ok {
 				return notFoundNamespace("namespace does not exist: %s", nsString(parent))
@@ -164,7 +164,7 @@ func (s *Server) loadNamespace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var ns fsm.Namespace
-	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err = s.read(r, func(rd *fsm.Reader) error {
 		var ok bool
 		if ns, ok = rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
@@ -186,7 +186,7 @@ func (s *Server) namespaceExists(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err = s.read(r, func(rd *fsm.Reader) error {
 		if _, ok := rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
 		}

@@ -35,6 +35,30 @@ type Store interface {
 	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	// Read runs fn against a linearizable view of the state.
 	Read(ctx context.Context, fn func(*fsm.Reader) error) error
+	// StaleRead runs fn against the local replica as it is, which may miss
+	// recently acknowledged writes.
+	StaleRead(fn func(*fsm.Reader) error) error
+}
+
+// ReadConsistencyHeader lets a client of a read-only route opt out of
+// linearizable reads: with the value "stale" the answering node serves its
+// local replica without asking the leader, trading freshness for latency
+// and availability (it answers even without a leader).
+const ReadConsistencyHeader = "X-Floe-Read-Consistency"
+
+// read runs fn linearizably, or against the local replica when the request
+// asks for stale reads. Only read-only routes call it; the checks that
+// mutations build on always read linearizably.
+func (s *Server) read(r *http.Request, fn func(*fsm.Reader) error) error {
+	switch v := r.Header.Get(ReadConsistencyHeader); v {
+	case "", "linearizable":
+		return s.store.Read(r.Context(), fn)
+	case "stale":
+		s.metrics.staleReads.Inc()
+		return s.store.StaleRead(fn)
+	default:
+		return badRequest("%s must be linearizable or stale, got %q", ReadConsistencyHeader, v)
+	}
 }
 
 // Objects is where metadata and data files live.

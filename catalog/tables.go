@@ -48,11 +48,11 @@ func tableVar(r *http.Request) (fsm.Ident, error) {
 	return fsm.Ident{Namespace: levels, Name: name}, nil
 }
 
-// lookupTable reads one table entry linearizably: 404 NoSuchTable when it or
+// lookupTable reads one table entry (see read): 404 NoSuchTable when it or
 // its namespace is missing.
-func (s *Server) lookupTable(ctx context.Context, id fsm.Ident) (fsm.Table, error) {
+func (s *Server) lookupTable(r *http.Request, id fsm.Ident) (fsm.Table, error) {
 	var t fsm.Table
-	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+	err := s.read(r, func(rd *fsm.Reader) error {
 		var ok bool
 		if t, ok = rd.Table(id); ok {
 			return nil
@@ -95,7 +95,7 @@ func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp := listTablesResponse{Identifiers: []tableIdentifier{}}
-	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err = s.read(r, func(rd *fsm.Reader) error {
 		if _, ok := rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
 		}
@@ -218,7 +218,7 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	if mode != "" && mode != "all" && mode != "refs" {
 		return badRequest("snapshots must be all or refs, got %q", mode)
 	}
-	t, err := s.lookupTable(r.Context(), id)
+	t, err := s.lookupTable(r, id)
 	if err != nil {
 		return err
 	}
@@ -301,7 +301,7 @@ func (s *Server) tableExists(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.lookupTable(r.Context(), id); err != nil {
+	if _, err := s.lookupTable(r, id); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -743,7 +743,7 @@ func (s *Server) reportMetrics(w http.ResponseWriter, r *http.Request) error {
 	if req.ReportType != "scan-report" && req.ReportType != "commit-report" {
 		return badRequest("report-type must be scan-report or commit-report, got %q", req.ReportType)
 	}
-	if _, err := s.lookupTable(r.Context(), id); err != nil {
+	if _, err := s.lookupTable(r, id); err != nil {
 		return err
 	}
 	s.metrics.metricsReports.WithLabelValues(req.ReportType).Inc()

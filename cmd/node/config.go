@@ -10,8 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/transport"
 )
 
 // config is the node's effective configuration.
@@ -30,6 +33,32 @@ type config struct {
 	LogFormat         string
 	Prefix            string
 	MaxBodyBytes      int64
+	Join              string
+	BootstrapExpect   int
+	TLSCert           string
+	TLSKey            string
+	TLSCA             string
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+}
+
+// joinAddrs splits --join.
+func (c config) joinAddrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.Join, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// tls returns the cluster TLS files, nil when TLS is off.
+func (c config) tls() *transport.TLSFiles {
+	if c.TLSCert == "" {
+		return nil
+	}
+	return &transport.TLSFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
 }
 
 // usageError is a bad flag or environment value: exit code 2.
@@ -70,6 +99,13 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
+	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
+	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for mutual TLS on the cluster port (with --tls-key and --tls-ca)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
+	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
 	return fs
 }
 
@@ -197,6 +233,23 @@ func (c *config) validate() error {
 	if c.MaxBodyBytes <= 0 {
 		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
 	}
+	for _, a := range c.joinAddrs() {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return usagef("--join %q: want host:port[,host:port...]: %v", c.Join, err)
+		}
+	}
+	if c.BootstrapExpect < 0 {
+		return usagef("--bootstrap-expect %d: must not be negative", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect > 1 && len(c.joinAddrs()) == 0 {
+		return usagef("--bootstrap-expect %d needs --join with the other nodes' cluster addresses", c.BootstrapExpect)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") || (c.TLSCert == "") != (c.TLSCA == "") {
+		return usagef("--tls-cert, --tls-key and --tls-ca must be set together")
+	}
+	if c.SnapshotThreshold == 0 || c.SnapshotInterval <= 0 {
+		return usagef("--snapshot-threshold and --snapshot-interval must be positive")
+	}
 	return nil
 }
 
@@ -245,5 +298,10 @@ func (c config) logAttrs() []any {
 		"log_format", c.LogFormat,
 		"prefix", c.Prefix,
 		"max_body_bytes", c.MaxBodyBytes,
+		"join", c.Join,
+		"bootstrap_expect", c.BootstrapExpect,
+		"tls", c.TLSCert != "",
+		"snapshot_threshold", c.SnapshotThreshold,
+		"snapshot_interval", c.SnapshotInterval,
 	}
 }

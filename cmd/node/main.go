@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floe-catalog/floe/internal/admin"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
 )
@@ -76,13 +77,22 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
+	join := cfg.joinAddrs()
 	node, err := raftnode.Open(raftnode.Config{
 		NodeID:      cfg.NodeID,
 		DataDir:     cfg.DataDir,
 		ClusterAddr: cfg.ClusterAddr,
-		Bootstrap:   true,
-		Logger:      logger,
-		Registerer:  reg,
+		HTTPAddr:    cfg.HTTPAddr,
+		// Without --join a node forms a cluster of one; --bootstrap-expect 1
+		// says the same explicitly. A node with state never bootstraps.
+		Bootstrap:         len(join) == 0 || cfg.BootstrapExpect == 1,
+		Join:              join,
+		BootstrapExpect:   cfg.BootstrapExpect,
+		TLS:               cfg.tls(),
+		SnapshotThreshold: cfg.SnapshotThreshold,
+		SnapshotInterval:  cfg.SnapshotInterval,
+		Logger:            logger,
+		Registerer:        reg,
 	})
 	if err != nil {
 		return err
@@ -113,7 +123,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("http listener: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           routes(catalogHandler, node, reg),
+		Handler:           routes(catalogHandler, admin.New(node, logger).Handler(), node, reg),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
@@ -146,9 +156,10 @@ type readiness interface{ Ready() error }
 
 // routes is the HTTP mux: the catalog under /v1/, and the operational
 // endpoints.
-func routes(catalog http.Handler, node readiness, reg *prometheus.Registry) http.Handler {
+func routes(catalog, management http.Handler, node readiness, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", catalog)
+	mux.Handle("/management/", management)
 	// /healthz: the process is up and serving HTTP.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
