@@ -77,6 +77,12 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusConflict, typ: "NamespaceNotEmptyException", msg: msg}
 	case errors.Is(err, fsm.ErrCommitFailed):
 		return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
+	case errors.Is(err, fsm.ErrBeingPurged):
+		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
+	case errors.Is(err, fsm.ErrKeyReused):
+		return &apiError{status: http.StatusUnprocessableEntity, typ: "UnprocessableEntityException", msg: msg}
+	case errors.Is(err, fsm.ErrNoSuchJob):
+		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: msg}
 	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrShutdown):
 		// Nothing was proposed: the client may retry, here or elsewhere.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",

@@ -86,8 +86,14 @@ type Config struct {
 	// MetadataCacheSize bounds the parsed metadata files kept in memory.
 	// Default 1024.
 	MetadataCacheSize int
-	Logger            *slog.Logger
-	Registerer        prometheus.Registerer
+	// IdempotencyLifetime is how long an Idempotency-Key is honoured after
+	// first use, advertised as idempotency-key-lifetime. Default 30m.
+	IdempotencyLifetime time.Duration
+	// IdempotencyDisabled turns Idempotency-Key off: not advertised, the
+	// header ignored.
+	IdempotencyDisabled bool
+	Logger              *slog.Logger
+	Registerer          prometheus.Registerer
 	// Now returns the time stamped into commands. Default time.Now.
 	Now func() time.Time
 }

@@ -34,6 +34,17 @@ const (
 	StatusAlreadyExists
 	StatusNamespaceNotEmpty
 	StatusCommitFailed
+	// StatusBeingPurged: the name or location belongs to a table whose
+	// purge job has not succeeded (a tombstone).
+	StatusBeingPurged
+	// StatusStaleLease: a purge worker's fencing token is no longer the
+	// job's current one.
+	StatusStaleLease
+	// StatusKeyReused: an Idempotency-Key was used before with a different
+	// binding (operation, route, principal or body).
+	StatusKeyReused
+	// StatusNoSuchJob: no purge job has that id.
+	StatusNoSuchJob
 )
 
 var statusErrors = map[Status]error{
@@ -42,6 +53,10 @@ var statusErrors = map[Status]error{
 	StatusAlreadyExists:     ErrAlreadyExists,
 	StatusNamespaceNotEmpty: ErrNamespaceNotEmpty,
 	StatusCommitFailed:      ErrCommitFailed,
+	StatusBeingPurged:       ErrBeingPurged,
+	StatusStaleLease:        ErrStaleLease,
+	StatusKeyReused:         ErrKeyReused,
+	StatusNoSuchJob:         ErrNoSuchJob,
 }
 
 // Err returns nil for StatusOK, else an error wrapping the status's sentinel

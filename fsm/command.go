@@ -25,6 +25,9 @@ const (
 	TypeDropTable        CommandType = 5
 	TypeRenameTable      CommandType = 6
 	TypeNoop             CommandType = 7
+
+	// Purge jobs (see purge.go): 8–19.
+	// Idempotency records (see idempotency.go): 20–29.
 	typeUnknownForTests  CommandType = 0x7f
 	typeIgnorableForTest CommandType = 0x7e | IgnorableFlag
 )

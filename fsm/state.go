@@ -43,6 +43,10 @@ var (
 	ErrAlreadyExists     = errors.New("already exists")
 	ErrNamespaceNotEmpty = errors.New("namespace is not empty")
 	ErrCommitFailed      = errors.New("commit failed")
+	ErrBeingPurged       = errors.New("being purged")
+	ErrStaleLease        = errors.New("stale purge lease")
+	ErrKeyReused         = errors.New("idempotency key reused with a different request")
+	ErrNoSuchJob         = errors.New("purge job does not exist")
 )
 
 // Ident names a table: its namespace levels and its name.

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,3 +156,31 @@ func TestMembershipChanges(t *testing.T) {
 	require.NoError(t, follower.TransferLeadership(ctx, target.ID()))
 	require.Equal(t, target, waitOneLeader(t, nodes))
 }
+
+func TestLeaderTasksFollowLeadership(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	running := map[string]*atomicBool{}
+	for _, n := range nodes {
+		flag := &atomicBool{}
+		running[n.ID()] = flag
+		n.OnLeadership(func(ctx context.Context) {
+			flag.set(true)
+			<-ctx.Done()
+			flag.set(false)
+		})
+	}
+	leader := waitOneLeader(t, nodes)
+	require.Eventually(t, running[leader.ID()].get, 5*time.Second, 10*time.Millisecond)
+	target := others(nodes, leader)[0]
+	require.NoError(t, leader.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID()))
+	waitOneLeader(t, nodes)
+	require.Eventually(t, func() bool { return running[target.ID()].get() && !running[leader.ID()].get() }, 5*time.Second, 10*time.Millisecond)
+}
+
+type atomicBool struct {
+	mu sync.Mutex
+	v  bool
+}
+
+func (a *atomicBool) set(v bool) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
+func (a *atomicBool) get() bool  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }

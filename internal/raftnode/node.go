@@ -209,6 +209,13 @@ type Node struct {
 	readyTarget uint64
 	targetSet   bool
 
+	// leaderTasks run while this node leads (see OnLeadership).
+	leaderMu     sync.Mutex
+	leaderTasks  []func(ctx context.Context)
+	leaderCancel context.CancelFunc
+	leaderCtx    context.Context
+	leaderWG     sync.WaitGroup
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 	closed       atomic.Bool
@@ -764,6 +771,55 @@ func (n *Node) latchReady() {
 		"commit_index", n.raft.CommitIndex(), "since_open", time.Since(n.openedAt).Round(time.Millisecond))
 }
 
+// OnLeadership registers task to run, in its own goroutine, every time this
+// node becomes leader; its context is canceled when leadership is lost or the
+// node shuts down, and Shutdown waits for it to return. This is how
+// leader-only subsystems (schedulers, pruners) are switched on and off.
+// Register tasks before the node can become leader (right after Open on a
+// single-node cluster may be too late: OnLeadership then starts the task at
+// once if this node already leads).
+func (n *Node) OnLeadership(task func(ctx context.Context)) {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	n.leaderTasks = append(n.leaderTasks, task)
+	if n.leaderCancel != nil {
+		n.startTaskLocked(task)
+	}
+}
+
+func (n *Node) leadershipChanged(leader bool) {
+	n.leaderMu.Lock()
+	if leader && n.leaderCancel == nil && !n.closed.Load() {
+		var ctx context.Context
+		ctx, n.leaderCancel = context.WithCancel(n.ctx)
+		n.leaderCtx = ctx
+		for _, task := range n.leaderTasks {
+			n.startTaskLocked(task)
+		}
+		n.leaderMu.Unlock()
+		n.logger.Info("leader tasks started", "tasks", len(n.leaderTasks))
+		return
+	}
+	if !leader && n.leaderCancel != nil {
+		n.leaderCancel()
+		n.leaderCancel = nil
+		n.leaderMu.Unlock()
+		n.leaderWG.Wait()
+		n.logger.Info("leader tasks stopped")
+		return
+	}
+	n.leaderMu.Unlock()
+}
+
+func (n *Node) startTaskLocked(task func(ctx context.Context)) {
+	ctx := n.leaderCtx
+	n.leaderWG.Add(1)
+	go func() {
+		defer n.leaderWG.Done()
+		task(ctx)
+	}()
+}
+
 // observe logs leadership and state changes and counts leader changes.
 func (n *Node) observe() {
 	defer n.wg.Done()
@@ -777,6 +833,7 @@ func (n *Node) observe() {
 			case raft.RaftState:
 				n.metrics.setState(d)
 				n.logger.Info("raft state changed", "state", stateLabel(d))
+				n.leadershipChanged(d == raft.Leader)
 			case raft.LeaderObservation:
 				if d.LeaderID == leader {
 					continue
@@ -841,6 +898,7 @@ func (n *Node) Shutdown() error {
 		}
 		n.raft.DeregisterObserver(n.observer)
 		n.wg.Wait()
+		n.leadershipChanged(false)
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: close raft transport: %w", err))
 		}
