@@ -1,0 +1,105 @@
+// Package idempotency implements the Iceberg REST spec's Idempotency-Key:
+// key validation, the binding that ties a key to one request, and the
+// lifetime a key is honoured for. The records themselves live in the
+// replicated state machine (fsm), written by the same log entry as the
+// mutation they belong to; see DESIGN.md.
+package idempotency
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sosodev/duration"
+)
+
+// Header is the request header that carries the key.
+const Header = "Idempotency-Key"
+
+// DefaultLifetime is how long a key is honoured after first use unless
+// configured otherwise.
+const DefaultLifetime = 30 * time.Minute
+
+// Grace is added to the advertised lifetime before a record is pruned, so a
+// client retrying right at the end of the lifetime (with some clock skew)
+// still gets its replay.
+const Grace = 5 * time.Minute
+
+// ErrInvalidKey is returned by ParseKey for anything but an RFC 9562 UUID in
+// its 36-character hyphenated form.
+var ErrInvalidKey = errors.New("invalid Idempotency-Key")
+
+// ParseKey validates a key and returns it in canonical (lower-case) form and
+// its UUID version. Any version is accepted; the spec expects version 7.
+func ParseKey(s string) (key string, version int, err error) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return "", 0, fmt.Errorf("%w: %q is not a UUID in its 36-character form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrInvalidKey, s)
+	}
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %q: %v", ErrInvalidKey, s, err)
+	}
+	if id.Variant() != uuid.RFC4122 {
+		return "", 0, fmt.Errorf("%w: %q is not an RFC 9562 UUID (variant %s)", ErrInvalidKey, s, id.Variant())
+	}
+	return id.String(), int(id.Version()), nil
+}
+
+// Binding ties a key to the request it was first used with. A key reused
+// with another binding is refused (422).
+type Binding struct {
+	Operation string `json:"op"`
+	// Route is the route's identifiers (namespace, table), canonical.
+	Route     string `json:"route"`
+	Principal string `json:"principal"`
+	// BodyDigest is the SHA-256 of the request body, hex.
+	BodyDigest string `json:"body"`
+}
+
+// NewBinding builds the binding of a request.
+func NewBinding(op string, route []string, principal string, body []byte) Binding {
+	sum := sha256.Sum256(body)
+	return Binding{Operation: op, Route: strings.Join(route, "\x1f"), Principal: principal, BodyDigest: hex.EncodeToString(sum[:])}
+}
+
+// Describe says how two bindings differ, for the 422 message.
+func (b Binding) Describe(other Binding) string {
+	var diffs []string
+	if b.Operation != other.Operation {
+		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", other.Operation, b.Operation))
+	}
+	if b.Route != other.Route {
+		diffs = append(diffs, "another resource")
+	}
+	if b.Principal != other.Principal {
+		diffs = append(diffs, "another principal")
+	}
+	if b.BodyDigest != other.BodyDigest {
+		diffs = append(diffs, "a different request body")
+	}
+	return strings.Join(diffs, ", ")
+}
+
+// ParseLifetime parses an ISO-8601 duration such as PT30M. It must be
+// positive.
+func ParseLifetime(s string) (time.Duration, error) {
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("idempotency lifetime %q: want an ISO-8601 duration such as PT30M: %w", s, err)
+	}
+	td := d.ToTimeDuration()
+	if td <= 0 {
+		return 0, fmt.Errorf("idempotency lifetime %q: must be positive", s)
+	}
+	return td, nil
+}
+
+// FormatLifetime renders a lifetime as the ISO-8601 duration advertised in
+// /v1/config.
+func FormatLifetime(d time.Duration) string {
+	return duration.Format(d)
+}

@@ -1,0 +1,46 @@
+package idempotency
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseKey(t *testing.T) {
+	key, v, err := ParseKey("0190B2C4-8D3E-7A1B-9C2D-3E4F5A6B7C8D")
+	require.NoError(t, err)
+	assert.Equal(t, "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d", key)
+	assert.Equal(t, 7, v)
+	_, v, err = ParseKey("9b2f5e1c-3a4d-4e5f-8a6b-7c8d9e0f1a2b")
+	require.NoError(t, err)
+	assert.Equal(t, 4, v)
+	for _, bad := range []string{"", "abc", "0190b2c48d3e7a1b9c2d3e4f5a6b7c8d", "{0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d}",
+		"urn:uuid:0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8g", "0190b2c4-8d3e-7a1b-1c2d-3e4f5a6b7c8d"} {
+		_, _, err := ParseKey(bad)
+		assert.ErrorIs(t, err, ErrInvalidKey, bad)
+	}
+}
+
+func TestBinding(t *testing.T) {
+	a := NewBinding("createTable", []string{"ns"}, "alice", []byte(`{"name":"t"}`))
+	assert.Equal(t, a, NewBinding("createTable", []string{"ns"}, "alice", []byte(`{"name":"t"}`)))
+	b := NewBinding("createTable", []string{"ns"}, "alice", []byte(`{"name":"u"}`))
+	assert.NotEqual(t, a, b)
+	assert.Equal(t, "a different request body", a.Describe(b))
+}
+
+func TestLifetime(t *testing.T) {
+	d, err := ParseLifetime("PT30M")
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Minute, d)
+	d, err = ParseLifetime("P1DT2H")
+	require.NoError(t, err)
+	assert.Equal(t, 26*time.Hour, d)
+	for _, bad := range []string{"30m", "", "PT0S", "P"} {
+		_, err := ParseLifetime(bad)
+		assert.Error(t, err, bad)
+	}
+	assert.Equal(t, "PT30M", FormatLifetime(30*time.Minute))
+}
