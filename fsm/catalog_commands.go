@@ -21,6 +21,14 @@ type Result struct {
 	Tables []Table `json:"tables,omitempty"`
 	// Properties reports an UpdateNamespace outcome.
 	Properties *PropertiesOutcome `json:"properties,omitempty"`
+	// Count is how many records a pruning command removed.
+	Count int `json:"count,omitempty"`
+	// Replayed: the command carried an Idempotency-Key already used for
+	// the same request; nothing changed and this is the stored outcome.
+	Replayed bool `json:"replayed,omitempty"`
+	// Recorded: the outcome was stored under the command's
+	// Idempotency-Key.
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // Status is a domain outcome. Its values are stable: results cross the
