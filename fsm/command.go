@@ -18,13 +18,13 @@ const IgnorableFlag CommandType = 0x80
 
 // Command types. The numbers are part of the log format: never reuse one.
 const (
-	TypeCreateNamespace  CommandType = 1
-	TypeDropNamespace    CommandType = 2
-	TypeUpdateNamespace  CommandType = 3
-	TypeCommitTables     CommandType = 4
-	TypeDropTable        CommandType = 5
-	TypeRenameTable      CommandType = 6
-	TypeNoop             CommandType = 7
+	TypeCreateNamespace CommandType = 1
+	TypeDropNamespace   CommandType = 2
+	TypeUpdateNamespace CommandType = 3
+	TypeCommitTables    CommandType = 4
+	TypeDropTable       CommandType = 5
+	TypeRenameTable     CommandType = 6
+	TypeNoop            CommandType = 7
 
 	// Purge jobs (see purge.go): 8–19.
 	// Idempotency records (see idempotency.go): 20–29.
