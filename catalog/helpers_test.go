@@ -69,6 +69,7 @@ type node struct {
 	expect    int
 	warehouse string
 	scfg      storage.Config
+	now       func() time.Time // catalog clock; nil: time.Now
 	raft      *raftnode.Node
 	objects   *storage.Mux
 	http      *httptest.Server
@@ -144,6 +145,7 @@ func (n *node) start() {
 	require.NoError(t, err)
 	srv, err := catalog.New(catalog.Config{
 		Warehouse: n.warehouse, Prefix: "floe", Registerer: prometheus.NewRegistry(), MaxBodyBytes: 1 << 20, Logger: quietLogger(),
+		Now: n.now,
 	}, rn, objects)
 	require.NoError(t, err)
 	n.raft, n.objects = rn, objects

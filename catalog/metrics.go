@@ -11,6 +11,11 @@ type metrics struct {
 	cacheHits      prometheus.Counter
 	cacheMisses    prometheus.Counter
 	staleReads     prometheus.Counter
+	idemStored     prometheus.Counter
+	idemReplays    prometheus.Counter
+	idemConflicts  prometheus.Counter
+	idemNonV7      prometheus.Counter
+	idemPruned     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,9 +45,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		staleReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_catalog_stale_reads_total", Help: "Reads served from the local replica at the client's request.",
 		}),
+		idemStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_idempotency_records_stored_total", Help: "Idempotency-Key outcomes stored by requests this node served.",
+		}),
+		idemReplays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_idempotency_replays_total", Help: "Requests answered from a stored Idempotency-Key outcome.",
+		}),
+		idemConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_idempotency_binding_conflicts_total", Help: "Idempotency-Keys reused for a different request (422).",
+		}),
+		idemNonV7: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_idempotency_non_v7_keys_total", Help: "Idempotency-Keys accepted that are not UUID version 7.",
+		}),
+		idemPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_idempotency_records_pruned_total", Help: "Expired Idempotency-Key records pruned by this node as leader.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses, m.staleReads)
+		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses, m.staleReads,
+			m.idemStored, m.idemReplays, m.idemConflicts, m.idemNonV7, m.idemPruned)
 	}
 	return m
 }

@@ -11,15 +11,17 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 )
 
 const maxPageSize = 1000
 
 type configResponse struct {
-	Defaults           map[string]string `json:"defaults"`
-	Overrides          map[string]string `json:"overrides"`
-	Endpoints          []string          `json:"endpoints"`
-	NamespaceSeparator string            `json:"namespace-separator"`
+	Defaults               map[string]string `json:"defaults"`
+	Overrides              map[string]string `json:"overrides"`
+	Endpoints              []string          `json:"endpoints"`
+	NamespaceSeparator     string            `json:"namespace-separator"`
+	IdempotencyKeyLifetime string            `json:"idempotency-key-lifetime,omitempty"`
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
@@ -31,12 +33,16 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 	for _, rt := range s.catalogRoutes() {
 		endpoints = append(endpoints, rt.method+" /v1/{prefix}"+rt.path)
 	}
-	writeJSON(w, http.StatusOK, configResponse{
+	resp := configResponse{
 		Defaults:           map[string]string{},
 		Overrides:          map[string]string{"prefix": s.cfg.Prefix, "warehouse": s.cfg.Warehouse},
 		Endpoints:          endpoints,
 		NamespaceSeparator: nsSeparatorEncoded,
-	})
+	}
+	if !s.cfg.IdempotencyDisabled {
+		resp.IdempotencyKeyLifetime = idempotency.FormatLifetime(s.cfg.IdempotencyLifetime)
+	}
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
 

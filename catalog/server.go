@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -148,9 +149,12 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.IdempotencyLifetime <= 0 {
+		cfg.IdempotencyLifetime = idempotency.DefaultLifetime
+	}
 	s := &Server{
 		cfg:     cfg,
-		store:   store,
+		store:   keyedStore{Store: store},
 		objects: objects,
 		log:     cfg.Logger,
 		cache:   newMetadataCache(cfg.MetadataCacheSize),
@@ -202,7 +206,11 @@ func (s *Server) routes() *mux.Router {
 	// cannot shadow each other.
 	for _, base := range []string{"/v1/" + s.cfg.Prefix, "/v1"} {
 		for _, rt := range s.catalogRoutes() {
-			r.Handle(base+rt.path, s.wrap(rt.name, rt.handler)).Methods(rt.method)
+			h := rt.handler
+			if keyedOps[rt.name] {
+				h = s.keyed(rt.name, h)
+			}
+			r.Handle(base+rt.path, s.wrap(rt.name, h)).Methods(rt.method)
 		}
 	}
 	r.MethodNotAllowedHandler = s.wrap("methodNotAllowed", func(w http.ResponseWriter, r *http.Request) error {
@@ -258,14 +266,9 @@ func (r *statusRecorder) WriteHeader(code int) {
 // decodeBody parses a JSON request body into v: 413 over the limit, 400 for
 // anything that is not one well-formed JSON value of the right shape.
 func decodeBody(r *http.Request, v any) error {
-	body, err := io.ReadAll(r.Body)
+	body, err := readBody(r)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestException",
-				msg: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
-		}
-		return badRequest("reading request body: %v", err)
+		return err
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return badRequest("request body is empty")
@@ -274,6 +277,20 @@ func decodeBody(r *http.Request, v any) error {
 		return badRequest("malformed request body: %v", err)
 	}
 	return nil
+}
+
+// readBody reads the whole request body: 413 over the limit.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestException",
+				msg: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+		}
+		return nil, badRequest("reading request body: %v", err)
+	}
+	return body, nil
 }
 
 // parseNamespace decodes a {namespace} path segment: levels separated by

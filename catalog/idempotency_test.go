@@ -1,0 +1,217 @@
+package catalog_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func newKey(t *testing.T) string {
+	t.Helper()
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// metadataVersion is the number of commits a table has seen.
+func metadataLog(t *testing.T, n *node, ns, tbl string) int {
+	t.Helper()
+	r := n.do(t, "GET", "/v1/namespaces/"+ns+"/tables/"+tbl, nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	log, _ := r.json(t)["metadata"].(map[string]any)["metadata-log"].([]any)
+	return len(log)
+}
+
+func setProp(k, v string) map[string]any {
+	return map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "set-properties", "updates": map[string]string{k: v}}}}
+}
+
+// TestEveryMutationOnceWithAKey sends each mutation twice with the same key:
+// one effect, the same status, and for creates the same body.
+func TestEveryMutationOnceWithAKey(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	twice := func(method, path string, body any, want int) (response, response) {
+		t.Helper()
+		key := newKey(t)
+		a := n.do(t, method, path, body, "Idempotency-Key", key)
+		b := n.do(t, method, path, body, "Idempotency-Key", key)
+		require.Equal(t, want, a.status, "%s %s: %s", method, path, a.body)
+		require.Equal(t, want, b.status, "replay of %s %s: %s", method, path, b.body)
+		assert.Equal(t, "true", b.header.Get("Idempotent-Replayed"))
+		return a, b
+	}
+	twice("POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}, "properties": map[string]string{"x": "1"}}, 200)
+	twice("POST", "/v1/namespaces", map[string]any{"namespace": []string{"b"}}, 200)
+	a, b := twice("POST", "/v1/namespaces/a/properties", map[string]any{"removals": []string{"x"}, "updates": map[string]string{"y": "2"}}, 200)
+	assert.Equal(t, a.json(t), b.json(t), "replayed properties outcome")
+
+	a, b = twice("POST", "/v1/namespaces/a/tables", withName("t"), 200)
+	assert.Equal(t, a.json(t)["metadata-location"], b.json(t)["metadata-location"], "createTable replay returns the same LoadTableResult")
+	assert.NotNil(t, b.json(t)["metadata"])
+
+	twice("POST", "/v1/namespaces/a/tables/t", setProp("k", "v"), 200)
+	assert.Equal(t, 1, metadataLog(t, n, "a", "t"), "one commit, not two")
+
+	twice("POST", "/v1/transactions/commit", map[string]any{"table-changes": []any{
+		map[string]any{"identifier": map[string]any{"namespace": []string{"a"}, "name": "t"}, "requirements": []any{},
+			"updates": []any{map[string]any{"action": "set-properties", "updates": map[string]string{"tx": "1"}}}},
+	}}, 204)
+	assert.Equal(t, 2, metadataLog(t, n, "a", "t"))
+
+	twice("POST", "/v1/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"a"}, "name": "t"}, "destination": map[string]any{"namespace": []string{"b"}, "name": "t"}}, 204)
+	a, _ = twice("POST", "/v1/namespaces/b/tables/t/unregister", nil, 200)
+	loc := a.json(t)["metadata-location"].(string)
+	twice("POST", "/v1/namespaces/b/register", map[string]any{"name": "t", "metadata-location": loc}, 200)
+	twice("DELETE", "/v1/namespaces/b/tables/t", nil, 204) // a replayed drop is 204, not 404
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/b/tables", withName("p")).status)
+	twice("DELETE", "/v1/namespaces/b/tables/p?purgeRequested=true", nil, 204)
+	twice("DELETE", "/v1/namespaces/b", nil, 204)
+
+	// A deterministic failure replays as the same failure.
+	a, b = twice("POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}, 409)
+	assert.Equal(t, "AlreadyExistsException", b.errorType(t))
+	twice("POST", "/v1/namespaces/a/tables/missing", setProp("k", "v"), 404)
+	// ...even when the state changes in between: the key's answer is fixed.
+	key := newKey(t)
+	require.Equal(t, 404, n.do(t, "DELETE", "/v1/namespaces/a/tables/later", nil, "Idempotency-Key", key).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("later")).status)
+	assert.Equal(t, 404, n.do(t, "DELETE", "/v1/namespaces/a/tables/later", nil, "Idempotency-Key", key).status)
+	assert.Equal(t, 204, n.do(t, "HEAD", "/v1/namespaces/a/tables/later", nil).status, "the replay dropped nothing")
+}
+
+func TestKeyMisuse(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	key := newKey(t)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}, "Idempotency-Key", key).status)
+	before := n.state(t)
+	// 422 is what the Idempotency-Key design asks for; the spec lists no
+	// 422 for these routes, so these answers skip spec validation.
+	r := n.doRaw(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"b"}}, "Idempotency-Key", key)
+	assert.Equal(t, 422, r.status)
+	assert.Equal(t, "UnprocessableEntityException", r.errorType(t))
+	assert.Contains(t, string(r.body), "different request body")
+	r = n.doRaw(t, "DELETE", "/v1/namespaces/a", nil, "Idempotency-Key", key)
+	assert.Equal(t, 422, r.status, "same key on another operation")
+	for _, bad := range []string{"not-a-uuid", "0190b2c48d3e7a1b9c2d3e4f5a6b7c8d", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8z"} {
+		r = n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"c"}}, "Idempotency-Key", bad)
+		assert.Equal(t, 400, r.status, bad)
+		assert.Contains(t, string(r.body), "Idempotency-Key")
+	}
+	assert.Equal(t, before, n.state(t))
+
+	// The lifetime is advertised.
+	assert.Equal(t, "PT30M", n.do(t, "GET", "/v1/config", nil).json(t)["idempotency-key-lifetime"])
+}
+
+func TestExpiredKeyIsNew(t *testing.T) {
+	var offset atomic.Int64
+	wh := warehouses()[0]
+	uri, scfg := wh.uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg,
+		now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }}
+	n.start()
+	t.Cleanup(n.stop)
+	key := newKey(t)
+	body := map[string]any{"namespace": []string{"a"}}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", body, "Idempotency-Key", key).status)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a", nil).status)
+	// Within the lifetime: replayed, the namespace is not re-created.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", body, "Idempotency-Key", key).status)
+	assert.Equal(t, 404, n.do(t, "HEAD", "/v1/namespaces/a", nil).status)
+	// Past lifetime and grace: the same key runs as new.
+	offset.Store(int64(time.Hour))
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", body, "Idempotency-Key", key).status)
+	assert.Equal(t, 204, n.do(t, "HEAD", "/v1/namespaces/a", nil).status)
+}
+
+// TestConcurrentDuplicatesOnTwoNodes sends the same keyed commit to two
+// nodes at once: one effect, both get the same answer.
+func TestConcurrentDuplicatesOnTwoNodes(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	require.Equal(t, 200, nodes[0].do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, nodes[0].do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	for round := range 5 {
+		key := newKey(t)
+		body := setProp("round", fmt.Sprint(round))
+		var wg sync.WaitGroup
+		res := make([]response, 2)
+		for i := range res {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i] = nodes[i+1].do(t, "POST", "/v1/namespaces/a/tables/t", body, "Idempotency-Key", key)
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, 200, res[0].status, "%s", res[0].body)
+		require.Equal(t, 200, res[1].status, "%s", res[1].body)
+		assert.Equal(t, res[0].json(t)["metadata-location"], res[1].json(t)["metadata-location"])
+		assert.Equal(t, round+1, metadataLog(t, nodes[0], "a", "t"), "round %d applied once", round)
+	}
+}
+
+// TestRetryAfterLeaderDies kills the leader while keyed commits are in
+// flight through a follower, then retries each on another node with the
+// same key: every commit takes effect exactly once.
+func TestRetryAfterLeaderDies(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	entry := follower(t, nodes)
+	require.Equal(t, 200, entry.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, entry.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	var leader *node
+	for _, n := range nodes {
+		if n.raft.IsLeader() {
+			leader = n
+		}
+	}
+	require.NotNil(t, leader)
+	survivor := entry
+	for _, n := range nodes {
+		if n != leader && n != entry {
+			survivor = n
+		}
+	}
+
+	const commits = 6
+	keys := make([]string, commits)
+	var wg sync.WaitGroup
+	for i := range commits {
+		keys[i] = newKey(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The answer is ignored: the client treats every commit as
+			// unknown and retries it below.
+			entry.doRaw(t, "POST", "/v1/namespaces/a/tables/t", setProp(fmt.Sprintf("c%d", i), "1"), "Idempotency-Key", keys[i])
+		}()
+		if i == commits/2 {
+			leader.stop()
+		}
+	}
+	wg.Wait()
+	// Retry every commit, with its key, on another node until it answers.
+	for i, key := range keys {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r := survivor.doRaw(t, "POST", "/v1/namespaces/a/tables/t", setProp(fmt.Sprintf("c%d", i), "1"), "Idempotency-Key", key)
+			if r.status == 200 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "commit %d never succeeded: %d %s", i, r.status, r.body)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	r := survivor.do(t, "GET", "/v1/namespaces/a/tables/t", nil)
+	require.Equal(t, 200, r.status)
+	meta := r.json(t)["metadata"].(map[string]any)
+	props := meta["properties"].(map[string]any)
+	for i := range commits {
+		assert.Equal(t, "1", props[fmt.Sprintf("c%d", i)])
+	}
+	assert.Len(t, meta["metadata-log"], commits, "each keyed commit applied exactly once")
+}
