@@ -214,19 +214,29 @@ func (n *Node) followerReadIndex(ctx context.Context) (uint64, error) {
 	if err := n.call(ctx, addr, rpcReadIndex, struct{}{}, &resp); err != nil {
 		return 0, fromRemote(err, false)
 	}
+	if err := n.waitLogReaches(ctx, resp.Index); err != nil {
+		return 0, err
+	}
+	return resp.Index, nil
+}
+
+// waitLogReaches waits until Raft has handed every entry up to index to the
+// state machine.
+func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
+	resp := readIndexResponse{Index: index}
 	// raft.AppliedIndex passes an entry once Raft has handed it to the state
 	// machine, so every entry up to the read index is then in the local log
 	// (or compacted into a snapshot this node already applied).
 	for wait := time.Millisecond; n.raft.AppliedIndex() < resp.Index; wait = min(2*wait, 20*time.Millisecond) {
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("raftnode: read: waiting for index %d: %w", resp.Index, ctx.Err())
+			return fmt.Errorf("raftnode: read: waiting for index %d: %w", resp.Index, ctx.Err())
 		case <-n.ctx.Done():
-			return 0, ErrShutdown
+			return ErrShutdown
 		case <-time.After(wait):
 		}
 	}
-	return resp.Index, nil
+	return nil
 }
 
 // nodeInfo is what a node reports about itself.
@@ -292,7 +302,7 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 		out, err = n.proposeLocal(ctx, req.Command)
 	case rpcReadIndex:
 		var idx uint64
-		idx, err = n.leaderReadIndex(ctx)
+		idx, err = n.leaderBatch.get(ctx)
 		out = readIndexResponse{Index: idx}
 	case rpcInfo:
 		out = n.info()

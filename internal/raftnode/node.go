@@ -200,6 +200,11 @@ type Node struct {
 	barrierSem  chan struct{}
 	barrierTerm atomic.Uint64
 
+	// leaderBatch and followerBatch coalesce concurrent read-index
+	// requests (see indexBatcher).
+	leaderBatch   *indexBatcher
+	followerBatch *indexBatcher
+
 	// Readiness (see Ready): openedAt and startCommit are fixed at Open.
 	openedAt    time.Time
 	startCommit uint64
@@ -294,6 +299,10 @@ func Open(cfg Config) (*Node, error) {
 	undo = append(undo, func() { n.mux.Close() })
 	n.rpc, err = transport.NewClient(transport.ClientConfig{
 		TLS: cfg.TLS, Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+		// Every linearizable read on a follower is one call to the leader;
+		// keep enough idle connections that concurrent readers do not
+		// dial a new one per call.
+		MaxIdlePerAddr: 64,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: cluster client: %w", err)
@@ -348,6 +357,8 @@ func Open(cfg Config) (*Node, error) {
 	n.openedAt = time.Now()
 	n.startCommit = n.raft.CommitIndex()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.leaderBatch = &indexBatcher{fetch: n.leaderReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
+	n.followerBatch = &indexBatcher{fetch: n.followerReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
 
 	n.observerCh = make(chan raft.Observation, 64)
 	n.observer = raft.NewObserver(n.observerCh, false, func(o *raft.Observation) bool {

@@ -44,9 +44,9 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 		err       error
 	)
 	if n.raft.State() == raft.Leader {
-		readIndex, err = n.leaderReadIndex(ctx)
+		readIndex, err = n.leaderBatch.get(ctx)
 	} else {
-		readIndex, err = n.followerReadIndex(ctx)
+		readIndex, err = n.followerBatch.get(ctx)
 	}
 	if err != nil {
 		return err

@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSmoke builds floe, runs the whole benchmark with tiny sizes on a real
+// 3-node cluster and checks only the shape of the report: every row is
+// there and carries positive numbers. It asserts nothing about timings.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster of processes")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build floe with")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "floe")
+	build := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/floe-catalog/floe/cmd/node")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	rep, err := Run(ctx, Options{
+		Floe:         bin,
+		Dir:          filepath.Join(dir, "cluster"),
+		Failovers:    1,
+		Writes:       5,
+		ReadDuration: time.Second,
+		Clients:      2,
+		AckTimeout:   30 * time.Second,
+		Command:      "floebench --smoke",
+		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	md := rep.Markdown()
+	t.Log("\n" + md)
+
+	require.Len(t, rep.Rounds, 1)
+	require.Len(t, rep.HealthyWrites, 5)
+	require.Zero(t, rep.ReadsLeader.Errors)
+	require.Zero(t, rep.ReadsAll.Errors)
+	require.Equal(t, []string{"n1", "n2", "n3"}, rep.ReadsAll.Targets)
+
+	// Summary rows: value cell positive; ratio cell positive where there is one.
+	for _, tc := range []struct {
+		row       string
+		unit      string
+		withRatio bool
+	}{
+		{RowHealthyWrite, "ms", false},
+		{RowFailoverMedian, "ms", true},
+		{RowFailoverMax, "ms", true},
+		{RowReadsLeader, "req/s", false},
+		{RowReadsAll, "req/s", true},
+	} {
+		cells := tableRow(t, md, tc.row)
+		require.Len(t, cells, 4, tc.row)
+		require.Greater(t, number(t, cells[1], tc.unit), 0.0, tc.row)
+		if tc.withRatio {
+			require.Greater(t, number(t, cells[3], "×"), 0.0, tc.row)
+		}
+	}
+	for _, want := range []string{"| nproc | ", "| Go (driver) | go", "| date | ", "floebench --smoke", "## Failover rounds", "| 1 | n"} {
+		require.Contains(t, md, want)
+	}
+}
+
+// tableRow returns the cells of the Markdown table row whose first cell
+// starts with label.
+func tableRow(t *testing.T, md, label string) []string {
+	t.Helper()
+	for _, line := range strings.Split(md, "\n") {
+		if !strings.HasPrefix(line, "| "+label) {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		return cells
+	}
+	t.Fatalf("no row %q in:\n%s", label, md)
+	return nil
+}
+
+// number parses a cell such as "12.34 ms" or "1.50×".
+func number(t *testing.T, cell, unit string) float64 {
+	t.Helper()
+	s, ok := strings.CutSuffix(cell, unit)
+	require.True(t, ok, "cell %q lacks unit %q", cell, unit)
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	require.NoError(t, err, "cell %q", cell)
+	return f
+}
