@@ -19,6 +19,9 @@ type ClientConfig struct {
 	// TLS enables mutual TLS; nil means plaintext. It must match the
 	// servers' setting.
 	TLS *TLSFiles
+	// LocalIP, when set, is the source address of every connection dialled
+	// (see Config.DialFromBindIP).
+	LocalIP string
 	// MaxIdlePerAddr caps idle pooled connections per address. Default 4.
 	MaxIdlePerAddr int
 	// IdleTimeout retires a pooled connection idle this long. Default 30s;
@@ -42,6 +45,7 @@ type ClientConfig struct {
 // so concurrent calls to one address use several connections. A Client is
 // safe for concurrent use.
 type Client struct {
+	localIP     string
 	tls         *tls.Config
 	maxIdle     int
 	idleTimeout time.Duration
@@ -73,6 +77,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		log = slog.Default()
 	}
 	c := &Client{
+		localIP:     cfg.LocalIP,
 		maxIdle:     cfg.MaxIdlePerAddr,
 		idleTimeout: orDefault(cfg.IdleTimeout, DefaultClientIdleTimeout),
 		dialTimeout: orDefault(cfg.DialTimeout, DefaultDialTimeout),
@@ -225,7 +230,7 @@ func (c *Client) acquire(ctx context.Context, addr string, allowPooled bool) (cc
 	}
 	dctx, cancel := context.WithTimeout(ctx, c.dialTimeout)
 	defer cancel()
-	raw, conn, err := dialProto(dctx, addr, c.tls, ProtoRPC, true)
+	raw, conn, err := dialProto(dctx, addr, c.localIP, c.tls, ProtoRPC, true)
 	if err != nil {
 		return nil, false, err
 	}

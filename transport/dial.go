@@ -18,8 +18,14 @@ var aLongTimeAgo = time.Unix(1, 0)
 // wantAck, waits for the server's acknowledgement — all bounded by ctx. It
 // returns the raw TCP connection (for hard closes and liveness probes) and
 // the connection to use (TLS or raw), with deadlines cleared.
-func dialProto(ctx context.Context, addr string, tlsCfg *tls.Config, proto byte, wantAck bool) (raw, conn net.Conn, err error) {
+//
+// localIP, when set, is the source address of the connection (see
+// Config.DialFromBindIP).
+func dialProto(ctx context.Context, addr, localIP string, tlsCfg *tls.Config, proto byte, wantAck bool) (raw, conn net.Conn, err error) {
 	var d net.Dialer
+	if localIP != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(localIP)}
+	}
 	tcp, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, withCtx(ctx, err)

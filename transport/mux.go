@@ -69,6 +69,24 @@ type Config struct {
 	// for this long. Default 90s; keep it above the clients' IdleTimeout so
 	// clients retire connections before servers close them.
 	IdleTimeout time.Duration
+	// DialFromBindIP makes Raft connections this Mux dials leave from the
+	// bind address's IP (when it is a specific IP, not 0.0.0.0 or ::).
+	// Nodes on distinct loopback addresses can then tell each other apart
+	// by source address, which the fault-injection proxies rely on.
+	DialFromBindIP bool
+}
+
+// BindIP returns the IP of addr when it is a specific address, else "".
+func BindIP(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return ""
+	}
+	return ip.String()
 }
 
 // Handler serves one RPC. ctx carries the caller's deadline and is cancelled
@@ -85,6 +103,7 @@ type Mux struct {
 	advertise net.Addr
 	serverTLS *tls.Config
 	clientTLS *tls.Config
+	dialFrom  string // source IP of dialled Raft connections, "" = any
 
 	handshakeTimeout time.Duration
 	idleTimeout      time.Duration
@@ -125,6 +144,9 @@ func Listen(cfg Config) (*Mux, error) {
 		serving:          make(chan struct{}),
 		conns:            make(map[net.Conn]struct{}),
 		done:             make(chan struct{}),
+	}
+	if cfg.DialFromBindIP {
+		m.dialFrom = BindIP(cfg.BindAddr)
 	}
 	if cfg.TLS != nil {
 		var err error

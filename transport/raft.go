@@ -55,7 +55,7 @@ func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	raw, conn, err := dialProto(ctx, string(address), l.m.clientTLS, ProtoRaft, false)
+	raw, conn, err := dialProto(ctx, string(address), l.m.dialFrom, l.m.clientTLS, ProtoRaft, false)
 	if err != nil {
 		return nil, err
 	}

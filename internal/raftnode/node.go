@@ -130,6 +130,10 @@ type Config struct {
 	// command when the context has no deadline. Default 10s.
 	ApplyTimeout time.Duration
 
+	// AdvertiseAddr is the cluster address other nodes dial to reach this
+	// one, when it differs from ClusterAddr (a proxy, NAT). Default:
+	// ClusterAddr as bound.
+	AdvertiseAddr string
 	// TLS enables mutual TLS on the cluster port (Raft and RPC alike).
 	TLS *transport.TLSFiles
 	// HTTPAddr is the catalog address this node advertises to operators
@@ -291,7 +295,8 @@ func Open(cfg Config) (*Node, error) {
 	// One port carries Raft and floe's RPC (forwarded writes, read
 	// indexes, membership); see package transport.
 	n.mux, err = transport.Listen(transport.Config{
-		BindAddr: cfg.ClusterAddr, TLS: cfg.TLS, Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+		BindAddr: cfg.ClusterAddr, AdvertiseAddr: cfg.AdvertiseAddr, TLS: cfg.TLS, DialFromBindIP: true,
+		Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: cluster transport on %s: %w", cfg.ClusterAddr, err)
@@ -303,6 +308,7 @@ func Open(cfg Config) (*Node, error) {
 		// keep enough idle connections that concurrent readers do not
 		// dial a new one per call.
 		MaxIdlePerAddr: 64,
+		LocalIP:        transport.BindIP(cfg.ClusterAddr),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: cluster client: %w", err)
