@@ -34,6 +34,7 @@ type config struct {
 	Prefix            string
 	MaxBodyBytes      int64
 	Join              string
+	ClusterAdvertise  string
 	BootstrapExpect   int
 	TLSCert           string
 	TLSKey            string
@@ -99,6 +100,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
+	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy); default: --cluster-addr")
 	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for mutual TLS on the cluster port (with --tls-key and --tls-ca)")
@@ -233,6 +235,11 @@ func (c *config) validate() error {
 	if c.MaxBodyBytes <= 0 {
 		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
 	}
+	if c.ClusterAdvertise != "" {
+		if _, _, err := net.SplitHostPort(c.ClusterAdvertise); err != nil {
+			return usagef("--cluster-advertise %q: want host:port: %v", c.ClusterAdvertise, err)
+		}
+	}
 	for _, a := range c.joinAddrs() {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return usagef("--join %q: want host:port[,host:port...]: %v", c.Join, err)
@@ -298,6 +305,7 @@ func (c config) logAttrs() []any {
 		"log_format", c.LogFormat,
 		"prefix", c.Prefix,
 		"max_body_bytes", c.MaxBodyBytes,
+		"cluster_advertise", c.ClusterAdvertise,
 		"join", c.Join,
 		"bootstrap_expect", c.BootstrapExpect,
 		"tls", c.TLSCert != "",

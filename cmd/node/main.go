@@ -79,10 +79,11 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 
 	join := cfg.joinAddrs()
 	node, err := raftnode.Open(raftnode.Config{
-		NodeID:      cfg.NodeID,
-		DataDir:     cfg.DataDir,
-		ClusterAddr: cfg.ClusterAddr,
-		HTTPAddr:    cfg.HTTPAddr,
+		NodeID:        cfg.NodeID,
+		DataDir:       cfg.DataDir,
+		ClusterAddr:   cfg.ClusterAddr,
+		AdvertiseAddr: cfg.ClusterAdvertise,
+		HTTPAddr:      cfg.HTTPAddr,
 		// Without --join a node forms a cluster of one; --bootstrap-expect 1
 		// says the same explicitly. A node with state never bootstraps.
 		Bootstrap:         len(join) == 0 || cfg.BootstrapExpect == 1,
