@@ -60,6 +60,7 @@ type Report struct {
 	Rounds        []FailoverRound
 	ReadsLeader   ReadResult // all requests to the leader
 	ReadsAll      ReadResult // round-robin over all nodes
+	Commits       CommitResult
 }
 
 // Machine describes where the run happened.
@@ -147,6 +148,12 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, err
 	}
 	logReads(log, "reads, round-robin over all nodes", rep.ReadsAll)
+
+	// Commits with and without an Idempotency-Key, interleaved.
+	if rep.Commits, err = c.Commits(ctx, writer, path, o.Writes); err != nil {
+		return nil, err
+	}
+	log.Info("commits", "n", o.Writes, "plain_p50_ms", ms(median(rep.Commits.Plain)), "keyed_p50_ms", ms(median(rep.Commits.Keyed)))
 
 	// Failover rounds.
 	for i := range o.Failovers {

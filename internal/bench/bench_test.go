@@ -65,6 +65,9 @@ func TestSmoke(t *testing.T) {
 		{RowFailoverMax, "ms", true},
 		{RowReadsLeader, "req/s", false},
 		{RowReadsAll, "req/s", true},
+		{RowCommitPlain, "ms", false},
+		{RowCommitKeyedP50, "ms", true},
+		{RowCommitKeyedP99, "ms", true},
 	} {
 		cells := tableRow(t, md, tc.row)
 		require.Len(t, cells, 4, tc.row)

@@ -13,6 +13,9 @@ const (
 	RowFailoverMax    = "failover: SIGKILL leader → first acknowledged write, max"
 	RowReadsLeader    = "linearizable loadTable, all to the leader"
 	RowReadsAll       = "linearizable loadTable, round-robin over all nodes"
+	RowCommitPlain    = "table commit without Idempotency-Key, p50"
+	RowCommitKeyedP50 = "table commit with Idempotency-Key, p50"
+	RowCommitKeyedP99 = "table commit with Idempotency-Key, p99"
 )
 
 // Markdown renders the report: the summary table first (figure, baseline
@@ -39,6 +42,13 @@ func (r *Report) Markdown() string {
 	w("| %s (n=%d) | %s ms | healthy write median %s ms | %s |\n", RowFailoverMax, len(r.Rounds), ms(fx), ms(hw), ratio(float64(fx), float64(hw)))
 	w("| %s (%d clients, %s) | %.0f req/s | — | — |\n", RowReadsLeader, r.ReadsLeader.Clients, o.ReadDuration, rl)
 	w("| %s (%d clients, %s) | %.0f req/s | all to the leader %.0f req/s | %s |\n", RowReadsAll, r.ReadsAll.Clients, o.ReadDuration, ra, rl, ratio(ra, rl))
+	if len(r.Commits.Plain) > 0 {
+		cp50, cp99 := median(r.Commits.Plain), percentile(r.Commits.Plain, 0.99)
+		kp50, kp99 := median(r.Commits.Keyed), percentile(r.Commits.Keyed, 0.99)
+		w("| %s (n=%d) | %s ms | — | — |\n", RowCommitPlain, len(r.Commits.Plain), ms(cp50))
+		w("| %s (n=%d) | %s ms | without key %s ms | %s |\n", RowCommitKeyedP50, len(r.Commits.Keyed), ms(kp50), ms(cp50), ratio(float64(kp50), float64(cp50)))
+		w("| %s (n=%d) | %s ms | without key %s ms | %s |\n", RowCommitKeyedP99, len(r.Commits.Keyed), ms(kp99), ms(cp99), ratio(float64(kp99), float64(cp99)))
+	}
 	w("\n")
 
 	w("## Machine\n\n")
@@ -99,6 +109,7 @@ func (r *Report) Markdown() string {
 	w("- **Healthy write**: %d `POST /v1/namespaces` (a new name each), one at a time with a keep-alive client, sent round-robin over the nodes (so about two in three are forwarded to the leader by a follower), after %d untimed warm-up writes. The median is the baseline of the failover rows.\n", len(r.HealthyWrites), 3*ClusterSize)
 	w("- **Failover**: find the leader with `GET /management/v1/cluster` (every node must name it), send it SIGKILL, and from that instant send `POST /v1/namespaces` (a new name each attempt, %s per attempt, %s between attempts) to one surviving node until one is answered 200. The figure is the time from just before the kill to that answer. The killed node is then restarted with the same command line, and the next round waits until the cluster is healthy again. The surviving node alternates between rounds.\n", writeTimeout, retryPause)
 	w("- **Reads**: one table; each client has its own keep-alive HTTP client and loops `GET /v1/namespaces/{ns}/tables/t` (linearizable: the default, no stale-read option) for the duration, sending either every request to the leader or its i-th request to node (client+i) mod %d. Each client first loads the table once from each target, uncounted. req/s counts 200 answers with the body read, divided by the time from the start signal to the last client's stop.\n", ClusterSize)
+	w("- **Commits**: %d table commits (`set-properties`) without and %d with an `Idempotency-Key`, alternating one of each kind, sent one at a time round-robin over the nodes. The keyed commit carries its record in the same log entry as the change; the ratio is the key's cost.\n", len(r.Commits.Plain), len(r.Commits.Keyed))
 	w("- Driver, clients and the %d nodes share the same %d CPUs, so the round-robin ratio shows how much read work moves off the leader here, not what separate machines would give.\n", ClusterSize, r.Machine.NumCPU)
 	return b.String()
 }
