@@ -80,9 +80,9 @@ func fromRemote(err error, write bool) error {
 		case codeNotAccepted:
 			return fmt.Errorf("raftnode: leader did not accept the command in time: %w: %s", context.DeadlineExceeded, re.Message)
 		case codeBadRequest:
-			return fmt.Errorf("%w: %s", admin.ErrBadRequest, re.Message)
+			return &remoteErr{sentinel: admin.ErrBadRequest, msg: re.Message}
 		case codeNotFound:
-			return fmt.Errorf("%w: %s", admin.ErrNotFound, re.Message)
+			return &remoteErr{sentinel: admin.ErrNotFound, msg: re.Message}
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
 			return fmt.Errorf("raftnode: leader gave up: %w: %s", context.DeadlineExceeded, re.Message)
 		}
@@ -100,6 +100,16 @@ func fromRemote(err error, write bool) error {
 	// The request certainly did not reach the leader (dial failed).
 	return fmt.Errorf("%w: %w", ErrNoLeader, err)
 }
+
+// remoteErr is an operator error the leader reported: its message already
+// names the kind, so it is shown as is while still matching the sentinel.
+type remoteErr struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteErr) Error() string { return e.msg }
+func (e *remoteErr) Unwrap() error { return e.sentinel }
 
 // call sends one RPC to addr, unless this node is isolated.
 func (n *Node) call(ctx context.Context, addr, method string, req, resp any) error {
@@ -474,6 +484,51 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 	return nil
 }
 
+// readdress runs at start on a node that has Raft state. If the
+// configuration records this node under another address (it was
+// rescheduled with a new IP, or given --cluster-advertise), the leader can
+// no longer reach it, so it cannot learn who leads from Raft itself: it asks
+// the other members and the Join nodes for the leader and asks it to update
+// its address. It gives up when a leader reaches it or it shuts down.
+func (n *Node) readdress() {
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(2 * n.cfg.HeartbeatTimeout):
+		}
+		cf := n.raft.GetConfiguration()
+		if cf.Error() != nil {
+			continue
+		}
+		var recorded string
+		candidates := append([]string{}, n.cfg.Join...)
+		for _, s := range cf.Configuration().Servers {
+			if s.ID == n.id {
+				recorded = string(s.Address)
+			} else {
+				candidates = append(candidates, string(s.Address))
+			}
+		}
+		if recorded == "" || recorded == n.Addr() {
+			return // not a member (removed), or the address is right
+		}
+		if _, id := n.raft.LeaderWithID(); id != "" && n.raft.LastContact().After(n.openedAt) {
+			return // the leader reaches us: the address was updated
+		}
+		for _, addr := range candidates {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			err := n.call(ctx, addr, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: true}, nil)
+			cancel()
+			if err == nil {
+				n.logger.Info("asked the leader to update this node's address", "old", recorded, "new", n.Addr(), "via", addr)
+				break
+			}
+			n.logger.Debug("address update request failed", "via", addr, "error", err)
+		}
+	}
+}
+
 // Status reports the configuration as this node knows it, with what each
 // reachable member says about itself.
 func (n *Node) Status(ctx context.Context) (admin.Status, error) {
@@ -510,8 +565,9 @@ func (n *Node) Status(ctx context.Context) (admin.Status, error) {
 	return st, nil
 }
 
-// formCluster runs at start on a node given Join addresses. A node with
-// Raft state is already a member: nothing to do. Otherwise, until it is a
+// formCluster runs at start. A node with Raft state is already a member:
+// it only makes sure its recorded address is current (readdress).
+// Otherwise, given Join addresses, until it is a
 // member or shut down, it asks the Join nodes about themselves: if one knows
 // a leader, it asks to be added as a voter; with BootstrapExpect, once it
 // reaches enough nodes and none has state, it bootstraps them all (every
@@ -519,6 +575,10 @@ func (n *Node) Status(ctx context.Context) (admin.Status, error) {
 func (n *Node) formCluster() {
 	defer n.wg.Done()
 	if has, err := raft.HasExistingState(n.logs, n.logs, n.snaps); err != nil || has {
+		n.readdress()
+		return
+	}
+	if len(n.cfg.Join) == 0 {
 		return
 	}
 	log := n.logger.With("join", n.cfg.Join, "bootstrap_expect", n.cfg.BootstrapExpect)

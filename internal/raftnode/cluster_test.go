@@ -184,3 +184,31 @@ type atomicBool struct {
 
 func (a *atomicBool) set(v bool) { a.mu.Lock(); a.v = v; a.mu.Unlock() }
 func (a *atomicBool) get() bool  { a.mu.Lock(); defer a.mu.Unlock(); return a.v }
+
+// A node restarted on a new address with its data asks the leader to
+// update its address and rejoins.
+func TestRestartOnNewAddressReaddresses(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	moved := others(nodes, leader)[0]
+	i := 0
+	for j, n := range nodes {
+		if n == moved {
+			i = j
+		}
+	}
+	require.NoError(t, moved.Shutdown())
+	cfg := cfgs[i]
+	cfg.ClusterAddr = freeAddr(t)
+	cfg.Join = nil
+	moved = mustOpen(t, cfg)
+	require.NoError(t, mustPropose(t, leader, createNS("after-move")).Err())
+	require.Eventually(t, func() bool { return hasNamespace(t, moved.StaleRead, "after-move") }, 20*time.Second, 50*time.Millisecond)
+	st, err := leader.Status(context.Background())
+	require.NoError(t, err)
+	for _, m := range st.Members {
+		if m.ID == moved.ID() {
+			assert.Equal(t, cfg.ClusterAddr, m.ClusterAddr)
+		}
+	}
+}

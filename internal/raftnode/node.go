@@ -382,10 +382,8 @@ func Open(cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go n.observe()
 	go n.monitor()
-	if len(cfg.Join) > 0 {
-		n.wg.Add(1)
-		go n.formCluster()
-	}
+	n.wg.Add(1)
+	go n.formCluster()
 
 	n.logger.Info("raft node started", "cluster_addr", string(n.trans.LocalAddr()), "data_dir", cfg.DataDir,
 		"applied_index", n.fsm.AppliedIndex(), "last_index", n.raft.LastIndex())
