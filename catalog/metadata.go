@@ -29,11 +29,16 @@ type tableMetadata struct {
 	meta     table.Metadata
 }
 
+// metadataCache keeps parsed metadata files by location. A nil lru (cache
+// disabled) keeps nothing.
 type metadataCache struct {
 	lru *lru.Cache[string, *tableMetadata]
 }
 
 func newMetadataCache(size int) *metadataCache {
+	if size < 0 {
+		return &metadataCache{}
+	}
 	c, err := lru.New[string, *tableMetadata](size)
 	if err != nil {
 		panic(err) // only for size <= 0, which New rules out
@@ -41,9 +46,28 @@ func newMetadataCache(size int) *metadataCache {
 	return &metadataCache{lru: c}
 }
 
+func (c *metadataCache) get(loc string) (*tableMetadata, bool) {
+	if c.lru == nil {
+		return nil, false
+	}
+	return c.lru.Get(loc)
+}
+
+func (c *metadataCache) add(tm *tableMetadata) {
+	if c.lru != nil {
+		c.lru.Add(tm.location, tm)
+	}
+}
+
+func (c *metadataCache) remove(loc string) {
+	if c.lru != nil {
+		c.lru.Remove(loc)
+	}
+}
+
 // readMetadata returns the metadata file at loc, from the cache when it can.
 func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, error) {
-	if tm, ok := s.cache.lru.Get(loc); ok {
+	if tm, ok := s.cache.get(loc); ok {
 		s.metrics.cacheHits.Inc()
 		return tm, nil
 	}
@@ -66,7 +90,7 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
 	}
 	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
-	s.cache.lru.Add(loc, tm)
+	s.cache.add(tm)
 	return tm, nil
 }
 
@@ -89,7 +113,7 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 		return nil, fmt.Errorf("write metadata %s: %w", loc, err)
 	}
 	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
-	s.cache.lru.Add(loc, tm)
+	s.cache.add(tm)
 	return tm, nil
 }
 
@@ -100,7 +124,7 @@ func (s *Server) discard(ctx context.Context, locs ...string) {
 		return
 	}
 	for _, l := range locs {
-		s.cache.lru.Remove(l)
+		s.cache.remove(l)
 	}
 	if _, err := s.objects.Delete(context.WithoutCancel(ctx), locs); err != nil {
 		s.metrics.orphanedFiles.Add(float64(len(locs)))

@@ -85,6 +85,8 @@ type Config struct {
 	// rebuilt on the new metadata before answering 409. Default 4.
 	CommitRetries int
 	// MetadataCacheSize bounds the parsed metadata files kept in memory.
+	// Default (0) 1024; negative disables the cache, so every load reads
+	// and parses the file (the benchmark's baseline).
 	// Default 1024.
 	MetadataCacheSize int
 	// IdempotencyLifetime is how long an Idempotency-Key is honoured after
@@ -140,7 +142,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if cfg.CommitRetries <= 0 {
 		cfg.CommitRetries = 4
 	}
-	if cfg.MetadataCacheSize <= 0 {
+	if cfg.MetadataCacheSize == 0 {
 		cfg.MetadataCacheSize = 1024
 	}
 	if cfg.Logger == nil {
