@@ -17,6 +17,10 @@ type apiError struct {
 	typ        string
 	msg        string
 	retryAfter string // seconds, for 503
+	// contended marks a 409 caused by concurrent commits outrunning the
+	// server's retries, not by the request itself: it is not stored under
+	// an Idempotency-Key, so a retry with the key runs again.
+	contended bool
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.typ, e.msg) }

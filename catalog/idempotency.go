@@ -185,6 +185,9 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 // is.
 func deterministicOutcome(err error) (fsm.Result, bool) {
 	ae := toAPIError(err, opOther)
+	if ae.contended {
+		return fsm.Result{}, false
+	}
 	statuses := map[string]fsm.Status{
 		"NoSuchNamespaceException":   fsm.StatusNoSuchNamespace,
 		"NoSuchTableException":       fsm.StatusNoSuchTable,
@@ -244,7 +247,20 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 			return err
 		}
 		writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
-	default: // dropNamespace, dropTable, renameTable, commitTransaction
+	case "dropTable":
+		// A replayed synchronous purge waits for the job as the first
+		// request did (the job is found by the dropped table).
+		if r.URL.Query().Get("purgeRequested") == "true" && !asyncPurgeRequested(r) && len(res.Tables) > 0 {
+			p, err := s.purger()
+			if err != nil {
+				return err
+			}
+			if err := s.awaitPurge(r.Context(), p, "", res.Tables[0]); err != nil {
+				return err
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default: // dropNamespace, renameTable, commitTransaction
 		w.WriteHeader(http.StatusNoContent)
 	}
 	return nil

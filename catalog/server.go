@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -82,7 +83,7 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 8 MiB.
 	MaxBodyBytes int64
 	// CommitRetries bounds how often a commit that lost a compare-and-set is
-	// rebuilt on the new metadata before answering 409. Default 4.
+	// rebuilt on the new metadata before answering 409. Default 10.
 	CommitRetries int
 	// MetadataCacheSize bounds the parsed metadata files kept in memory.
 	// Default (0) 1024; negative disables the cache, so every load reads
@@ -95,8 +96,11 @@ type Config struct {
 	// IdempotencyDisabled turns Idempotency-Key off: not advertised, the
 	// header ignored.
 	IdempotencyDisabled bool
-	Logger              *slog.Logger
-	Registerer          prometheus.Registerer
+	// Purger runs the purge jobs of synchronous drops taken by this
+	// server; nil: a purge service private to the server (see purger).
+	Purger     Purger
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 	// Now returns the time stamped into commands. Default time.Now.
 	Now func() time.Time
 }
@@ -122,6 +126,9 @@ type Server struct {
 	cache   *metadataCache
 	metrics *metrics
 	router  *mux.Router
+
+	purgerMu  sync.Mutex
+	purgerSvc Purger
 }
 
 // New validates cfg and returns the catalog service.
@@ -140,7 +147,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		cfg.MaxBodyBytes = 8 << 20
 	}
 	if cfg.CommitRetries <= 0 {
-		cfg.CommitRetries = 4
+		cfg.CommitRetries = 10
 	}
 	if cfg.MetadataCacheSize == 0 {
 		cfg.MetadataCacheSize = 1024
@@ -155,12 +162,13 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		cfg.IdempotencyLifetime = idempotency.DefaultLifetime
 	}
 	s := &Server{
-		cfg:     cfg,
-		store:   keyedStore{Store: store},
-		objects: objects,
-		log:     cfg.Logger,
-		cache:   newMetadataCache(cfg.MetadataCacheSize),
-		metrics: newMetrics(cfg.Registerer),
+		cfg:       cfg,
+		store:     keyedStore{Store: store},
+		objects:   objects,
+		log:       cfg.Logger,
+		cache:     newMetadataCache(cfg.MetadataCacheSize),
+		metrics:   newMetrics(cfg.Registerer),
+		purgerSvc: cfg.Purger,
 	}
 	s.router = s.routes()
 	return s, nil

@@ -16,7 +16,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/floe-catalog/floe/fsm"
-	"github.com/floe-catalog/floe/purge"
 )
 
 type loadTableResult struct {
@@ -454,9 +453,13 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 		}
 		if err := res.Err(); err != nil {
 			s.discard(ctx, written()...)
-			if errors.Is(err, fsm.ErrCommitFailed) && attempt < s.cfg.CommitRetries {
-				s.metrics.commitRetries.Inc()
-				continue
+			if errors.Is(err, fsm.ErrCommitFailed) {
+				if attempt < s.cfg.CommitRetries {
+					s.metrics.commitRetries.Inc()
+					continue
+				}
+				return nil, &apiError{status: http.StatusConflict, typ: "CommitFailedException", contended: true,
+					msg: fmt.Sprintf("gave up after %d attempts against concurrent commits: %v", attempt+1, err)}
 			}
 			if errors.Is(err, fsm.ErrAlreadyExists) {
 				return nil, commitFailed("requirement failed: %v", err)
@@ -595,15 +598,29 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	purge := false
+	purgeRequested := false
 	switch v := r.URL.Query().Get("purgeRequested"); v {
 	case "", "false":
 	case "true":
-		purge = true
+		purgeRequested = true
 	default:
 		return badRequest("purgeRequested must be true or false, got %q", v)
 	}
-	res, err := s.store.Propose(r.Context(), fsm.DropTable{Ident: id, Purge: purge, AtMs: s.cfg.Now().UnixMilli()})
+	cmd := fsm.DropTable{Ident: id, AtMs: s.cfg.Now().UnixMilli()}
+	var p Purger
+	async := asyncPurgeRequested(r)
+	if purgeRequested {
+		// One entry removes the table, adds its purge job and the name and
+		// location tombstones: there is never a dropped table without its job.
+		if p, err = s.purger(); err != nil {
+			return err
+		}
+		if cmd.Job, err = s.purgeSpec(p, async); err != nil {
+			return err
+		}
+		cmd.Purge = true
+	}
+	res, err := s.store.Propose(r.Context(), cmd)
 	if err != nil {
 		return err
 	}
@@ -613,9 +630,13 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	if purge {
-		if err := s.purgeNow(r.Context(), res.Tables[0]); err != nil {
-			return err
+	if purgeRequested {
+		s.log.Info("table dropped with purge", "table", id.String(), "job_id", cmd.Job.ID, "async", async,
+			"location", res.Tables[0].Location)
+		if !async {
+			if err := s.awaitPurge(r.Context(), p, cmd.Job.ID, res.Tables[0]); err != nil {
+				return err
+			}
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -748,26 +769,5 @@ func (s *Server) reportMetrics(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.metrics.metricsReports.WithLabelValues(req.ReportType).Inc()
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// purgeNow deletes the dropped table's files before answering. It is the
-// interim synchronous purge: it is not crash-safe (a crash midway leaves
-// files behind), which the purge job table replaces.
-func (s *Server) purgeNow(ctx context.Context, t fsm.Table) error {
-	files, err := purge.Enumerate(ctx, s.objects, t.MetadataLocation, t.Location)
-	if err != nil {
-		return fmt.Errorf("purge %s: %w", t.Ident(), err)
-	}
-	if _, err := s.objects.Delete(ctx, files.Delete); err != nil {
-		return fmt.Errorf("purge %s: %w", t.Ident(), err)
-	}
-	for _, f := range files.Delete {
-		s.cache.lru.Remove(f)
-	}
-	if len(files.Outside) > 0 {
-		s.log.Warn("purge left files outside the table location", "table", t.Ident().String(), "files", files.Outside)
-	}
-	s.log.Info("purged table files", "table", t.Ident().String(), "deleted", len(files.Delete), "outside", len(files.Outside))
 	return nil
 }

@@ -146,11 +146,15 @@ type CommitTables struct {
 }
 
 // DropTable removes a table's catalog entry. Result.Tables holds the removed
-// entry so the caller can find its files.
+// entry so the caller can find its files. With Purge and Job set it also adds
+// the table's purge job and its name and location tombstones, in the same
+// transaction (see purge.go). A Purge without Job (entries written before
+// purge jobs existed) only removes the entry.
 type DropTable struct {
-	Ident Ident `json:"ident"`
-	Purge bool  `json:"purge,omitempty"`
-	AtMs  int64 `json:"at-ms"`
+	Ident Ident         `json:"ident"`
+	Purge bool          `json:"purge,omitempty"`
+	Job   *PurgeJobSpec `json:"job,omitempty"`
+	AtMs  int64         `json:"at-ms"`
 }
 
 // RenameTable moves a table to a new identifier, possibly in another namespace.
@@ -283,9 +287,17 @@ func applyCommitTables(t *txn, c Command) Result {
 			if exists {
 				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
 			}
+			if res, refused := t.checkTombstones(ch.Ident, true, ch.Location); refused {
+				return res
+			}
 		case ChangeRegister:
 			if exists && !ch.Overwrite {
 				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
+			}
+			if !exists || cur.Location != ch.Location {
+				if res, refused := t.checkTombstones(ch.Ident, !exists, ch.Location); refused {
+					return res
+				}
 			}
 		case ChangeUpdate:
 			if !exists {
@@ -297,6 +309,12 @@ func applyCommitTables(t *txn, c Command) Result {
 			}
 			if ch.ExpectedUUID != "" && cur.UUID != ch.ExpectedUUID {
 				return fail(StatusCommitFailed, "table %s was replaced: uuid is %s, expected %s", ch.Ident, cur.UUID, ch.ExpectedUUID)
+			}
+			if ch.Location != cur.Location {
+				// set-location into files still being purged.
+				if res, refused := t.checkTombstones(ch.Ident, false, ch.Location); refused {
+					return res
+				}
 			}
 			tb.CreatedMs = cur.CreatedMs
 		default:
@@ -319,7 +337,15 @@ func applyDropTable(t *txn, c Command) Result {
 		}
 		return fail(StatusNoSuchTable, "table does not exist: %s", cmd.Ident)
 	}
+	if cmd.Purge && cmd.Job != nil {
+		if res, refused := t.checkPurgeSpec(cmd.Job); refused {
+			return res
+		}
+	}
 	t.del(bucketTables, tableKey(cmd.Ident))
+	if cmd.Purge && cmd.Job != nil {
+		t.addPurgeJob(cur, *cmd.Job, cmd.AtMs)
+	}
 	return Result{Tables: []Table{cur}}
 }
 
@@ -334,6 +360,9 @@ func applyRenameTable(t *txn, c Command) Result {
 	}
 	if _, ok := t.table(cmd.To); ok {
 		return fail(StatusAlreadyExists, "table already exists: %s", cmd.To)
+	}
+	if j, ok := t.nameTombstone(cmd.To); ok {
+		return beingPurgedName(cmd.To, j)
 	}
 	t.del(bucketTables, tableKey(cmd.From))
 	cur.Namespace, cur.Name, cur.UpdatedMs = cmd.To.Namespace, cmd.To.Name, cmd.AtMs

@@ -205,6 +205,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			if l.Index <= stored || cmds[i] == nil {
 				continue
 			}
+			t.index = l.Index
 			results[i] = registry[cmds[i].Type()].apply(t, cmds[i])
 		}
 		if last.Index <= stored {

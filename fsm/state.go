@@ -97,6 +97,9 @@ func tablePrefix(levels []string) []byte {
 // could not record it), so the helpers panic instead of returning them.
 type txn struct {
 	tx *bolt.Tx
+	// index is the log index of the entry being applied: purge leases use
+	// it as their fencing token.
+	index uint64
 }
 
 func (t *txn) get(bucket, key []byte, v any) bool {

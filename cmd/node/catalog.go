@@ -13,17 +13,22 @@ import (
 
 // newCatalogHandler builds the Iceberg REST catalog served under /v1/. The
 // Raft node is its store (Propose and linearizable Read); objects holds the
-// table files.
-func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux) (http.Handler, error) {
+// table files; purger runs the purge jobs of synchronous drops taken here.
+func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger) (http.Handler, error) {
 	srv, err := catalog.New(catalog.Config{
-		Warehouse:    cfg.Warehouse,
-		Prefix:       cfg.Prefix,
-		Logger:       logger,
-		Registerer:   reg,
-		MaxBodyBytes: cfg.MaxBodyBytes,
+		Warehouse:           cfg.Warehouse,
+		Prefix:              cfg.Prefix,
+		Logger:              logger,
+		Registerer:          reg,
+		MaxBodyBytes:        cfg.MaxBodyBytes,
+		IdempotencyLifetime: cfg.idempotencyLifetime,
+		IdempotencyDisabled: !cfg.Idempotency,
+		Purger:              purger,
 	}, node, objects)
 	if err != nil {
 		return nil, err
 	}
+	// Expired Idempotency-Key records are pruned by the leader.
+	node.OnLeadership(srv.PruneIdempotency)
 	return srv.Handler(), nil
 }

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/purge"
 	"github.com/floe-catalog/floe/transport"
 )
 
@@ -41,6 +43,20 @@ type config struct {
 	TLSCA             string
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+
+	// Purge jobs (package purge).
+	PurgeWorkerThreads    int
+	PurgeDeleteThreads    int
+	PurgeDeleteBatchSize  int
+	PurgeHeartbeatTimeout time.Duration
+	PurgeMaxAttempts      int
+	PurgeRetention        time.Duration
+
+	// Idempotency-Key (package idempotency).
+	Idempotency         bool
+	IdempotencyLifetime string
+	// idempotencyLifetime is IdempotencyLifetime parsed by validate.
+	idempotencyLifetime time.Duration
 }
 
 // joinAddrs splits --join.
@@ -108,6 +124,14 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.IntVar(&c.PurgeWorkerThreads, "purge-worker-threads", purge.DefaultWorkerThreads, "purge jobs this node runs at once")
+	fs.IntVar(&c.PurgeDeleteThreads, "purge-delete-threads", purge.DefaultDeleteThreads, "threads of the node's one bulk-delete pool, shared by all purge jobs")
+	fs.IntVar(&c.PurgeDeleteBatchSize, "purge-delete-batch-size", purge.DefaultDeleteBatchSize, "files per bulk delete (one S3 DeleteObjects request), 1 to 1000")
+	fs.DurationVar(&c.PurgeHeartbeatTimeout, "purge-heartbeat-timeout", purge.DefaultHeartbeatTimeout, "silence after which the leader reassigns a node's purge jobs (nodes heartbeat every third of it)")
+	fs.IntVar(&c.PurgeMaxAttempts, "purge-max-attempts", purge.DefaultMaxAttempts, "failed runs after which a purge job is FAILED")
+	fs.DurationVar(&c.PurgeRetention, "purge-retention", purge.DefaultRetention, "how long SUCCEEDED and released FAILED purge jobs are kept")
+	fs.BoolVar(&c.Idempotency, "idempotency", true, "honour the Idempotency-Key header on mutations (--idempotency=false turns it off)")
+	fs.StringVar(&c.IdempotencyLifetime, "idempotency-lifetime", "PT30M", "how long an Idempotency-Key is honoured, as an ISO-8601 duration")
 	return fs
 }
 
@@ -235,6 +259,11 @@ func (c *config) validate() error {
 	if c.MaxBodyBytes <= 0 {
 		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
 	}
+	if transport.BindIP(c.ClusterAddr) == "" && c.ClusterAdvertise == "" {
+		if host, _, _ := net.SplitHostPort(c.ClusterAddr); host == "" || net.ParseIP(host) != nil {
+			return usagef("--cluster-addr %q listens on every interface: set --cluster-advertise to the address other nodes dial", c.ClusterAddr)
+		}
+	}
 	if c.ClusterAdvertise != "" {
 		if _, _, err := net.SplitHostPort(c.ClusterAdvertise); err != nil {
 			return usagef("--cluster-advertise %q: want host:port: %v", c.ClusterAdvertise, err)
@@ -256,6 +285,21 @@ func (c *config) validate() error {
 	}
 	if c.SnapshotThreshold == 0 || c.SnapshotInterval <= 0 {
 		return usagef("--snapshot-threshold and --snapshot-interval must be positive")
+	}
+	if c.PurgeWorkerThreads < 1 || c.PurgeDeleteThreads < 1 || c.PurgeMaxAttempts < 1 {
+		return usagef("--purge-worker-threads, --purge-delete-threads and --purge-max-attempts must be at least 1")
+	}
+	if c.PurgeDeleteBatchSize < 1 || c.PurgeDeleteBatchSize > 1000 {
+		return usagef("--purge-delete-batch-size %d: want 1 to 1000", c.PurgeDeleteBatchSize)
+	}
+	if c.PurgeHeartbeatTimeout < 100*time.Millisecond {
+		return usagef("--purge-heartbeat-timeout %s: want at least 100ms", c.PurgeHeartbeatTimeout)
+	}
+	if c.PurgeRetention <= 0 {
+		return usagef("--purge-retention must be positive")
+	}
+	if c.idempotencyLifetime, err = idempotency.ParseLifetime(c.IdempotencyLifetime); err != nil {
+		return usagef("--idempotency-lifetime: %v", err)
 	}
 	return nil
 }
@@ -311,5 +355,13 @@ func (c config) logAttrs() []any {
 		"tls", c.TLSCert != "",
 		"snapshot_threshold", c.SnapshotThreshold,
 		"snapshot_interval", c.SnapshotInterval,
+		"purge_worker_threads", c.PurgeWorkerThreads,
+		"purge_delete_threads", c.PurgeDeleteThreads,
+		"purge_delete_batch_size", c.PurgeDeleteBatchSize,
+		"purge_heartbeat_timeout", c.PurgeHeartbeatTimeout,
+		"purge_max_attempts", c.PurgeMaxAttempts,
+		"purge_retention", c.PurgeRetention,
+		"idempotency", c.Idempotency,
+		"idempotency_lifetime", c.IdempotencyLifetime,
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/floe-catalog/floe/internal/admin"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/purge"
 )
 
 // httpShutdownTimeout bounds the graceful HTTP shutdown: requests still
@@ -110,11 +111,33 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		S3AccessKeyID:     cfg.S3AccessKeyID,
 		S3SecretAccessKey: cfg.S3SecretAccessKey,
 		S3PathStyle:       cfg.S3PathStyle,
+		DeleteBatchSize:   cfg.PurgeDeleteBatchSize,
 	})
 	if err != nil {
 		return err
 	}
-	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects)
+	// Purge workers run on every node; the scheduler runs on the leader
+	// only, switched on and off with leadership.
+	purger, err := purge.New(purge.Config{
+		NodeID:           node.ID(),
+		Store:            node,
+		Storage:          purge.StorageFor(objects, objects.ClientConfig(cfg.Warehouse), cfg.PurgeDeleteBatchSize),
+		WorkerThreads:    cfg.PurgeWorkerThreads,
+		DeleteThreads:    cfg.PurgeDeleteThreads,
+		DeleteBatchSize:  cfg.PurgeDeleteBatchSize,
+		HeartbeatTimeout: cfg.PurgeHeartbeatTimeout,
+		MaxAttempts:      cfg.PurgeMaxAttempts,
+		Retention:        cfg.PurgeRetention,
+		Logger:           logger,
+		Registerer:       reg,
+	})
+	if err != nil {
+		return err
+	}
+	defer purger.Stop() // before the node's Shutdown (deferred earlier, runs later)
+	node.OnLeadership(purger.Lead)
+	purger.Start()
+	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, purger)
 	if err != nil {
 		return err
 	}
@@ -124,7 +147,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("http listener: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           routes(catalogHandler, admin.New(node, logger).Handler(), node, reg),
+		Handler:           routes(catalogHandler, managementRoutes(admin.New(node, logger).Handler(), admin.NewPurgeJobs(node, nil, logger)), node, reg),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
@@ -145,11 +168,23 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		logger.Warn("http shutdown did not finish in time; closing connections", "error", err)
 		_ = srv.Close()
 	}
+	purger.Stop()
 	if err := node.Shutdown(); err != nil {
 		return err
 	}
 	logger.Info("floe stopped")
 	return nil
+}
+
+// managementRoutes serves the operator API: the cluster under
+// /management/v1/cluster and the rest, purge jobs under
+// /management/v1/purge-jobs.
+func managementRoutes(cluster, purgeJobs http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/management/", cluster)
+	mux.Handle("/management/v1/purge-jobs", purgeJobs)
+	mux.Handle("/management/v1/purge-jobs/", purgeJobs)
+	return mux
 }
 
 // readiness is what a node reports on /readyz.

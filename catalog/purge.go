@@ -1,0 +1,143 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/purge"
+)
+
+// AsyncPurgeHeader opts a purging drop into asynchronous deletion: with
+// the value "true" the drop answers 204 as soon as the table is gone from
+// the catalog and its purge job is committed. Without it the node that took
+// the request runs the job and answers when every file is gone (or the job
+// failed). Either way the job is the same, and survives crashes.
+const AsyncPurgeHeader = "X-Gravitino-Async-Purge"
+
+// purgePrincipal is who dropped a table, until floe authenticates clients.
+const purgePrincipal = "anonymous"
+
+// Purger runs purge jobs on this node: a *purge.Service.
+type Purger interface {
+	// NodeID names this node in leases.
+	NodeID() string
+	// LeaseTimeout is how long a lease outlives a silent node.
+	LeaseTimeout() time.Duration
+	// Run starts the job if it is leased to this node and returns a
+	// channel closed when the local run ends.
+	Run(jobID string) <-chan struct{}
+}
+
+// purger returns the service that runs this server's synchronous purges:
+// Config.Purger, else a purge service private to this server, which does not
+// heartbeat: fine for a catalog used alone, but a node of a cluster passes
+// its node-wide service so the scheduler sees the lease renewed.
+func (s *Server) purger() (Purger, error) {
+	s.purgerMu.Lock()
+	defer s.purgerMu.Unlock()
+	if s.purgerSvc != nil {
+		return s.purgerSvc, nil
+	}
+	svc, err := purge.New(purge.Config{
+		NodeID:  "inline-" + uuid.NewString(),
+		Store:   s.store,
+		Storage: func(map[string]string) (purge.Objects, error) { return s.objects, nil },
+		Logger:  s.log,
+		Now:     s.cfg.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.purgerSvc = svc
+	return svc, nil
+}
+
+// purgeSpec is the job a purging drop adds: id (UUIDv7), the FileIO
+// properties of the warehouse (every table lies inside it), who dropped
+// it, and for a synchronous drop a lease to this node.
+func (s *Server) purgeSpec(p Purger, async bool) (*fsm.PurgeJobSpec, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	spec := &fsm.PurgeJobSpec{
+		ID:        id.String(),
+		Warehouse: s.cfg.Warehouse,
+		FileIO:    s.objects.ClientConfig(s.cfg.Warehouse),
+		DroppedBy: purgePrincipal,
+	}
+	if !async {
+		spec.LeaseNode = p.NodeID()
+		spec.LeaseExpiresMs = s.cfg.Now().Add(p.LeaseTimeout()).UnixMilli()
+	}
+	return spec, nil
+}
+
+func asyncPurgeRequested(r *http.Request) bool {
+	return strings.EqualFold(strings.TrimSpace(r.Header.Get(AsyncPurgeHeader)), "true")
+}
+
+// awaitPurge runs a synchronous drop's job here and waits, reading the job
+// linearizably, until it has SUCCEEDED (nil) or FAILED (500 naming the job
+// and its last error), or the request ends. If this node cannot finish it
+// (it fails transiently, or loses its lease), another node will; the wait
+// goes on regardless, bounded by the request's context.
+func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped fsm.Table) error {
+	done := p.Run(jobID)
+	wait := 10 * time.Millisecond
+	for {
+		var (
+			job   fsm.PurgeJob
+			found bool
+		)
+		err := s.store.Read(ctx, func(r *fsm.Reader) error {
+			if job, found = r.PurgeJob(jobID); found {
+				return nil
+			}
+			// An idempotent replay of the drop returns the first request's
+			// outcome, whose job has another id: find it by the table.
+			jobs, _ := r.PurgeJobs(fsm.PurgeJobFilter{Namespace: dropped.Namespace, Table: dropped.Name}, 0)
+			for i := len(jobs) - 1; i >= 0; i-- {
+				if jobs[i].TableUUID == dropped.UUID {
+					job, found = jobs[i], true
+					break
+				}
+			}
+			return nil
+		})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return purgeUnfinished(jobID, ctx.Err())
+		case err != nil:
+			s.log.Debug("waiting for purge job: read failed; retrying", "job_id", jobID, "error", err)
+		case !found:
+			return fmt.Errorf("purge job %s of table %s not found after the drop", jobID, dropped.Ident())
+		case job.State == fsm.JobSucceeded:
+			s.cache.remove(dropped.MetadataLocation)
+			return nil
+		case job.State == fsm.JobFailed:
+			return &apiError{status: http.StatusInternalServerError, typ: "PurgeFailedException", msg: fmt.Sprintf(
+				"table %s was dropped but purge job %s FAILED after %d attempt(s): %s; files may remain (see /management/v1/purge-jobs/%s)",
+				dropped.Ident(), job.ID, job.Attempts, job.LastError, job.ID)}
+		}
+		select {
+		case <-done:
+			done = nil // the local run ended; keep reading until the job does
+		case <-time.After(wait):
+			wait = min(2*wait, 250*time.Millisecond)
+		case <-ctx.Done():
+			return purgeUnfinished(jobID, ctx.Err())
+		}
+	}
+}
+
+func purgeUnfinished(jobID string, cause error) error {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", msg: fmt.Sprintf(
+		"the table was dropped; purge job %s had not finished when the request ended (%v) and continues in the background", jobID, cause)}
+}

@@ -1,0 +1,757 @@
+package fsm
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// Purge jobs: the crash-safe hard deletion of a dropped table's files. A
+// purging DropTable removes the table, adds its job and adds the name and
+// location tombstones in one entry; the leader leases jobs to nodes
+// (AssignPurgeLease, token = that entry's log index); workers report
+// progress and finish with their token; a stale token is refused
+// (StatusStaleLease). See purge/DESIGN.md.
+const (
+	TypeAssignPurgeLease    CommandType = 8
+	TypeReportPurgeProgress CommandType = 9
+	TypeFinishPurgeJob      CommandType = 10
+	TypePurgeHeartbeat      CommandType = 11
+	TypeRetryPurgeJob       CommandType = 12
+	TypeReleasePurgeJob     CommandType = 13
+	TypePrunePurgeJobs      CommandType = 14
+)
+
+// Bucket layout of the purge state.
+//
+//	purge_jobs        job id → JSON PurgeJob
+//	purge_by_state    state, 0x00, job id → empty
+//	purge_by_ident    table key, 0x01, job id → empty
+//	purge_tomb_names  table key → job id (a job holding its name tombstone)
+//	purge_tomb_locs   normalised location, 0x00, job id → empty
+//	purge_nodes       node id → JSON PurgeNode (the last heartbeat)
+var (
+	bucketPurgeJobs    = []byte("purge_jobs")
+	bucketPurgeByState = []byte("purge_by_state")
+	bucketPurgeByIdent = []byte("purge_by_ident")
+	bucketPurgeNames   = []byte("purge_tomb_names")
+	bucketPurgeLocs    = []byte("purge_tomb_locs")
+	bucketPurgeNodes   = []byte("purge_nodes")
+)
+
+// JobState is a purge job's state.
+type JobState string
+
+// Job states. PENDING and RUNNING are active; SUCCEEDED and FAILED are
+// terminal. A FAILED job keeps its tombstones until it is retried (back to
+// PENDING) or released.
+const (
+	JobPending   JobState = "PENDING"
+	JobRunning   JobState = "RUNNING"
+	JobSucceeded JobState = "SUCCEEDED"
+	JobFailed    JobState = "FAILED"
+)
+
+// Terminal reports whether no worker will touch a job in state s again.
+func (s JobState) Terminal() bool { return s == JobSucceeded || s == JobFailed }
+
+// Valid reports whether s is one of the four states.
+func (s JobState) Valid() bool {
+	switch s {
+	case JobPending, JobRunning, JobSucceeded, JobFailed:
+		return true
+	}
+	return false
+}
+
+// PurgeLease says which node may work on a job. Token is the log index of
+// the entry that assigned it: every later assignment has a larger one, so a
+// worker holding an older token is fenced off.
+type PurgeLease struct {
+	Node  string `json:"node"`
+	Token uint64 `json:"token"`
+	// ExpiresMs is advisory: the assigning or last renewing node's clock
+	// plus the heartbeat timeout. The leader decides reassignment from the
+	// heartbeats it observes, not from this value (clocks differ).
+	ExpiresMs int64 `json:"expires-ms"`
+}
+
+// PurgeProgress is a job's checkpoint and counters. Phase and Offset say
+// where the enumeration of the table's files (purge.Enumerate) may resume:
+// every file before Offset in Phase, and every file of earlier phases, is
+// gone.
+type PurgeProgress struct {
+	Phase   int   `json:"phase"`
+	Offset  int64 `json:"offset"`
+	Deleted int64 `json:"files-deleted"`
+	Bytes   int64 `json:"bytes-deleted"`
+	Skipped int64 `json:"files-skipped-outside"`
+}
+
+// PurgeJob is one table's purge.
+type PurgeJob struct {
+	ID               string            `json:"id"`
+	Warehouse        string            `json:"warehouse"`
+	Ident            Ident             `json:"ident"`
+	TableUUID        string            `json:"table-uuid"`
+	Location         string            `json:"location"`
+	MetadataLocation string            `json:"metadata-location"`
+	FileIO           map[string]string `json:"file-io,omitempty"`
+	State            JobState          `json:"state"`
+	Attempts         int               `json:"attempts"`
+	LastError        string            `json:"last-error,omitempty"`
+	Lease            *PurgeLease       `json:"lease,omitempty"`
+	Progress         PurgeProgress     `json:"progress"`
+	// NotBeforeMs delays the next assignment of a PENDING job (backoff
+	// after a failure), on the leader's clock.
+	NotBeforeMs int64  `json:"not-before-ms,omitempty"`
+	DroppedBy   string `json:"dropped-by"`
+	// Released marks a FAILED job whose tombstones an operator dropped.
+	Released   bool   `json:"released,omitempty"`
+	ReleasedBy string `json:"released-by,omitempty"`
+	CreatedMs  int64  `json:"created-ms"`
+	UpdatedMs  int64  `json:"updated-ms"`
+}
+
+// HoldsTombstones reports whether the job still blocks its name and location.
+func (j PurgeJob) HoldsTombstones() bool { return j.State != JobSucceeded && !j.Released }
+
+// PurgeNode is a node's last purge heartbeat.
+type PurgeNode struct {
+	Node string `json:"node"`
+	// Slots is the node's worker-threads.
+	Slots int `json:"slots"`
+	// Index is the log index of the heartbeat: the leader watches it move
+	// to tell live nodes from silent ones without comparing clocks.
+	Index uint64 `json:"index"`
+	AtMs  int64  `json:"at-ms"`
+}
+
+// PurgeJobSpec is what a purging DropTable stamps into its job. The
+// proposer chooses the id (UUIDv7), snapshots the FileIO properties and
+// names the principal.
+type PurgeJobSpec struct {
+	ID        string            `json:"id"`
+	Warehouse string            `json:"warehouse"`
+	FileIO    map[string]string `json:"file-io,omitempty"`
+	DroppedBy string            `json:"dropped-by"`
+	// LeaseNode, when set, leases the job to that node at once (a
+	// synchronous drop: the receiving node runs it); the token is the
+	// drop's log index. Empty: the job waits PENDING for the scheduler.
+	LeaseNode      string `json:"lease-node,omitempty"`
+	LeaseExpiresMs int64  `json:"lease-expires-ms,omitempty"`
+}
+
+// AssignPurgeLease leases a job to a node. It is a compare-and-set: the
+// job must be PENDING with no lease, or RUNNING under ExpectedToken (a
+// reassignment away from a silent node). Otherwise StatusStaleLease.
+type AssignPurgeLease struct {
+	JobID         string `json:"job-id"`
+	Node          string `json:"node"`
+	ExpectedToken uint64 `json:"expected-token,omitempty"`
+	AtMs          int64  `json:"at-ms"`
+	ExpiresMs     int64  `json:"expires-ms"`
+}
+
+// ReportPurgeProgress records a worker's checkpoint. StatusStaleLease when
+// the job is not RUNNING under Token.
+type ReportPurgeProgress struct {
+	JobID    string        `json:"job-id"`
+	Token    uint64        `json:"token"`
+	Progress PurgeProgress `json:"progress"`
+	AtMs     int64         `json:"at-ms"`
+}
+
+// Purge outcomes reported by FinishPurgeJob.
+const (
+	OutcomeSucceeded = "succeeded" // every file is gone: SUCCEEDED, tombstones dropped
+	OutcomeRetry     = "retry"     // transient failure: attempts+1, PENDING, or FAILED at MaxAttempts
+	OutcomeFailed    = "failed"    // permanent failure: FAILED at once, tombstones kept
+)
+
+// FinishPurgeJob ends a worker's run. StatusStaleLease when the job is not
+// RUNNING under Token.
+type FinishPurgeJob struct {
+	JobID    string        `json:"job-id"`
+	Token    uint64        `json:"token"`
+	Outcome  string        `json:"outcome"`
+	Error    string        `json:"error,omitempty"`
+	Progress PurgeProgress `json:"progress"`
+	// MaxAttempts is the proposer's max-attempts setting, so that applying
+	// a retry needs no configuration.
+	MaxAttempts int   `json:"max-attempts,omitempty"`
+	NotBeforeMs int64 `json:"not-before-ms,omitempty"`
+	AtMs        int64 `json:"at-ms"`
+}
+
+// LeaseRef names a lease a node holds.
+type LeaseRef struct {
+	JobID string `json:"job-id"`
+	Token uint64 `json:"token"`
+}
+
+// PurgeHeartbeat says a node is alive, how many workers it has, and renews
+// the leases it holds (their ExpiresMs).
+type PurgeHeartbeat struct {
+	Node      string     `json:"node"`
+	Slots     int        `json:"slots"`
+	Leases    []LeaseRef `json:"leases,omitempty"`
+	AtMs      int64      `json:"at-ms"`
+	ExpiresMs int64      `json:"expires-ms"`
+}
+
+// RetryPurgeJob puts a FAILED, unreleased job back to PENDING with its
+// attempts reset. StatusNoSuchJob, or StatusCommitFailed when the job is
+// not in that state.
+type RetryPurgeJob struct {
+	JobID string `json:"job-id"`
+	By    string `json:"by"`
+	AtMs  int64  `json:"at-ms"`
+}
+
+// ReleasePurgeJob drops a FAILED job's tombstones after an operator cleaned
+// up by hand; the job stays, FAILED and Released, for the record.
+type ReleasePurgeJob struct {
+	JobID string `json:"job-id"`
+	By    string `json:"by"`
+	AtMs  int64  `json:"at-ms"`
+}
+
+// PrunePurgeJobs removes SUCCEEDED and released FAILED jobs last updated
+// before BeforeMs, and heartbeat rows older than it. An unreleased FAILED
+// job is never pruned: it holds tombstones and waits for an operator.
+// Result.Count is the number of jobs removed.
+type PrunePurgeJobs struct {
+	BeforeMs int64 `json:"before-ms"`
+	// Limit bounds the jobs removed by one entry; 0 means 10000.
+	Limit int   `json:"limit,omitempty"`
+	AtMs  int64 `json:"at-ms"`
+}
+
+func (AssignPurgeLease) Type() CommandType    { return TypeAssignPurgeLease }
+func (ReportPurgeProgress) Type() CommandType { return TypeReportPurgeProgress }
+func (FinishPurgeJob) Type() CommandType      { return TypeFinishPurgeJob }
+func (PurgeHeartbeat) Type() CommandType      { return TypePurgeHeartbeat }
+func (RetryPurgeJob) Type() CommandType       { return TypeRetryPurgeJob }
+func (ReleasePurgeJob) Type() CommandType     { return TypeReleasePurgeJob }
+func (PrunePurgeJobs) Type() CommandType      { return TypePrunePurgeJobs }
+
+func init() {
+	allBuckets = append(allBuckets, bucketPurgeJobs, bucketPurgeByState, bucketPurgeByIdent,
+		bucketPurgeNames, bucketPurgeLocs, bucketPurgeNodes)
+	register(TypeAssignPurgeLease, registration{1, jsonCodec[AssignPurgeLease](1), applyAssignPurgeLease})
+	register(TypeReportPurgeProgress, registration{1, jsonCodec[ReportPurgeProgress](1), applyReportPurgeProgress})
+	register(TypeFinishPurgeJob, registration{1, jsonCodec[FinishPurgeJob](1), applyFinishPurgeJob})
+	register(TypePurgeHeartbeat, registration{1, jsonCodec[PurgeHeartbeat](1), applyPurgeHeartbeat})
+	register(TypeRetryPurgeJob, registration{1, jsonCodec[RetryPurgeJob](1), applyRetryPurgeJob})
+	register(TypeReleasePurgeJob, registration{1, jsonCodec[ReleasePurgeJob](1), applyReleasePurgeJob})
+	register(TypePrunePurgeJobs, registration{1, jsonCodec[PrunePurgeJobs](1), applyPrunePurgeJobs})
+}
+
+// --- keys and normalised locations ---
+
+func stateKey(s JobState, id string) []byte { return []byte(string(s) + "\x00" + id) }
+
+func identJobKey(id Ident, jobID string) []byte {
+	return append(append(tableKey(id), 0x01), jobID...)
+}
+
+// normLocation is the form locations are compared in: scheme, bucket and
+// key as storage.ParseURI normalises them (s3a:// is s3://, file:/x is
+// /x), with exactly one trailing slash, so that "equal, inside or
+// containing" become string-prefix tests on whole path segments. A
+// location ParseURI refuses is kept verbatim behind a marker: it only
+// matches itself.
+func normLocation(uri string) string {
+	scheme, bucket, key, err := storage.ParseURI(uri)
+	if err != nil {
+		return "raw:" + strings.TrimRight(uri, "/") + "/"
+	}
+	key = strings.Trim(key, "/")
+	n := scheme + "://" + bucket + "/"
+	if key != "" {
+		n += key + "/"
+	}
+	return n
+}
+
+func locKey(norm, jobID string) []byte { return []byte(norm + "\x00" + jobID) }
+
+// --- txn helpers ---
+
+func (t *txn) purgeJob(id string) (PurgeJob, bool) {
+	var j PurgeJob
+	ok := t.get(bucketPurgeJobs, []byte(id), &j)
+	return j, ok
+}
+
+// putJob writes a job and keeps the state index in step with it.
+func (t *txn) putJob(j PurgeJob, before JobState) {
+	if before != "" && before != j.State {
+		t.del(bucketPurgeByState, stateKey(before, j.ID))
+	}
+	t.put(bucketPurgeJobs, []byte(j.ID), j)
+	if err := t.tx.Bucket(bucketPurgeByState).Put(stateKey(j.State, j.ID), nil); err != nil {
+		panic("fsm: put purge state index: " + err.Error())
+	}
+}
+
+func (t *txn) putEmpty(bucket, key []byte) {
+	if err := t.tx.Bucket(bucket).Put(key, nil); err != nil {
+		panic("fsm: put " + string(bucket) + ": " + err.Error())
+	}
+}
+
+func (t *txn) addTombstones(j PurgeJob) {
+	t.put(bucketPurgeNames, tableKey(j.Ident), j.ID)
+	t.putEmpty(bucketPurgeLocs, locKey(normLocation(j.Location), j.ID))
+}
+
+func (t *txn) dropTombstones(j PurgeJob) {
+	var holder string
+	if t.get(bucketPurgeNames, tableKey(j.Ident), &holder) && holder == j.ID {
+		t.del(bucketPurgeNames, tableKey(j.Ident))
+	}
+	t.del(bucketPurgeLocs, locKey(normLocation(j.Location), j.ID))
+}
+
+// nameTombstone returns the job blocking id, if any.
+func (t *txn) nameTombstone(id Ident) (PurgeJob, bool) {
+	var jobID string
+	if !t.get(bucketPurgeNames, tableKey(id), &jobID) {
+		return PurgeJob{}, false
+	}
+	j, ok := t.purgeJob(jobID)
+	if !ok {
+		panic("fsm: name tombstone for missing purge job " + jobID)
+	}
+	return j, true
+}
+
+// locationTombstone returns a job whose location is equal to, inside or
+// contains loc.
+func (t *txn) locationTombstone(loc string) (PurgeJob, bool) {
+	if loc == "" {
+		return PurgeJob{}, false
+	}
+	jobID, ok := overlappingLocation(t.tx.Bucket(bucketPurgeLocs).Cursor().Seek, normLocation(loc))
+	if !ok {
+		return PurgeJob{}, false
+	}
+	j, found := t.purgeJob(jobID)
+	if !found {
+		panic("fsm: location tombstone for missing purge job " + jobID)
+	}
+	return j, true
+}
+
+// overlappingLocation finds a tombstone key overlapping the normalised
+// location n. seek is a bbolt cursor's Seek.
+func overlappingLocation(seek func([]byte) ([]byte, []byte), n string) (string, bool) {
+	// Equal to or inside n: keys starting with n.
+	if k, _ := seek([]byte(n)); k != nil && bytes.HasPrefix(k, []byte(n)) {
+		return jobIDOfLocKey(k), true
+	}
+	// Containing n: a tombstone at one of n's ancestors (each ends in "/").
+	// The scheme's "://" holds no ancestor, so start after it.
+	start := strings.Index(n, "://")
+	if start < 0 {
+		return "", false
+	}
+	for i := start + 3; i < len(n)-1; i++ {
+		if n[i] != '/' {
+			continue
+		}
+		anc := n[:i+1] + "\x00"
+		if k, _ := seek([]byte(anc)); k != nil && bytes.HasPrefix(k, []byte(anc)) {
+			return jobIDOfLocKey(k), true
+		}
+	}
+	return "", false
+}
+
+func jobIDOfLocKey(k []byte) string {
+	i := bytes.IndexByte(k, 0)
+	return string(k[i+1:])
+}
+
+func beingPurgedName(id Ident, j PurgeJob) Result {
+	return fail(StatusBeingPurged, "table %s is being purged by purge job %s (%s); retry when the job has succeeded", id, j.ID, j.State)
+}
+
+func beingPurgedLocation(loc string, j PurgeJob) Result {
+	return fail(StatusBeingPurged, "location %s overlaps %s, the location of table %s being purged by purge job %s (%s)",
+		loc, j.Location, j.Ident, j.ID, j.State)
+}
+
+// checkTombstones refuses a table at id (when checkName) or at loc while a
+// purge job holds either.
+func (t *txn) checkTombstones(id Ident, checkName bool, loc string) (Result, bool) {
+	if checkName {
+		if j, ok := t.nameTombstone(id); ok {
+			return beingPurgedName(id, j), true
+		}
+	}
+	if j, ok := t.locationTombstone(loc); ok {
+		return beingPurgedLocation(loc, j), true
+	}
+	return Result{}, false
+}
+
+// addPurgeJob is the purge half of a purging DropTable.
+func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
+	j := PurgeJob{
+		ID:               spec.ID,
+		Warehouse:        spec.Warehouse,
+		Ident:            dropped.Ident(),
+		TableUUID:        dropped.UUID,
+		Location:         dropped.Location,
+		MetadataLocation: dropped.MetadataLocation,
+		FileIO:           spec.FileIO,
+		State:            JobPending,
+		DroppedBy:        spec.DroppedBy,
+		CreatedMs:        atMs,
+		UpdatedMs:        atMs,
+	}
+	if spec.LeaseNode != "" {
+		j.State = JobRunning
+		j.Lease = &PurgeLease{Node: spec.LeaseNode, Token: t.index, ExpiresMs: spec.LeaseExpiresMs}
+	}
+	t.putJob(j, "")
+	t.putEmpty(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
+	t.addTombstones(j)
+}
+
+// checkPurgeSpec refuses a purging drop whose job id is taken (a proposer
+// bug or a replayed entry): nothing is dropped.
+func (t *txn) checkPurgeSpec(spec *PurgeJobSpec) (Result, bool) {
+	if spec.ID == "" {
+		return fail(StatusCommitFailed, "purge job without an id"), true
+	}
+	if _, exists := t.purgeJob(spec.ID); exists {
+		return fail(StatusAlreadyExists, "purge job %s already exists", spec.ID), true
+	}
+	return Result{}, false
+}
+
+// leased returns the job when it is RUNNING under token, else the stale
+// outcome.
+func (t *txn) leased(jobID string, token uint64) (PurgeJob, Result, bool) {
+	j, ok := t.purgeJob(jobID)
+	if !ok {
+		return j, fail(StatusNoSuchJob, "purge job %s does not exist", jobID), false
+	}
+	if j.State != JobRunning || j.Lease == nil || j.Lease.Token != token {
+		cur := "none"
+		if j.Lease != nil {
+			cur = j.Lease.Node + "@" + strconv.FormatUint(j.Lease.Token, 10)
+		}
+		return j, fail(StatusStaleLease, "purge job %s is %s with lease %s, not token %d", jobID, j.State, cur, token), false
+	}
+	return j, Result{}, true
+}
+
+// --- apply ---
+
+func applyAssignPurgeLease(t *txn, c Command) Result {
+	cmd := c.(AssignPurgeLease)
+	j, ok := t.purgeJob(cmd.JobID)
+	if !ok {
+		return fail(StatusNoSuchJob, "purge job %s does not exist", cmd.JobID)
+	}
+	var cur uint64
+	if j.Lease != nil {
+		cur = j.Lease.Token
+	}
+	claimable := (j.State == JobPending && j.Lease == nil && cmd.ExpectedToken == 0) ||
+		(j.State == JobRunning && cur == cmd.ExpectedToken && cmd.ExpectedToken != 0)
+	if !claimable {
+		return fail(StatusStaleLease, "purge job %s is %s with lease token %d, expected token %d", j.ID, j.State, cur, cmd.ExpectedToken)
+	}
+	before := j.State
+	j.State = JobRunning
+	j.Lease = &PurgeLease{Node: cmd.Node, Token: t.index, ExpiresMs: cmd.ExpiresMs}
+	j.UpdatedMs = cmd.AtMs
+	t.putJob(j, before)
+	return Result{}
+}
+
+func applyReportPurgeProgress(t *txn, c Command) Result {
+	cmd := c.(ReportPurgeProgress)
+	j, res, ok := t.leased(cmd.JobID, cmd.Token)
+	if !ok {
+		return res
+	}
+	j.Progress = cmd.Progress
+	j.UpdatedMs = cmd.AtMs
+	t.putJob(j, j.State)
+	return Result{}
+}
+
+func applyFinishPurgeJob(t *txn, c Command) Result {
+	cmd := c.(FinishPurgeJob)
+	j, res, ok := t.leased(cmd.JobID, cmd.Token)
+	if !ok {
+		return res
+	}
+	before := j.State
+	j.Progress = cmd.Progress
+	j.Lease = nil
+	j.UpdatedMs = cmd.AtMs
+	switch cmd.Outcome {
+	case OutcomeSucceeded, OutcomeRetry, OutcomeFailed:
+	default:
+		// The proposer only sends the three; an unknown one changes nothing.
+		return fail(StatusCommitFailed, "unknown purge outcome %q", cmd.Outcome)
+	}
+	switch cmd.Outcome {
+	case OutcomeSucceeded:
+		j.State = JobSucceeded
+		j.NotBeforeMs = 0
+		t.dropTombstones(j)
+	case OutcomeRetry:
+		j.Attempts++
+		j.LastError = cmd.Error
+		if cmd.MaxAttempts > 0 && j.Attempts >= cmd.MaxAttempts {
+			j.State = JobFailed
+			j.NotBeforeMs = 0
+		} else {
+			j.State = JobPending
+			j.NotBeforeMs = cmd.NotBeforeMs
+		}
+	case OutcomeFailed:
+		j.Attempts++
+		j.LastError = cmd.Error
+		j.State = JobFailed
+		j.NotBeforeMs = 0
+	}
+	t.putJob(j, before)
+	return Result{}
+}
+
+func applyPurgeHeartbeat(t *txn, c Command) Result {
+	cmd := c.(PurgeHeartbeat)
+	t.put(bucketPurgeNodes, []byte(cmd.Node), PurgeNode{Node: cmd.Node, Slots: cmd.Slots, Index: t.index, AtMs: cmd.AtMs})
+	for _, l := range cmd.Leases {
+		j, ok := t.purgeJob(l.JobID)
+		if !ok || j.State != JobRunning || j.Lease == nil || j.Lease.Token != l.Token || j.Lease.Node != cmd.Node {
+			continue // stale: the worker learns it from the job itself
+		}
+		j.Lease.ExpiresMs = cmd.ExpiresMs
+		t.putJob(j, j.State)
+	}
+	return Result{}
+}
+
+func applyRetryPurgeJob(t *txn, c Command) Result {
+	cmd := c.(RetryPurgeJob)
+	j, ok := t.purgeJob(cmd.JobID)
+	if !ok {
+		return fail(StatusNoSuchJob, "purge job %s does not exist", cmd.JobID)
+	}
+	if j.State != JobFailed || j.Released {
+		return fail(StatusCommitFailed, "purge job %s is %s%s; only a FAILED, unreleased job can be retried", j.ID, j.State, releasedSuffix(j))
+	}
+	j.State = JobPending
+	j.Attempts = 0
+	j.NotBeforeMs = 0
+	j.UpdatedMs = cmd.AtMs
+	t.putJob(j, JobFailed)
+	return Result{}
+}
+
+func applyReleasePurgeJob(t *txn, c Command) Result {
+	cmd := c.(ReleasePurgeJob)
+	j, ok := t.purgeJob(cmd.JobID)
+	if !ok {
+		return fail(StatusNoSuchJob, "purge job %s does not exist", cmd.JobID)
+	}
+	if j.State != JobFailed || j.Released {
+		return fail(StatusCommitFailed, "purge job %s is %s%s; only a FAILED, unreleased job can be released", j.ID, j.State, releasedSuffix(j))
+	}
+	j.Released = true
+	j.ReleasedBy = cmd.By
+	j.UpdatedMs = cmd.AtMs
+	t.dropTombstones(j)
+	t.putJob(j, JobFailed)
+	return Result{}
+}
+
+func releasedSuffix(j PurgeJob) string {
+	if j.Released {
+		return " (released)"
+	}
+	return ""
+}
+
+func applyPrunePurgeJobs(t *txn, c Command) Result {
+	cmd := c.(PrunePurgeJobs)
+	limit := cmd.Limit
+	if limit <= 0 {
+		limit = 10000
+	}
+	var doomed []PurgeJob
+	for _, st := range []JobState{JobSucceeded, JobFailed} {
+		prefix := stateKey(st, "")
+		cur := t.tx.Bucket(bucketPurgeByState).Cursor()
+		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(doomed) < limit; k, _ = cur.Next() {
+			j, ok := t.purgeJob(string(k[len(prefix):]))
+			if !ok {
+				panic("fsm: state index names missing purge job " + string(k))
+			}
+			if j.UpdatedMs < cmd.BeforeMs && (j.State == JobSucceeded || j.Released) {
+				doomed = append(doomed, j)
+			}
+		}
+	}
+	for _, j := range doomed {
+		t.del(bucketPurgeJobs, []byte(j.ID))
+		t.del(bucketPurgeByState, stateKey(j.State, j.ID))
+		t.del(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
+	}
+	var silent [][]byte
+	_ = t.tx.Bucket(bucketPurgeNodes).ForEach(func(k, v []byte) error {
+		var n PurgeNode
+		mustUnmarshal(k, v, &n)
+		if n.AtMs < cmd.BeforeMs {
+			silent = append(silent, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	for _, k := range silent {
+		t.del(bucketPurgeNodes, k)
+	}
+	return Result{Count: len(doomed)}
+}
+
+// --- reads ---
+
+// PurgeJob returns the job with that id.
+func (r *Reader) PurgeJob(id string) (PurgeJob, bool) {
+	var j PurgeJob
+	ok := r.get(bucketPurgeJobs, []byte(id), &j)
+	return j, ok
+}
+
+// PurgeJobFilter selects jobs for PurgeJobs. Empty fields match anything.
+type PurgeJobFilter struct {
+	State     JobState
+	Warehouse string
+	Namespace []string
+	Table     string
+	// After resumes a listing after the job with this id (ids sort by
+	// creation: they are UUIDv7).
+	After string
+}
+
+func (f PurgeJobFilter) match(j PurgeJob) bool {
+	if f.Warehouse != "" && j.Warehouse != f.Warehouse {
+		return false
+	}
+	if f.Namespace != nil && nsName(j.Ident.Namespace) != nsName(f.Namespace) {
+		return false
+	}
+	if f.Table != "" && j.Ident.Name != f.Table {
+		return false
+	}
+	return true
+}
+
+// PurgeJobs lists jobs matching f in id order, at most limit (limit <= 0:
+// all); more reports whether any follow. A state filter walks the state
+// index, a namespace-and-table filter the identifier index; otherwise all
+// jobs are scanned.
+func (r *Reader) PurgeJobs(f PurgeJobFilter, limit int) (out []PurgeJob, more bool) {
+	visit := func(id string) bool {
+		if f.After != "" && id <= f.After {
+			return true
+		}
+		j, ok := r.PurgeJob(id)
+		if !ok || (f.State != "" && j.State != f.State) || !f.match(j) {
+			return true
+		}
+		if limit > 0 && len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, j)
+		return true
+	}
+	switch {
+	case f.State != "":
+		prefix := stateKey(f.State, "")
+		c := r.tx.Bucket(bucketPurgeByState).Cursor()
+		for k, _ := c.Seek(append(append([]byte{}, prefix...), f.After...)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if !visit(string(k[len(prefix):])) {
+				break
+			}
+		}
+	case f.Namespace != nil && f.Table != "":
+		// The identifier index is ordered by job id within one table.
+		prefix := identJobKey(Ident{Namespace: f.Namespace, Name: f.Table}, "")
+		c := r.tx.Bucket(bucketPurgeByIdent).Cursor()
+		for k, _ := c.Seek(append(append([]byte{}, prefix...), f.After...)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if !visit(string(k[len(prefix):])) {
+				break
+			}
+		}
+	default:
+		c := r.tx.Bucket(bucketPurgeJobs).Cursor()
+		for k, _ := c.Seek([]byte(f.After)); k != nil; k, _ = c.Next() {
+			if !visit(string(k)) {
+				break
+			}
+		}
+	}
+	return out, more
+}
+
+// PurgeNodes returns every node's last heartbeat, in node id order.
+func (r *Reader) PurgeNodes() []PurgeNode {
+	var out []PurgeNode
+	_ = r.tx.Bucket(bucketPurgeNodes).ForEach(func(k, v []byte) error {
+		var n PurgeNode
+		mustUnmarshal(k, v, &n)
+		out = append(out, n)
+		return nil
+	})
+	return out
+}
+
+// PurgeTombstone returns the job blocking a table name, if any.
+func (r *Reader) PurgeTombstone(id Ident) (PurgeJob, bool) {
+	var jobID string
+	if !r.get(bucketPurgeNames, tableKey(id), &jobID) {
+		return PurgeJob{}, false
+	}
+	return r.PurgeJob(jobID)
+}
+
+// PurgeLocationTombstone returns a job whose location overlaps loc, if any.
+func (r *Reader) PurgeLocationTombstone(loc string) (PurgeJob, bool) {
+	jobID, ok := overlappingLocation(r.tx.Bucket(bucketPurgeLocs).Cursor().Seek, normLocation(loc))
+	if !ok {
+		return PurgeJob{}, false
+	}
+	return r.PurgeJob(jobID)
+}
+
+// PurgeJobCounts counts jobs by state from the state index, and how many of
+// the FAILED ones are released.
+func (r *Reader) PurgeJobCounts() (counts map[JobState]int, released int) {
+	counts = map[JobState]int{}
+	_ = r.tx.Bucket(bucketPurgeByState).ForEach(func(k, _ []byte) error {
+		i := bytes.IndexByte(k, 0)
+		st := JobState(k[:i])
+		counts[st]++
+		if st == JobFailed {
+			if j, ok := r.PurgeJob(string(k[i+1:])); ok && j.Released {
+				released++
+			}
+		}
+		return nil
+	})
+	return counts, released
+}

@@ -1,0 +1,262 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// PurgeStore is the replicated state the purge-jobs API reads and changes:
+// a raftnode.Node (Propose forwards to the leader; Read is linearizable).
+type PurgeStore interface {
+	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	Read(ctx context.Context, fn func(*fsm.Reader) error) error
+}
+
+// Purge-jobs listing page sizes.
+const (
+	defaultPurgePageSize = 100
+	maxPurgePageSize     = 1000
+)
+
+// operatorPrincipal names who retried or released a job until the
+// operator API authenticates its callers.
+const operatorPrincipal = "anonymous"
+
+// NewPurgeJobs returns the purge-jobs operator API:
+//
+//	GET  /management/v1/purge-jobs                list; filters state, warehouse,
+//	                                              namespace (levels joined by "." or
+//	                                              %1F), table; page-size, page-token
+//	GET  /management/v1/purge-jobs/{id}           one job
+//	POST /management/v1/purge-jobs/{id}/retry     FAILED → PENDING, attempts reset
+//	POST /management/v1/purge-jobs/{id}/release   FAILED: drop its tombstones; the
+//	                                              job stays, FAILED and released
+//
+// Reads are linearizable. Retry and release of a job in any other state
+// answer 409; an unknown job 404. FileIO secrets are never shown.
+func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{log: logger}
+	p := &purgeAPI{store: store, now: now, log: logger}
+	r := mux.NewRouter()
+	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET")
+	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET")
+	r.Handle("/management/v1/purge-jobs/{id}/retry", s.wrap(p.retry)).Methods("POST")
+	r.Handle("/management/v1/purge-jobs/{id}/release", s.wrap(p.release)).Methods("POST")
+	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
+	})
+	r.MethodNotAllowedHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
+	})
+	return r
+}
+
+type purgeAPI struct {
+	store PurgeStore
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// PurgeJobView is a purge job as the operator API shows it.
+type PurgeJobView struct {
+	ID               string            `json:"id"`
+	Warehouse        string            `json:"warehouse"`
+	Namespace        []string          `json:"namespace"`
+	Table            string            `json:"table"`
+	TableUUID        string            `json:"table-uuid"`
+	Location         string            `json:"location"`
+	MetadataLocation string            `json:"metadata-location"`
+	FileIO           map[string]string `json:"file-io"`
+	State            string            `json:"state"`
+	Released         bool              `json:"released"`
+	ReleasedBy       string            `json:"released-by,omitempty"`
+	Attempts         int               `json:"attempts"`
+	LastError        string            `json:"last-error,omitempty"`
+	Lease            *fsm.PurgeLease   `json:"lease,omitempty"`
+	Progress         fsm.PurgeProgress `json:"progress"`
+	NotBeforeMs      int64             `json:"not-before-ms,omitempty"`
+	DroppedBy        string            `json:"dropped-by"`
+	CreatedMs        int64             `json:"created-ms"`
+	UpdatedMs        int64             `json:"updated-ms"`
+}
+
+// redacted lists FileIO property name fragments whose values are secrets.
+var redacted = []string{"secret", "token", "password", "credential", "key-id"}
+
+func viewOf(j fsm.PurgeJob) PurgeJobView {
+	props := map[string]string{}
+	for k, v := range j.FileIO {
+		for _, frag := range redacted {
+			if strings.Contains(strings.ToLower(k), frag) {
+				v = "<redacted>"
+				break
+			}
+		}
+		props[k] = v
+	}
+	return PurgeJobView{
+		ID: j.ID, Warehouse: j.Warehouse, Namespace: j.Ident.Namespace, Table: j.Ident.Name, TableUUID: j.TableUUID,
+		Location: j.Location, MetadataLocation: j.MetadataLocation, FileIO: props, State: string(j.State),
+		Released: j.Released, ReleasedBy: j.ReleasedBy, Attempts: j.Attempts, LastError: j.LastError, Lease: j.Lease,
+		Progress: j.Progress, NotBeforeMs: j.NotBeforeMs, DroppedBy: j.DroppedBy, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
+	}
+}
+
+type purgeJobList struct {
+	Jobs          []PurgeJobView `json:"jobs"`
+	NextPageToken *string        `json:"next-page-token"`
+}
+
+func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := fsm.PurgeJobFilter{
+		State:     fsm.JobState(strings.ToUpper(q.Get("state"))),
+		Warehouse: q.Get("warehouse"),
+		Table:     q.Get("table"),
+		After:     q.Get("page-token"),
+	}
+	if f.State != "" && !f.State.Valid() {
+		return fmt.Errorf("%w: state must be PENDING, RUNNING, SUCCEEDED or FAILED, got %q", ErrBadRequest, q.Get("state"))
+	}
+	if ns := q.Get("namespace"); ns != "" {
+		levels := strings.FieldsFunc(ns, func(r rune) bool { return r == '.' || r == 0x1f })
+		if len(levels) == 0 {
+			return fmt.Errorf("%w: malformed namespace %q", ErrBadRequest, ns)
+		}
+		f.Namespace = levels
+	}
+	limit := defaultPurgePageSize
+	if v := q.Get("page-size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPurgePageSize {
+			return fmt.Errorf("%w: page-size must be 1 to %d, got %q", ErrBadRequest, maxPurgePageSize, v)
+		}
+		limit = n
+	}
+	out := purgeJobList{Jobs: []PurgeJobView{}}
+	err := p.read(r.Context(), func(rd *fsm.Reader) error {
+		jobs, more := rd.PurgeJobs(f, limit)
+		for _, j := range jobs {
+			out.Jobs = append(out.Jobs, viewOf(j))
+		}
+		if more && len(jobs) > 0 {
+			next := jobs[len(jobs)-1].ID
+			out.NextPageToken = &next
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func jobID(r *http.Request) (string, error) {
+	id, err := url.PathUnescape(mux.Vars(r)["id"])
+	if err != nil || id == "" {
+		return "", fmt.Errorf("%w: malformed job id", ErrBadRequest)
+	}
+	return id, nil
+}
+
+func (p *purgeAPI) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := jobID(r)
+	if err != nil {
+		return err
+	}
+	j, err := p.job(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewOf(j))
+	return nil
+}
+
+func (p *purgeAPI) retry(w http.ResponseWriter, r *http.Request) error {
+	return p.change(w, r, "retried", func(id string, atMs int64) fsm.Command {
+		return fsm.RetryPurgeJob{JobID: id, By: operatorPrincipal, AtMs: atMs}
+	})
+}
+
+func (p *purgeAPI) release(w http.ResponseWriter, r *http.Request) error {
+	return p.change(w, r, "released", func(id string, atMs int64) fsm.Command {
+		return fsm.ReleasePurgeJob{JobID: id, By: operatorPrincipal, AtMs: atMs}
+	})
+}
+
+// change proposes a retry or release and answers with the job after it.
+func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, cmd func(string, int64) fsm.Command) error {
+	id, err := jobID(r)
+	if err != nil {
+		return err
+	}
+	res, err := p.store.Propose(r.Context(), cmd(id, p.now().UnixMilli()))
+	if err != nil {
+		// Not a decision: no leader, or the answer was lost. The operator
+		// reads the job and tries again.
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err := res.Err(); err != nil {
+		switch {
+		case errors.Is(err, fsm.ErrNoSuchJob):
+			return fmt.Errorf("%w: %v", ErrNotFound, err)
+		case errors.Is(err, fsm.ErrCommitFailed):
+			return &statusError{http.StatusConflict, "ConflictException", err.Error()}
+		}
+		return err
+	}
+	p.log.Info("purge job "+what+" by operator", "job_id", id, "by", operatorPrincipal)
+	j, err := p.job(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewOf(j))
+	return nil
+}
+
+func (p *purgeAPI) job(ctx context.Context, id string) (fsm.PurgeJob, error) {
+	var (
+		j  fsm.PurgeJob
+		ok bool
+	)
+	if err := p.read(ctx, func(rd *fsm.Reader) error {
+		j, ok = rd.PurgeJob(id)
+		return nil
+	}); err != nil {
+		return j, err
+	}
+	if !ok {
+		return j, fmt.Errorf("%w: purge job %s does not exist", ErrNotFound, id)
+	}
+	return j, nil
+}
+
+func (p *purgeAPI) read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	var inner error
+	err := p.store.Read(ctx, func(rd *fsm.Reader) error {
+		inner = fn(rd)
+		return inner
+	})
+	if err != nil && !errors.Is(err, inner) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}

@@ -1,0 +1,182 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// fsmStore is a one-replica store: every command is applied at once to a
+// real state machine.
+type fsmStore struct {
+	f    *fsm.FSM
+	i    uint64
+	down bool
+}
+
+func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
+	if s.down {
+		return fsm.Result{}, errors.New("raftnode: no leader")
+	}
+	b, err := fsm.Encode(c)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	s.i++
+	return s.f.Apply(&raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b}).(fsm.Result), nil
+}
+
+func (s *fsmStore) Read(_ context.Context, fn func(*fsm.Reader) error) error {
+	if s.down {
+		return errors.New("raftnode: no leader")
+	}
+	return s.f.View(fn)
+}
+
+func (s *fsmStore) must(t *testing.T, c fsm.Command) {
+	t.Helper()
+	res, err := s.Propose(context.Background(), c)
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+}
+
+func newPurgeStore(t *testing.T) *fsmStore {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	s := &fsmStore{f: f}
+	s.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	s.must(t, fsm.CreateNamespace{Namespace: []string{"db", "sub"}})
+	for i, name := range []string{"a", "b", "c"} {
+		ns := []string{"db"}
+		if name == "c" {
+			ns = []string{"db", "sub"}
+		}
+		id := fsm.Ident{Namespace: ns, Name: name}
+		s.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id,
+			MetadataLocation: "s3://b/" + name + "/m.json", Location: "s3://b/" + name, UUID: name}}})
+		s.must(t, fsm.DropTable{Ident: id, Purge: true, AtMs: int64(i), Job: &fsm.PurgeJobSpec{
+			ID: fmt.Sprintf("job-%d", i), Warehouse: "s3://b", DroppedBy: "anonymous",
+			FileIO: map[string]string{"s3.region": "us-east-1", "s3.secret-access-key": "TOPSECRET", "s3.access-key-id": "AKID"}}})
+	}
+	return s
+}
+
+func TestPurgeJobsAPI(t *testing.T) {
+	st := newPurgeStore(t)
+	h := NewPurgeJobs(st, func() time.Time { return time.UnixMilli(1000) }, nil)
+
+	// job-0 fails for good; job-1 runs.
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-1", Node: "n1"})
+
+	rec, body := do(t, h, "GET", "/management/v1/purge-jobs", "")
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	jobs := body["jobs"].([]any)
+	require.Len(t, jobs, 3)
+	first := jobs[0].(map[string]any)
+	assert.Equal(t, "job-0", first["id"])
+	assert.Equal(t, "FAILED", first["state"])
+	assert.Equal(t, "corrupt metadata", first["last-error"])
+	assert.Equal(t, "a", first["table"])
+	assert.NotContains(t, rec.Body.String(), "TOPSECRET", "secrets are never shown")
+	assert.NotContains(t, rec.Body.String(), "AKID")
+	assert.Nil(t, body["next-page-token"])
+
+	// Filters and pagination.
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		{"?state=running", []string{"job-1"}},
+		{"?state=FAILED", []string{"job-0"}},
+		{"?state=PENDING", []string{"job-2"}},
+		{"?namespace=db&table=b", []string{"job-1"}},
+		{"?namespace=db.sub", []string{"job-2"}},
+		{"?namespace=db%1Fsub", []string{"job-2"}},
+		{"?table=a", []string{"job-0"}},
+		{"?warehouse=s3://b", []string{"job-0", "job-1", "job-2"}},
+		{"?warehouse=s3://other", nil},
+		{"?page-token=job-0", []string{"job-1", "job-2"}},
+	} {
+		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+c.query, "")
+		require.Equal(t, 200, rec.Code, c.query)
+		var ids []string
+		for _, j := range body["jobs"].([]any) {
+			ids = append(ids, j.(map[string]any)["id"].(string))
+		}
+		assert.Equal(t, c.want, ids, c.query)
+	}
+	rec, body = do(t, h, "GET", "/management/v1/purge-jobs?page-size=2", "")
+	require.Equal(t, 200, rec.Code)
+	assert.Len(t, body["jobs"], 2)
+	assert.Equal(t, "job-1", body["next-page-token"])
+
+	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=."} {
+		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+q, "")
+		assert.Equal(t, 400, rec.Code, q)
+		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"], q)
+	}
+
+	// One job.
+	rec, body = do(t, h, "GET", "/management/v1/purge-jobs/job-1", "")
+	require.Equal(t, 200, rec.Code)
+	assert.Equal(t, "RUNNING", body["state"])
+	assert.Equal(t, "n1", body["lease"].(map[string]any)["node"])
+	rec, body = do(t, h, "GET", "/management/v1/purge-jobs/nope", "")
+	assert.Equal(t, 404, rec.Code)
+	assert.Equal(t, float64(404), body["error"].(map[string]any)["code"])
+
+	// Retry and release only FAILED jobs.
+	rec, body = do(t, h, "POST", "/management/v1/purge-jobs/job-1/retry", "")
+	assert.Equal(t, 409, rec.Code)
+	assert.Contains(t, body["error"].(map[string]any)["message"], "RUNNING")
+	rec, _ = do(t, h, "POST", "/management/v1/purge-jobs/job-1/release", "")
+	assert.Equal(t, 409, rec.Code)
+	rec, _ = do(t, h, "POST", "/management/v1/purge-jobs/nope/retry", "")
+	assert.Equal(t, 404, rec.Code)
+
+	rec, body = do(t, h, "POST", "/management/v1/purge-jobs/job-0/retry", "")
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	assert.Equal(t, "PENDING", body["state"])
+	assert.Equal(t, float64(0), body["attempts"])
+
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "still corrupt"})
+	rec, body = do(t, h, "POST", "/management/v1/purge-jobs/job-0/release", "")
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	assert.Equal(t, "FAILED", body["state"])
+	assert.Equal(t, true, body["released"])
+	assert.Equal(t, "anonymous", body["released-by"])
+	require.NoError(t, st.f.View(func(r *fsm.Reader) error {
+		_, blocked := r.PurgeTombstone(fsm.Ident{Namespace: []string{"db"}, Name: "a"})
+		assert.False(t, blocked, "release drops the tombstone")
+		return nil
+	}))
+	rec, _ = do(t, h, "POST", "/management/v1/purge-jobs/job-0/release", "")
+	assert.Equal(t, 409, rec.Code, "released once")
+	rec, _ = do(t, h, "POST", "/management/v1/purge-jobs/job-0/retry", "")
+	assert.Equal(t, 409, rec.Code, "a released job is not retried")
+
+	// No leader: 503, nothing changed.
+	st.down = true
+	rec, body = do(t, h, "POST", "/management/v1/purge-jobs/job-0/retry", "")
+	assert.Equal(t, 503, rec.Code)
+	assert.Equal(t, "ServiceUnavailableException", body["error"].(map[string]any)["type"])
+	rec, _ = do(t, h, "GET", "/management/v1/purge-jobs", "")
+	assert.Equal(t, 503, rec.Code)
+	st.down = false
+
+	rec, _ = do(t, h, "DELETE", "/management/v1/purge-jobs/job-0", "")
+	assert.Equal(t, 405, rec.Code)
+}

@@ -1,0 +1,277 @@
+// Package purge deletes the files of dropped tables: crash-safe, resumable,
+// fenced purge jobs run by a worker pool on every node and leased by a
+// scheduler on the leader. See DESIGN.md.
+package purge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// Reader reads whole objects.
+type Reader interface {
+	Read(ctx context.Context, uri string) ([]byte, error)
+}
+
+// ErrCorruptMetadata means the table's metadata (or a manifest list or
+// manifest) exists but cannot be parsed: retrying will not help.
+var ErrCorruptMetadata = errors.New("purge: unreadable table metadata")
+
+// The phases of a purge, in the order they run. A phase never deletes a
+// file that an earlier phase still needs to read: data files are found
+// through manifests, manifests through manifest lists, everything through
+// the root metadata file, which goes last. That is what lets a checkpoint
+// (phase, offset) be resumed by another node.
+const (
+	PhaseData          = iota // data and delete files (none when gc.enabled=false)
+	PhaseManifests            // manifests, deduplicated
+	PhaseManifestLists        // one per snapshot
+	PhaseStatistics           // statistics and partition statistics files
+	PhaseMetadataLog          // previous metadata files
+	PhaseRoot                 // the metadata file the job names
+	PhaseDone                 // nothing left
+)
+
+var phaseNames = [...]string{"data", "manifests", "manifest-lists", "statistics", "metadata-log", "root", "done"}
+
+// PhaseName names a phase for logs.
+func PhaseName(p int) string {
+	if p >= 0 && p < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase-%d", p)
+}
+
+// Checkpoint is where a walk resumes: every file before Offset in Phase,
+// and every file of earlier phases, has been dealt with.
+type Checkpoint struct {
+	Phase  int
+	Offset int64
+}
+
+// File is one reachable file. Offset is its position within its phase in
+// the walk's deterministic order; Size is 0 when the metadata does not say.
+type File struct {
+	Phase  int
+	Offset int64
+	URI    string
+	Size   int64
+}
+
+// ReadMetadata reads and parses a table metadata file. A missing file is an
+// error wrapping storage.ErrNotFound; one that does not parse wraps
+// ErrCorruptMetadata.
+func ReadMetadata(ctx context.Context, rd Reader, metadataLocation string) (table.Metadata, error) {
+	raw, err := rd.Read(ctx, metadataLocation)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := table.ParseMetadataBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, metadataLocation, err)
+	}
+	return meta, nil
+}
+
+// Walker streams the files reachable from one table metadata file.
+type Walker struct {
+	Reader Reader
+	// OnPhase, if set, is called whenever the walk enters a phase that has
+	// at least one file, before that file is passed on. An error stops the
+	// walk.
+	OnPhase func(phase int) error
+	// OnMissing, if set, is told of a manifest list or manifest that no
+	// longer exists; the walk skips it.
+	OnMissing func(uri string)
+}
+
+// Walk calls fn for every file reachable from meta (read from
+// metadataLocation), phase by phase, starting at from and skipping what
+// lies before it. It is lazy: at most one manifest's entries are in memory,
+// plus the set of manifest paths already seen. Nothing is deduplicated
+// across phases or between manifests except manifests themselves, so a data
+// file listed by two manifests is passed twice. The root metadata file is
+// passed only in PhaseRoot, even if the metadata log names it too.
+//
+// fn's error, or the context's, stops the walk and is returned. A manifest
+// list or manifest that cannot be parsed is an error wrapping
+// ErrCorruptMetadata.
+func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation string, from Checkpoint, fn func(File) error) error {
+	for phase := from.Phase; phase < PhaseDone; phase++ {
+		skip := int64(0)
+		if phase == from.Phase {
+			skip = from.Offset
+		}
+		var (
+			offset  int64
+			entered bool
+		)
+		emit := func(uri string, size int64) error {
+			if uri == "" || (uri == metadataLocation && phase != PhaseRoot) {
+				return nil
+			}
+			off := offset
+			offset++
+			if off < skip {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !entered {
+				entered = true
+				if w.OnPhase != nil {
+					if err := w.OnPhase(phase); err != nil {
+						return err
+					}
+				}
+			}
+			return fn(File{Phase: phase, Offset: off, URI: uri, Size: size})
+		}
+		if err := w.walkPhase(ctx, meta, metadataLocation, phase, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLocation string, phase int, emit func(string, int64) error) error {
+	switch phase {
+	case PhaseData:
+		if !meta.Properties().GetBool("gc.enabled", true) {
+			// Data files may be shared with other tables: never delete them.
+			return nil
+		}
+		return w.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
+			data, err := w.Reader.Read(ctx, mf.FilePath())
+			if errors.Is(err, storage.ErrNotFound) {
+				w.missing(mf.FilePath())
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			entries, err := iceberg.ReadManifest(mf, bytes.NewReader(data), false)
+			if err != nil {
+				return fmt.Errorf("%w: manifest %s: %v", ErrCorruptMetadata, mf.FilePath(), err)
+			}
+			for _, e := range entries {
+				df := e.DataFile()
+				if err := emit(df.FilePath(), df.FileSizeBytes()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case PhaseManifests:
+		return w.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
+			return emit(mf.FilePath(), mf.Length())
+		})
+	case PhaseManifestLists:
+		seen := map[string]bool{}
+		for _, snap := range meta.Snapshots() {
+			if snap.ManifestList == "" || seen[snap.ManifestList] {
+				continue
+			}
+			seen[snap.ManifestList] = true
+			if err := emit(snap.ManifestList, 0); err != nil {
+				return err
+			}
+		}
+	case PhaseStatistics:
+		for st := range meta.Statistics() {
+			if err := emit(st.StatisticsPath, st.FileSizeInBytes); err != nil {
+				return err
+			}
+		}
+		for st := range meta.PartitionStatistics() {
+			if err := emit(st.StatisticsPath, st.FileSizeInBytes); err != nil {
+				return err
+			}
+		}
+	case PhaseMetadataLog:
+		for e := range meta.PreviousFiles() {
+			if err := emit(e.MetadataFile, 0); err != nil {
+				return err
+			}
+		}
+	case PhaseRoot:
+		return emit(metadataLocation, 0)
+	}
+	return nil
+}
+
+// manifests calls fn once for every distinct manifest of every snapshot, in
+// snapshot order then manifest-list order.
+func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceberg.ManifestFile) error) error {
+	seenLists := map[string]bool{}
+	seen := map[string]bool{}
+	for _, snap := range meta.Snapshots() {
+		if snap.ManifestList == "" || seenLists[snap.ManifestList] {
+			continue
+		}
+		seenLists[snap.ManifestList] = true
+		data, err := w.Reader.Read(ctx, snap.ManifestList)
+		if errors.Is(err, storage.ErrNotFound) {
+			w.missing(snap.ManifestList)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		mfs, err := iceberg.ReadManifestList(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%w: manifest list %s: %v", ErrCorruptMetadata, snap.ManifestList, err)
+		}
+		for _, mf := range mfs {
+			if seen[mf.FilePath()] {
+				continue
+			}
+			seen[mf.FilePath()] = true
+			if err := fn(mf); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w Walker) missing(uri string) {
+	if w.OnMissing != nil {
+		w.OnMissing(uri)
+	}
+}
+
+// Files is every file a purge of one table deals with, split by whether it
+// lies inside the table's location.
+type Files struct {
+	Delete  []string
+	Outside []string
+}
+
+// Enumerate lists, in walk order, every file reachable from the metadata
+// file at metadataLocation (see Walker.Walk), split by location. It holds
+// the whole list in memory: for tests and tools, not for the worker.
+func Enumerate(ctx context.Context, rd Reader, metadataLocation, location string) (Files, error) {
+	var out Files
+	meta, err := ReadMetadata(ctx, rd, metadataLocation)
+	if err != nil {
+		return out, err
+	}
+	err = Walker{Reader: rd}.Walk(ctx, meta, metadataLocation, Checkpoint{}, func(f File) error {
+		if storage.IsWithin(location, f.URI) {
+			out.Delete = append(out.Delete, f.URI)
+		} else {
+			out.Outside = append(out.Outside, f.URI)
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,100 @@
+package purge
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	jobs             *prometheus.GaugeVec
+	oldestPending    prometheus.Gauge
+	completed        prometheus.Counter
+	failed           prometheus.Counter
+	retried          prometheus.Counter
+	filesDeleted     prometheus.Counter
+	bytesDeleted     prometheus.Counter
+	skippedOutside   prometheus.Counter
+	deleteErrors     prometheus.Counter
+	batches          *prometheus.CounterVec
+	batchLatency     prometheus.Histogram
+	leases           *prometheus.CounterVec
+	staleLeases      prometheus.Counter
+	missingManifests prometheus.Counter
+	all              []prometheus.Collector
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floe_purge_jobs", Help: "Purge jobs in the replicated state by state (FAILED counts unreleased jobs; RELEASED the released ones).",
+		}, []string{"state"}),
+		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floe_purge_oldest_pending_age_seconds", Help: "Age of the oldest PENDING purge job, 0 when none.",
+		}),
+		completed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_jobs_completed_total", Help: "Purge jobs this node finished as SUCCEEDED.",
+		}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_jobs_failed_total", Help: "Purge runs on this node that ended in a failure (retried or FAILED).",
+		}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_jobs_retried_total", Help: "Purge runs on this node that failed transiently and were sent back to PENDING or FAILED at max attempts.",
+		}),
+		filesDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_files_deleted_total", Help: "Files deleted by purge jobs on this node (a missing file counts as deleted).",
+		}),
+		bytesDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_bytes_deleted_total", Help: "Bytes of deleted files whose size the metadata records.",
+		}),
+		skippedOutside: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_files_skipped_outside_total", Help: "Reachable files left alone because they lie outside the dropped table's location.",
+		}),
+		deleteErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_delete_errors_total", Help: "Files a delete batch could not delete.",
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_purge_delete_batches_total", Help: "Delete batches by where they ran: pool, or inline on the producer when the pool's queue was full.",
+		}, []string{"ran"}),
+		batchLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "floe_purge_delete_batch_duration_seconds", Help: "Latency of one bulk delete batch.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_purge_lease_assignments_total", Help: "Leases the scheduler on this node assigned: new (a PENDING job) or reassigned (away from a silent node).",
+		}, []string{"kind"}),
+		staleLeases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_stale_leases_total", Help: "Runs on this node stopped because their lease token was no longer current.",
+		}),
+		missingManifests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists or manifests already gone when a purge walked them.",
+		}),
+	}
+	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
+		m.skippedOutside, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests}
+	return m
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range m.all {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.all[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("purge: register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.all {
+		reg.Unregister(c)
+	}
+}

@@ -1,0 +1,263 @@
+package purge_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/catalog"
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/purge"
+)
+
+// TestPurge runs the purge scenarios against a three-node cluster, on the
+// local filesystem and on a real S3 server.
+func TestPurge(t *testing.T) {
+	for _, wh := range []warehouse{fileWarehouse(), s3Warehouse()} {
+		t.Run(wh.name, func(t *testing.T) {
+			c := newCluster(t, wh, 3, 5)
+			t.Run("async drop answers before the files go, then they all go", func(t *testing.T) { testAsyncDrop(t, c) })
+			t.Run("sync drop answers after the files are gone", func(t *testing.T) { testSyncDrop(t, c) })
+			t.Run("gc.enabled=false keeps data files", func(t *testing.T) { testGCDisabled(t, c) })
+			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
+			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
+			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
+		})
+	}
+}
+
+func testAsyncDrop(t *testing.T, c *cluster) {
+	n := c.follower()
+	// t10 is t1's string-prefix sibling; t1's metadata also lists one of
+	// t10's files, which lies outside t1's location.
+	t10 := c.makeTable(n, "async", "t10", nil, 2, 4)
+	t1 := c.makeTable(n, "async", "t1", nil, 3, 4, t10.data[0])
+	require.True(t, strings.HasPrefix(t10.tbl.Location(), t1.tbl.Location()), "string-prefix siblings")
+
+	hook, entered, open := gate()
+	c.setHook(hook)
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/async/tables/t1?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	assert.Equal(t, 404, n.do(t, "HEAD", "/v1/namespaces/async/tables/t1", "").status)
+	assert.Equal(t, 404, n.do(t, "DELETE", "/v1/namespaces/async/tables/t1?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true").status,
+		"a repeated drop is 404")
+	<-entered // a worker is deleting, held by the gate
+	assert.ElementsMatch(t, t1.files, c.exist(t1.files), "answered before any file was deleted")
+	job := c.mustJob("async", "t1")
+	assert.Equal(t, fsm.JobRunning, job.State)
+	assert.Equal(t, "anonymous", job.DroppedBy)
+	assert.Equal(t, t1.tbl.MetadataLocation(), job.MetadataLocation)
+	jobs := 0
+	require.NoError(t, n.raft.StaleRead(func(r *fsm.Reader) error {
+		list, _ := r.PurgeJobs(fsm.PurgeJobFilter{Namespace: []string{"async"}, Table: "t1"}, 0)
+		jobs = len(list)
+		return nil
+	}))
+	assert.Equal(t, 1, jobs, "the repeated drop enqueued nothing")
+
+	// While the job runs, the name and the location are taken: 409 naming
+	// the job, from any node.
+	for _, tc := range []struct{ what, path, body string }{
+		{"create at the name", "/v1/namespaces/async/tables", createTableBody("t1", "")},
+		{"create inside the location", "/v1/namespaces/async/tables", createTableBody("other", t1.tbl.Location()+"/nested")},
+		{"create around the location", "/v1/namespaces/async/tables", createTableBody("other", c.warehouse+"/async")},
+		{"register at the name", "/v1/namespaces/async/register", `{"name":"t1","metadata-location":"` + t10.tbl.MetadataLocation() + `"}`},
+	} {
+		for _, via := range c.live() {
+			r := via.do(t, "POST", tc.path, tc.body)
+			require.Equal(t, 409, r.status, "%s: %s", tc.what, r.body)
+			assert.Contains(t, r.errorMessage(t), job.ID, tc.what)
+		}
+	}
+
+	close(open)
+	job = c.waitJob("async", "t1", 30*time.Second, isState(fsm.JobSucceeded))
+	assert.Empty(t, c.list(t1.tbl.Location()), "every file of the dropped table is gone")
+	assert.ElementsMatch(t, t10.files, c.exist(t10.files), "nothing of the sibling table is touched")
+	assert.ElementsMatch(t, t10.files, c.list(t10.tbl.Location()))
+	assert.Equal(t, int64(1), job.Progress.Skipped, "the file outside the location was skipped")
+	assert.Nil(t, job.Lease)
+
+	// Free again.
+	r = n.do(t, "POST", "/v1/namespaces/async/tables", createTableBody("t1", ""))
+	assert.Equal(t, 200, r.status, r.body)
+}
+
+func testSyncDrop(t *testing.T, c *cluster) {
+	n := c.follower()
+	tt := c.makeTable(n, "sync", "t", nil, 2, 7)
+	keep := c.makeTable(n, "sync", "keep", nil, 1, 3)
+	// Slow deletes: the answer must still wait for all of them.
+	var calls atomic.Int64
+	c.setHook(func(ctx context.Context, _ []string) error {
+		calls.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/sync/tables/t?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	assert.Empty(t, c.list(tt.tbl.Location()), "sync drop answers once the files are gone")
+	assert.Greater(t, calls.Load(), int64(2), "in bulk batches of 5")
+	job := c.mustJob("sync", "t")
+	assert.Equal(t, fsm.JobSucceeded, job.State)
+	assert.Equal(t, int64(len(tt.files)), job.Progress.Deleted)
+	assert.ElementsMatch(t, keep.files, c.exist(keep.files))
+	assert.Greater(t, gathered(t, n.reg, "floe_purge_files_deleted_total"), float64(0), "the receiving node ran it")
+
+	// purgeRequested=false drops the entry and touches no file.
+	r = n.do(t, "DELETE", "/v1/namespaces/sync/tables/keep", "")
+	require.Equal(t, 204, r.status, r.body)
+	assert.ElementsMatch(t, keep.files, c.exist(keep.files))
+	_, hasJob := c.jobFor("sync", "keep")
+	assert.False(t, hasJob)
+}
+
+func testGCDisabled(t *testing.T, c *cluster) {
+	n := c.live()[0]
+	tt := c.makeTable(n, "nogc", "t", iceberg.Properties{"gc.enabled": "false"}, 2, 3)
+	r := n.do(t, "DELETE", "/v1/namespaces/nogc/tables/t?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	assert.ElementsMatch(t, tt.data, c.list(tt.tbl.Location()), "only the data files are left")
+}
+
+func testCorruptMetadata(t *testing.T, c *cluster) {
+	n := c.follower()
+	tt := c.makeTable(n, "bad", "t", nil, 1, 2)
+	require.NoError(t, n.objects.Write(context.Background(), tt.tbl.MetadataLocation(), []byte("{not metadata")))
+	r := n.do(t, "DELETE", "/v1/namespaces/bad/tables/t?purgeRequested=true", "")
+	require.Equal(t, 500, r.status, r.body)
+	job := c.mustJob("bad", "t")
+	msg := r.errorMessage(t)
+	assert.Contains(t, msg, job.ID)
+	assert.Contains(t, msg, "FAILED")
+	assert.Equal(t, fsm.JobFailed, job.State)
+	assert.Equal(t, 1, job.Attempts, "corrupt metadata is not retried")
+	assert.Contains(t, job.LastError, "unreadable table metadata")
+	assert.ElementsMatch(t, tt.files, c.exist(tt.files), "nothing deleted")
+
+	// FAILED keeps the tombstone until an operator releases the job.
+	r = n.do(t, "POST", "/v1/namespaces/bad/tables", createTableBody("t", ""))
+	require.Equal(t, 409, r.status, r.body)
+	assert.Contains(t, r.errorMessage(t), job.ID)
+	assert.Contains(t, r.errorMessage(t), "FAILED")
+
+	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
+	require.Equal(t, 200, r.status, r.body)
+	assert.Equal(t, true, r.json(t)["released"])
+	r = n.do(t, "POST", "/v1/namespaces/bad/tables", createTableBody("t", ""))
+	assert.Equal(t, 200, r.status, r.body)
+}
+
+func testDeleteFailures(t *testing.T, c *cluster) {
+	n := c.live()[0]
+	tt := c.makeTable(n, "refused", "t", nil, 1, 3)
+	c.setHook(func(context.Context, []string) error { return errors.New("AccessDenied: deletes refused") })
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/refused/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.waitJob("refused", "t", 30*time.Second, isState(fsm.JobFailed))
+	assert.Equal(t, 3, job.Attempts, "retried up to max attempts")
+	assert.Contains(t, job.LastError, "deletes refused")
+	assert.ElementsMatch(t, tt.files, c.exist(tt.files))
+
+	r = n.do(t, "GET", "/management/v1/purge-jobs?state=FAILED&namespace=refused", "")
+	require.Equal(t, 200, r.status, r.body)
+	require.Len(t, r.json(t)["jobs"], 1)
+
+	c.setHook(nil)
+	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/retry", "")
+	require.Equal(t, 200, r.status, r.body)
+	c.waitJob("refused", "t", 30*time.Second, isState(fsm.JobSucceeded))
+	assert.Empty(t, c.list(tt.tbl.Location()))
+}
+
+func testStaleLease(t *testing.T, c *cluster) {
+	n := c.live()[0]
+	tt := c.makeTable(n, "stale", "t", nil, 1, 12)
+	hook, entered, open := gate()
+	c.setHook(hook)
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/stale/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	<-entered
+	job := c.waitJob("stale", "t", 10*time.Second, isState(fsm.JobRunning))
+	first := c.byID(job.Lease.Node)
+
+	// The leader hands the job to another node (as it would once the
+	// first seemed silent): the first worker's token is stale.
+	var other *tnode
+	for _, o := range c.live() {
+		if o != first {
+			other = o
+		}
+	}
+	ctx := context.Background()
+	res, err := n.raft.Propose(ctx, fsm.AssignPurgeLease{JobID: job.ID, Node: other.raft.ID(), ExpectedToken: job.Lease.Token})
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	res, err = n.raft.Propose(ctx, fsm.ReportPurgeProgress{JobID: job.ID, Token: job.Lease.Token, Progress: fsm.PurgeProgress{Phase: purge.PhaseRoot}})
+	require.NoError(t, err)
+	assert.ErrorIs(t, res.Err(), fsm.ErrStaleLease, "progress under the old token is refused")
+	res, err = n.raft.Propose(ctx, fsm.FinishPurgeJob{JobID: job.ID, Token: job.Lease.Token, Outcome: fsm.OutcomeSucceeded})
+	require.NoError(t, err)
+	assert.ErrorIs(t, res.Err(), fsm.ErrStaleLease, "completion under the old token is refused")
+
+	// The first worker notices and stops; the new owner finishes.
+	require.Eventually(t, func() bool { return gathered(t, first.reg, "floe_purge_stale_leases_total") >= 1 }, 10*time.Second, 20*time.Millisecond)
+	close(open)
+	done := c.waitJob("stale", "t", 30*time.Second, isState(fsm.JobSucceeded))
+	assert.Empty(t, c.list(tt.tbl.Location()))
+	assert.Greater(t, other.store.deleted.Load(), int64(0), "the new owner deleted the files")
+	assert.Equal(t, 0, done.Attempts)
+}
+
+// TestKillNodeRunningJob shuts down, mid-purge, the node running a job in a
+// three-node cluster on S3: the leader reassigns the job once the node is
+// silent, and the new owner resumes from the last checkpoint.
+func TestKillNodeRunningJob(t *testing.T) {
+	c := newCluster(t, s3Warehouse(), 3, 10)
+	n := c.follower()
+	keep := c.makeTable(n, "kill", "keep", nil, 1, 5)
+	tt := c.makeTable(n, "kill", "big", nil, 3, 60)
+	c.setHook(func(ctx context.Context, _ []string) error {
+		select {
+		case <-time.After(60 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	r := n.do(t, "DELETE", "/v1/namespaces/kill/tables/big?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+
+	job := c.waitJob("kill", "big", 20*time.Second, func(j fsm.PurgeJob) bool {
+		return j.State == fsm.JobRunning && j.Progress.Offset >= 40
+	})
+	owner := c.byID(job.Lease.Node)
+	owner.kill()
+	t.Logf("killed %s at checkpoint %s/%d after %d deletes", owner.raft.ID(), purge.PhaseName(job.Progress.Phase), job.Progress.Offset, owner.store.deleted.Load())
+
+	done := c.waitJob("kill", "big", 40*time.Second, isState(fsm.JobSucceeded))
+	assert.Empty(t, c.list(tt.tbl.Location()), "the table's prefix is empty")
+	assert.ElementsMatch(t, keep.files, c.exist(keep.files), "nothing of a live table is touched")
+	assert.Equal(t, 0, done.Attempts, "a reassignment is not a failure")
+	var after int64
+	for _, o := range c.live() {
+		after += o.store.deleted.Load()
+	}
+	assert.Less(t, after, int64(len(tt.files)), "the new owner resumed from the checkpoint instead of starting over")
+	var reassigned float64
+	for _, o := range c.live() {
+		reassigned += gathered(t, o.reg, "floe_purge_lease_assignments_total")
+	}
+	assert.GreaterOrEqual(t, reassigned, float64(1))
+}

@@ -1,0 +1,195 @@
+package purge
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// Lead runs the scheduler until ctx ends. Register it with
+// raftnode.Node.OnLeadership: it runs only while this node leads.
+//
+// Every poll interval it reads the local replica (the leader's is the most
+// recent there is; a decision made on a slightly old view is caught by the
+// compare-and-set in AssignPurgeLease) and:
+//
+//   - notes which nodes' heartbeats moved since the last look: a node is
+//     live when its heartbeat's log index moved within the heartbeat
+//     timeout, by this leader's own clock (no clocks are compared);
+//   - leases PENDING jobs whose backoff is over, and re-leases RUNNING
+//     jobs whose node is silent, oldest job first, to live nodes with a
+//     free worker slot: followers before the leader, then the least
+//     loaded, then by node id. The token is the assigning entry's index.
+//     A new leader reassigns nothing during its first heartbeat timeout:
+//     it has not yet seen anyone's heartbeat move;
+//   - every PruneInterval, proposes the pruning of SUCCEEDED and released
+//     FAILED jobs older than Retention (by this leader's clock).
+func (s *Service) Lead(ctx context.Context) {
+	log := s.log.With("role", "purge-scheduler")
+	log.Info("purge scheduler started")
+	now := s.cfg.Now()
+	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now}
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		sc.tick(ctx)
+		select {
+		case <-ctx.Done():
+			log.Info("purge scheduler stopped")
+			return
+		case <-t.C:
+		}
+	}
+}
+
+type observed struct {
+	index uint64
+	at    time.Time // when this leader saw index move; zero: not yet
+}
+
+type scheduler struct {
+	s         *Service
+	start     time.Time
+	seen      map[string]observed
+	lastPrune time.Time
+}
+
+type claim struct {
+	job      fsm.PurgeJob
+	expected uint64 // the silent node's token; 0 for a PENDING job
+}
+
+func (sc *scheduler) tick(ctx context.Context) {
+	s := sc.s
+	now := s.cfg.Now() // time.Now by default: monotonic, so clock steps do not matter
+	nowMs := now.UnixMilli()
+	var (
+		nodes            []fsm.PurgeNode
+		pending, running []fsm.PurgeJob
+	)
+	if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
+		nodes = r.PurgeNodes()
+		pending, _ = r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending}, 0)
+		running, _ = r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobRunning}, 0)
+		return nil
+	}); err != nil {
+		return
+	}
+	slots := map[string]int{}
+	for _, n := range nodes {
+		o, ok := sc.seen[n.Node]
+		switch {
+		case !ok:
+			sc.seen[n.Node] = observed{index: n.Index}
+		case o.index != n.Index:
+			sc.seen[n.Node] = observed{index: n.Index, at: now}
+		}
+		slots[n.Node] = n.Slots
+	}
+	timeout := s.cfg.HeartbeatTimeout
+	live := func(node string) bool {
+		o := sc.seen[node]
+		return !o.at.IsZero() && now.Sub(o.at) < timeout
+	}
+	silent := func(node string) bool {
+		last := sc.start
+		if o := sc.seen[node]; o.at.After(last) {
+			last = o.at
+		}
+		return now.Sub(last) >= timeout
+	}
+
+	load := map[string]int{}
+	var claims []claim
+	for _, j := range running {
+		if j.Lease == nil {
+			continue
+		}
+		load[j.Lease.Node]++
+		if silent(j.Lease.Node) {
+			claims = append(claims, claim{job: j, expected: j.Lease.Token})
+		}
+	}
+	for _, j := range pending {
+		if j.NotBeforeMs <= nowMs {
+			claims = append(claims, claim{job: j})
+		}
+	}
+	sort.Slice(claims, func(a, b int) bool { return claims[a].job.ID < claims[b].job.ID })
+
+	var targets []string
+	for node := range slots {
+		if live(node) && slots[node] > 0 {
+			targets = append(targets, node)
+		}
+	}
+	self := s.cfg.NodeID
+	pick := func() string {
+		best := ""
+		for _, n := range targets {
+			if load[n] >= slots[n] {
+				continue
+			}
+			if best == "" || less(n, best, self, load) {
+				best = n
+			}
+		}
+		return best
+	}
+	for _, c := range claims {
+		if ctx.Err() != nil {
+			return
+		}
+		node := pick()
+		if node == "" {
+			break
+		}
+		res, err := s.cfg.Store.Propose(ctx, fsm.AssignPurgeLease{
+			JobID: c.job.ID, Node: node, ExpectedToken: c.expected,
+			AtMs: nowMs, ExpiresMs: nowMs + timeout.Milliseconds(),
+		})
+		if err != nil {
+			s.log.Debug("purge lease not assigned", "job_id", c.job.ID, "node", node, "error", err)
+			return
+		}
+		if rerr := res.Err(); rerr != nil {
+			if !errors.Is(rerr, fsm.ErrStaleLease) && !errors.Is(rerr, fsm.ErrNoSuchJob) {
+				s.log.Warn("purge lease refused", "job_id", c.job.ID, "node", node, "error", rerr)
+			}
+			continue // the job moved on since the read
+		}
+		load[node]++
+		if c.expected != 0 {
+			load[c.job.Lease.Node]--
+			s.m.leases.WithLabelValues("reassigned").Inc()
+			s.log.Warn("purge lease reassigned from a silent node", "job_id", c.job.ID, "table", c.job.Ident.String(),
+				"from", c.job.Lease.Node, "old_token", c.expected, "to", node)
+		} else {
+			s.m.leases.WithLabelValues("new").Inc()
+			s.log.Info("purge lease assigned", "job_id", c.job.ID, "table", c.job.Ident.String(), "node", node, "attempts", c.job.Attempts)
+		}
+	}
+
+	if now.Sub(sc.lastPrune) >= s.cfg.PruneInterval {
+		sc.lastPrune = now
+		res, err := s.cfg.Store.Propose(ctx, fsm.PrunePurgeJobs{BeforeMs: nowMs - s.cfg.Retention.Milliseconds(), AtMs: nowMs})
+		if err == nil && res.Count > 0 {
+			s.log.Info("pruned finished purge jobs", "jobs", res.Count, "retention", s.cfg.Retention)
+		}
+	}
+}
+
+// less orders assignment targets: followers before the leader (self), then
+// the least loaded, then by id, so that the choice is deterministic.
+func less(a, b, self string, load map[string]int) bool {
+	if (a == self) != (b == self) {
+		return b == self
+	}
+	if load[a] != load[b] {
+		return load[a] < load[b]
+	}
+	return a < b
+}

@@ -1,0 +1,138 @@
+package purge
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// fsmStore applies every command at once to a real state machine.
+type fsmStore struct {
+	mu sync.Mutex
+	f  *fsm.FSM
+	i  uint64
+}
+
+func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := fsm.Encode(c)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	s.i++
+	return s.f.Apply(&raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b}).(fsm.Result), nil
+}
+
+func (s *fsmStore) Read(_ context.Context, fn func(*fsm.Reader) error) error { return s.f.View(fn) }
+func (s *fsmStore) StaleRead(fn func(*fsm.Reader) error) error               { return s.f.View(fn) }
+
+func (s *fsmStore) must(t *testing.T, c fsm.Command) {
+	t.Helper()
+	res, err := s.Propose(context.Background(), c)
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+}
+
+func (s *fsmStore) lease(t *testing.T, id string) *fsm.PurgeLease {
+	t.Helper()
+	var j fsm.PurgeJob
+	require.NoError(t, s.f.View(func(r *fsm.Reader) error {
+		var ok bool
+		j, ok = r.PurgeJob(id)
+		require.True(t, ok)
+		return nil
+	}))
+	return j.Lease
+}
+
+// TestSchedulerAssignsDeterministically drives the leader's scheduler with
+// a fake clock: nothing before a heartbeat moves, followers before the
+// leader and the least loaded first, never above a node's slots, and a
+// silent node's lease reassigned with a new token only after the timeout.
+func TestSchedulerAssignsDeterministically(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	clock := time.Unix(1000, 0)
+	reg := prometheus.NewRegistry()
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		id := fsm.Ident{Namespace: []string{"db"}, Name: name}
+		st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/" + name, MetadataLocation: "m", UUID: name}}})
+		st.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-" + name}})
+	}
+	beat := func(nodes ...string) {
+		for _, n := range nodes {
+			slots := map[string]int{"n1": 1, "n2": 1, "n3": 3}[n]
+			st.must(t, fsm.PurgeHeartbeat{Node: n, Slots: slots, AtMs: clock.UnixMilli()})
+		}
+	}
+	ctx := context.Background()
+	beat("n1", "n2", "n3")
+	sc := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+	sc.tick(ctx)
+	for _, j := range []string{"a", "b", "c", "d", "e"} {
+		assert.Nil(t, st.lease(t, "job-"+j), "no node is known live before its heartbeat moves")
+	}
+
+	clock = clock.Add(100 * time.Millisecond)
+	beat("n1", "n2", "n3")
+	sc.tick(ctx)
+	assert.Equal(t, "n2", st.lease(t, "job-a").Node, "followers first, ties by id")
+	assert.Equal(t, "n3", st.lease(t, "job-b").Node, "n2 is full")
+	assert.Equal(t, "n3", st.lease(t, "job-c").Node)
+	assert.Equal(t, "n3", st.lease(t, "job-d").Node)
+	assert.Equal(t, "n1", st.lease(t, "job-e").Node, "the leader last")
+	tokenA := st.lease(t, "job-a").Token
+
+	// n2 goes silent. A new leader reassigns nothing in its first timeout.
+	clock = clock.Add(1500 * time.Millisecond)
+	beat("n1", "n3")
+	fresh := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+	fresh.tick(ctx)
+	assert.Equal(t, tokenA, st.lease(t, "job-a").Token)
+	// Free a slot on n3; the old leader's scheduler reassigns job-a there.
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-b", Token: st.lease(t, "job-b").Token, Outcome: fsm.OutcomeSucceeded})
+	sc.tick(ctx)
+	l := st.lease(t, "job-a")
+	assert.Equal(t, "n3", l.Node)
+	assert.Greater(t, l.Token, tokenA, "a new fencing token")
+	assert.Equal(t, 1.0, counter(t, reg, "floe_purge_lease_assignments_total", "reassigned"))
+	assert.Equal(t, 5.0, counter(t, reg, "floe_purge_lease_assignments_total", "new"))
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,361 @@
+package purge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// errStale stops a run whose lease token is no longer the job's.
+var errStale = errors.New("purge: lease lost")
+
+// errPermanent marks a failure retrying cannot fix.
+var errPermanent = errors.New("permanent")
+
+// maxOutsideLogged bounds the per-file warnings for files outside the
+// table's location in one run; the rest are counted and summarised.
+const maxOutsideLogged = 20
+
+// execute runs one job under rn's lease until it finishes, fails, loses
+// its lease or ctx ends, and reports the outcome through the log.
+func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
+	log := s.log.With("job_id", job.ID, "table", job.Ident.String(), "token", rn.token)
+	start := time.Now()
+	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
+		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset)
+	jr := &jobRun{s: s, job: job, token: rn.token, log: log, progress: job.Progress,
+		committed: Checkpoint{Phase: job.Progress.Phase, Offset: job.Progress.Offset}, reportedPhase: job.Progress.Phase}
+	err := jr.run(ctx)
+	progress := jr.snapshot()
+	switch {
+	case errors.Is(err, errStale):
+		s.m.staleLeases.Inc()
+		log.Warn("purge lease lost; run stopped", "files_deleted", progress.Deleted)
+		return
+	case ctx.Err() != nil:
+		log.Info("purge run stopped", "reason", context.Cause(ctx), "files_deleted", progress.Deleted,
+			"checkpoint_phase", PhaseName(progress.Phase), "checkpoint_offset", progress.Offset)
+		return
+	}
+	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: progress, MaxAttempts: s.cfg.MaxAttempts, AtMs: s.cfg.Now().UnixMilli()}
+	switch {
+	case err == nil:
+		cmd.Outcome = fsm.OutcomeSucceeded
+		cmd.Progress.Phase, cmd.Progress.Offset = PhaseDone, 0
+	case errors.Is(err, errPermanent):
+		cmd.Outcome, cmd.Error = fsm.OutcomeFailed, truncate(err.Error())
+	default:
+		cmd.Outcome, cmd.Error = fsm.OutcomeRetry, truncate(err.Error())
+		cmd.NotBeforeMs = s.cfg.Now().Add(s.backoff(job.Attempts)).UnixMilli()
+	}
+	rn.finishing.Store(true)
+	if ferr := s.proposeLeased(ctx, log, cmd); ferr != nil {
+		rn.finishing.Store(false)
+		if errors.Is(ferr, errStale) {
+			s.m.staleLeases.Inc()
+			log.Warn("purge lease lost before the outcome was recorded", "outcome", cmd.Outcome)
+		} else {
+			log.Info("purge run stopped before its outcome was recorded", "outcome", cmd.Outcome, "error", ferr)
+		}
+		return
+	}
+	attrs := []any{"files_deleted", progress.Deleted, "bytes_deleted", progress.Bytes,
+		"files_skipped_outside", progress.Skipped, "duration", time.Since(start).Round(time.Millisecond)}
+	switch {
+	case err == nil:
+		s.m.completed.Inc()
+		log.Info("purge job completed", attrs...)
+	case cmd.Outcome == fsm.OutcomeRetry && job.Attempts+1 < s.cfg.MaxAttempts:
+		s.m.failed.Inc()
+		s.m.retried.Inc()
+		log.Warn("purge attempt failed; job back to PENDING", append(attrs, "attempt", job.Attempts+1,
+			"max_attempts", s.cfg.MaxAttempts, "retry_after", s.backoff(job.Attempts), "error", err)...)
+	default:
+		s.m.failed.Inc()
+		log.Error("purge job failed", append(attrs, "attempt", job.Attempts+1, "error", err)...)
+	}
+}
+
+// backoff is the delay after the attempts-th failure (0-based).
+func (s *Service) backoff(attempts int) time.Duration {
+	d := s.cfg.RetryBackoff
+	for range min(attempts, 30) {
+		d *= 2
+		if d >= s.cfg.MaxRetryBackoff {
+			return s.cfg.MaxRetryBackoff
+		}
+	}
+	return min(d, s.cfg.MaxRetryBackoff)
+}
+
+// truncate keeps last errors short in the replicated state.
+func truncate(msg string) string {
+	const limit = 2048
+	if len(msg) <= limit {
+		return msg
+	}
+	return msg[:limit-3] + "..."
+}
+
+// proposeLeased proposes a command guarded by this run's lease. A stale
+// lease (or a job that is gone) is errStale; a command that did not get an
+// answer (no leader, forwarding failed) is retried until ctx ends, since
+// progress and outcome must reach the log. Retrying is safe: a command
+// whose first copy did apply is refused as stale, or rewrites the same
+// progress.
+func (s *Service) proposeLeased(ctx context.Context, log *slog.Logger, cmd fsm.Command) error {
+	wait := 20 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, max(s.cfg.HeartbeatTimeout, time.Second))
+		res, err := s.cfg.Store.Propose(pctx, cmd)
+		cancel()
+		if err == nil {
+			rerr := res.Err()
+			if errors.Is(rerr, fsm.ErrStaleLease) || errors.Is(rerr, fsm.ErrNoSuchJob) {
+				return fmt.Errorf("%w: %v", errStale, rerr)
+			}
+			return rerr
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Debug("purge command not applied; retrying", "command", fmt.Sprintf("%T", cmd), "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// jobRun is the state of one run: the producer (walking the table's files
+// and filling batches) on the run's goroutine, and the batches in flight on
+// the shared delete pool.
+type jobRun struct {
+	s     *Service
+	job   fsm.PurgeJob
+	token uint64
+	log   *slog.Logger
+	objs  Objects
+	ctx   context.Context // the run's: deletes stop with it
+
+	// Producer-only state.
+	phase         int      // phase being walked
+	uris          []string // the batch being filled
+	bytes         int64    // known size of the batch being filled
+	end           int64    // offset after the batch's last file
+	reportedPhase int      // phase of the last checkpoint the log accepted
+	lastReport    time.Time
+	outsideLogged int
+	pending       sync.WaitGroup
+
+	mu        sync.Mutex
+	progress  fsm.PurgeProgress // counters (at least what was done)
+	committed Checkpoint        // everything before it is done
+	inflight  []*batch          // in submission order
+	err       error             // first delete failure
+}
+
+type batch struct {
+	end  int64 // offset after the batch's last file
+	done bool
+}
+
+func (r *jobRun) run(ctx context.Context) error {
+	objs, err := r.s.cfg.Storage(r.job.FileIO)
+	if err != nil {
+		return fmt.Errorf("%w: storage for the job's FileIO properties: %v", errPermanent, err)
+	}
+	r.objs, r.ctx = objs, ctx
+	meta, err := ReadMetadata(ctx, objs, r.job.MetadataLocation)
+	switch {
+	case errors.Is(err, storage.ErrNotFound) && r.job.Progress.Phase >= PhaseRoot:
+		// An earlier run deleted the root metadata file (the last one)
+		// and stopped before recording the outcome: nothing is left.
+		return nil
+	case errors.Is(err, storage.ErrNotFound):
+		return fmt.Errorf("%w: metadata file %s is missing, so the table's files cannot be found", errPermanent, r.job.MetadataLocation)
+	case errors.Is(err, ErrCorruptMetadata):
+		return fmt.Errorf("%w: %v", errPermanent, err)
+	case err != nil:
+		return fmt.Errorf("reading metadata: %w", err)
+	}
+	r.phase = r.committed.Phase
+	r.end = r.committed.Offset
+	r.lastReport = time.Now()
+	w := Walker{
+		Reader: objs,
+		OnPhase: func(phase int) error {
+			return r.enterPhase(ctx, phase)
+		},
+		OnMissing: func(uri string) {
+			r.s.m.missingManifests.Inc()
+			r.log.Warn("purge: manifest list or manifest already gone; its entries are skipped", "uri", uri)
+		},
+	}
+	err = w.Walk(ctx, meta, r.job.MetadataLocation, r.committed, func(f File) error {
+		return r.file(ctx, f)
+	})
+	if err == nil {
+		err = r.drain()
+	} else {
+		// Stopping: delete nothing more, but let the batches in flight end
+		// so that the checkpoint reported with the outcome is exact.
+		r.uris = nil
+		r.pending.Wait()
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, ErrCorruptMetadata) {
+		return fmt.Errorf("%w: %v", errPermanent, err)
+	}
+	return err
+}
+
+// enterPhase finishes the previous phase (every batch done) and records
+// the new phase in the log before any of its files is deleted: a stale
+// worker can then never be in a later phase than the job's checkpoint, so
+// it never deletes a manifest (or list, or the root) that the new owner
+// still has to read.
+func (r *jobRun) enterPhase(ctx context.Context, phase int) error {
+	if err := r.drain(); err != nil {
+		return err
+	}
+	r.phase, r.end = phase, 0
+	if phase == r.committed.Phase {
+		r.end = r.committed.Offset
+	}
+	if phase <= r.reportedPhase {
+		return nil
+	}
+	r.mu.Lock()
+	r.committed = Checkpoint{Phase: phase}
+	r.mu.Unlock()
+	if err := r.report(ctx); err != nil {
+		return err
+	}
+	r.reportedPhase = phase
+	return nil
+}
+
+// file takes one reachable file: outside the table's location it is
+// skipped; otherwise it joins the batch being filled.
+func (r *jobRun) file(ctx context.Context, f File) error {
+	if err := r.failure(); err != nil {
+		return err
+	}
+	r.end = f.Offset + 1
+	if !storage.IsWithin(r.job.Location, f.URI) {
+		r.s.m.skippedOutside.Inc()
+		r.mu.Lock()
+		r.progress.Skipped++
+		r.mu.Unlock()
+		if r.outsideLogged < maxOutsideLogged {
+			r.outsideLogged++
+			r.log.Warn("purge: file outside the table's location left in place", "uri", f.URI, "location", r.job.Location, "phase", PhaseName(f.Phase))
+		}
+	} else {
+		r.uris = append(r.uris, f.URI)
+		r.bytes += f.Size
+	}
+	if len(r.uris) >= r.s.cfg.DeleteBatchSize {
+		r.flush()
+		if time.Since(r.lastReport) >= r.s.cfg.CheckpointInterval {
+			return r.report(ctx)
+		}
+	}
+	return nil
+}
+
+// flush hands the batch being filled to the delete pool (or runs it here
+// when the pool's queue is full).
+func (r *jobRun) flush() {
+	b := &batch{end: r.end}
+	uris, size := r.uris, r.bytes
+	r.uris, r.bytes = nil, 0
+	r.mu.Lock()
+	r.inflight = append(r.inflight, b)
+	r.mu.Unlock()
+	if len(uris) == 0 {
+		r.complete(b, 0, 0, nil)
+		return
+	}
+	r.pending.Add(1)
+	task := func() {
+		defer r.pending.Done()
+		start := time.Now()
+		n, err := r.objs.Delete(r.ctx, uris)
+		r.s.m.batchLatency.Observe(time.Since(start).Seconds())
+		if err == nil {
+			r.complete(b, n, size, nil)
+			return
+		}
+		r.s.m.deleteErrors.Add(float64(len(uris) - n))
+		r.complete(b, n, 0, fmt.Errorf("deleting %d of %d files failed: %w", len(uris)-n, len(uris), err))
+	}
+	ran := "pool"
+	if r.s.pool.submit(task) {
+		ran = "inline"
+	}
+	r.s.m.batches.WithLabelValues(ran).Inc()
+}
+
+// complete records a finished batch and moves the checkpoint over every
+// batch done in submission order.
+func (r *jobRun) complete(b *batch, deleted int, size int64, err error) {
+	r.s.m.filesDeleted.Add(float64(deleted))
+	r.s.m.bytesDeleted.Add(float64(size))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.progress.Deleted += int64(deleted)
+	r.progress.Bytes += size
+	if err != nil {
+		if r.err == nil {
+			r.err = err
+		}
+		return // the checkpoint stays before this batch
+	}
+	b.done = true
+	for len(r.inflight) > 0 && r.inflight[0].done {
+		r.committed.Offset = r.inflight[0].end
+		r.inflight = r.inflight[1:]
+	}
+}
+
+func (r *jobRun) failure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// drain flushes the batch being filled and waits for every batch in flight.
+func (r *jobRun) drain() error {
+	r.flush()
+	r.pending.Wait()
+	return r.failure()
+}
+
+// snapshot is the progress to record: the checkpoint plus the counters.
+func (r *jobRun) snapshot() fsm.PurgeProgress {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.progress
+	p.Phase, p.Offset = r.committed.Phase, r.committed.Offset
+	return p
+}
+
+// report records the checkpoint through the log; a stale lease stops the run.
+func (r *jobRun) report(ctx context.Context) error {
+	r.lastReport = time.Now()
+	return r.s.proposeLeased(ctx, r.log, fsm.ReportPurgeProgress{
+		JobID: r.job.ID, Token: r.token, Progress: r.snapshot(), AtMs: r.s.cfg.Now().UnixMilli(),
+	})
+}
