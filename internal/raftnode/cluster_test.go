@@ -13,7 +13,7 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 )
 
-// formCluster starts size nodes that form a cluster through Join and
+// startJoinedCluster starts size nodes that form a cluster through Join and
 // BootstrapExpect, the way operators start them.
 func startJoinedCluster(t *testing.T, size int) ([]*Node, []Config) {
 	t.Helper()
@@ -191,6 +191,10 @@ func TestRestartOnNewAddressReaddresses(t *testing.T) {
 	nodes, cfgs := startJoinedCluster(t, 3)
 	leader := waitOneLeader(t, nodes)
 	moved := others(nodes, leader)[0]
+	// Move a node that holds the cluster's state (a node without state
+	// joins through --join instead).
+	require.NoError(t, mustPropose(t, leader, createNS("before-move")).Err())
+	require.Eventually(t, func() bool { return hasNamespace(t, moved.StaleRead, "before-move") }, 20*time.Second, 20*time.Millisecond)
 	i := 0
 	for j, n := range nodes {
 		if n == moved {
@@ -203,7 +207,7 @@ func TestRestartOnNewAddressReaddresses(t *testing.T) {
 	cfg.Join = nil
 	moved = mustOpen(t, cfg)
 	require.NoError(t, mustPropose(t, leader, createNS("after-move")).Err())
-	require.Eventually(t, func() bool { return hasNamespace(t, moved.StaleRead, "after-move") }, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return hasNamespace(t, moved.StaleRead, "after-move") }, 45*time.Second, 50*time.Millisecond, "moved node never caught up")
 	st, err := leader.Status(context.Background())
 	require.NoError(t, err)
 	for _, m := range st.Members {
