@@ -10,7 +10,7 @@
 GO ?= go
 BIN := bin/floe
 
-.PHONY: build run test lint cluster
+.PHONY: build run test lint cluster jepsen jepsen-ci bench
 
 build:
 	$(GO) build -o $(BIN) ./cmd/node
@@ -23,12 +23,30 @@ run: build
 cluster: build
 	FLOE_BIN=./$(BIN) bash deploy/cluster.sh
 
+# Everything CI runs: the short jepsen-lite run first (a fixed seed, every
+# fault kind), then the Go tests, so that go test's summary closes the log.
 # FLOE_REQUIRE_S3=1 turns a missing versitygw into a failure instead of a skip.
-test:
-	bash .ci/install-versitygw.sh
+test: jepsen-ci
 	FLOE_REQUIRE_S3=1 $(GO) test -race -count=1 ./...
 
 lint:
 	$(GO) vet ./...
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+
+# jepsen-lite: failure injection against real nodes (jepsen-lite/README.md).
+# JEPSEN_FLAGS adds or overrides flags, e.g. JEPSEN_FLAGS='--seed 7 --duration 1h'.
+JEPSEN_FLAGS ?=
+jepsen: build
+	bash .ci/install-versitygw.sh
+	$(GO) run ./jepsen-lite --floe $(BIN) --nodes 5 --duration 10m $(JEPSEN_FLAGS)
+
+# The short fixed-seed run CI does: every fault kind at least once.
+jepsen-ci: build
+	bash .ci/install-versitygw.sh
+	$(GO) run ./jepsen-lite --floe $(BIN) --ci
+
+# The benchmark suite: real processes on loopback, every figure a ratio
+# against a baseline measured in the same run. Writes docs/benchmarks.md.
+bench: build
+	$(GO) run ./internal/bench/cmd/floebench --floe $(BIN) --out docs/benchmarks.md

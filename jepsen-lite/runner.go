@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Settings the nodes run with. Frequent snapshots make the snapshot-install
+// fault affordable and put snapshotting under the other faults too.
+const (
+	nodeSnapshotThreshold = 512
+	nodeSnapshotInterval  = "1s"
+	warehousePrefix       = "wh"
+	healthyTimeout        = 90 * time.Second
+	purgeQuiesceTimeout   = 120 * time.Second
+	padNamespace          = "jepsen_pad"
+)
+
+// runner runs one harness run: set up, workload + nemesis, heal, full
+// restart, final reads, checks, report, tear down.
+type runner struct {
+	cfg config
+	log *slog.Logger
+	out io.Writer
+
+	dir   string
+	s3    *s3Server
+	s3p   *s3Proxy
+	links *linkNet
+	cl    *cluster
+	api   *api
+	hist  *history
+	anom  *anomalies
+	nem   *nemesis
+	reg   *registerWorkload
+	purge *purgeWorkload
+
+	purgeSkip string // why the purge workload did not run, "" if it did
+	noted     bool   // a check left notes (e.g. a FAILED purge job): keep the run directory
+	checks    []checkResult
+	padded    atomic.Int64
+}
+
+func (r *runner) run(ctx context.Context) (code int) {
+	cfg := r.cfg
+	fmt.Fprintf(r.out, "jepsen-lite: seed %d; reproduce with:\n  %s\n", cfg.seed, cfg.commandLine())
+	defer func() { r.teardown(code == exitOK && !r.noted) }()
+	code, err := r.setup(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitInterrupt
+		}
+		fmt.Fprintf(r.out, "jepsen-lite: setup failed: %v\n", err)
+		if r.cl != nil {
+			for _, n := range r.cl.nodes {
+				fmt.Fprintf(r.out, "--- %s (%s):\n%s\n", n.id, n.logPath, logTail(n.logPath, 15))
+			}
+		}
+		return exitHarness
+	}
+	return r.exercise(ctx)
+}
+
+// setup starts versitygw, the S3 proxy, the link proxies and the cluster,
+// and prepares the workloads. The returned code is exitOK unless err.
+func (r *runner) setup(ctx context.Context) (int, error) {
+	cfg := r.cfg
+	var err error
+	if cfg.dir != "" {
+		r.dir, err = filepath.Abs(cfg.dir)
+		if err == nil {
+			err = os.MkdirAll(r.dir, 0o755)
+		}
+	} else {
+		r.dir, err = os.MkdirTemp("", "jepsen-lite-")
+	}
+	if err != nil {
+		return exitHarness, err
+	}
+	r.log.Info("run directory", "dir", r.dir)
+	bin := cfg.floe
+	if bin == "" {
+		if bin, err = buildFloe(ctx, r.dir, r.log); err != nil {
+			return exitHarness, err
+		}
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return exitHarness, err
+	}
+	if r.s3, err = startS3(ctx, r.dir); err != nil {
+		return exitHarness, err
+	}
+	if r.s3p, err = startS3Proxy(r.s3.Endpoint, cfg.seed); err != nil {
+		return exitHarness, err
+	}
+	r.links = newLinkNet(cfg.nodes)
+	var proxyAddrs []string
+	for i := range cfg.nodes {
+		addr, err := r.links.listen(i)
+		if err != nil {
+			return exitHarness, err
+		}
+		proxyAddrs = append(proxyAddrs, addr)
+	}
+	extra := []string{
+		"--warehouse", "s3://" + r.s3.Bucket + "/" + warehousePrefix,
+		"--s3-endpoint", r.s3p.Endpoint(),
+		"--s3-region", r.s3.Region,
+		"--s3-access-key-id", r.s3.AccessKey,
+		"--s3-secret-access-key", r.s3.SecretKey,
+		"--s3-path-style",
+		"--snapshot-threshold", fmt.Sprint(nodeSnapshotThreshold),
+		"--snapshot-interval", nodeSnapshotInterval,
+	}
+	if r.cl, err = newCluster(bin, r.dir, cfg.nodes, proxyAddrs, extra); err != nil {
+		return exitHarness, err
+	}
+	for i, n := range r.cl.nodes {
+		r.links.serve(i, n.clusterAddr)
+	}
+	if err := r.cl.startAll(); err != nil {
+		return exitHarness, err
+	}
+	for _, n := range r.cl.nodes {
+		r.log.Info("node started", "node", n.id, "http", n.httpAddr, "cluster", n.clusterAddr, "proxy", n.advertise, "log", n.logPath)
+	}
+	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+		return exitHarness, err
+	}
+	r.log.Info("cluster healthy")
+
+	r.hist = newHistory()
+	r.anom = &anomalies{}
+	r.api = newAPI(r.cl.nodes)
+	rng := rand.New(rand.NewPCG(cfg.seed, 1))
+	if err := createNamespace(ctx, r.api, rng, padNamespace); err != nil {
+		return exitHarness, err
+	}
+	if cfg.workload != "purge" {
+		r.reg = newRegisterWorkload(r.api, r.hist, r.anom, cfg.tables, cfg.maxWrites)
+		if err := r.reg.setup(ctx, rng); err != nil {
+			return exitHarness, err
+		}
+	}
+	if cfg.workload != "register" {
+		_, found, err := purgeJobs(ctx, r.api, rng)
+		switch {
+		case err != nil:
+			return exitHarness, err
+		case !found && !cfg.purgeForce:
+			r.purgeSkip = "GET /management/v1/purge-jobs answered 404: this floe build has no purge-job API (async purge), so the purge workload and checker are skipped (--purge-without-jobs runs them against synchronous purge only)"
+			r.log.Warn("purge workload skipped", "reason", r.purgeSkip)
+		default:
+			r.purge = &purgeWorkload{api: r.api, hist: r.hist, s3: r.s3, anomalies: r.anom, names: 3, jobsAPI: found}
+			if err := r.purge.setup(ctx, rng); err != nil {
+				return exitHarness, err
+			}
+		}
+	}
+	r.nem = &nemesis{
+		cl: r.cl, links: r.links, s3p: r.s3p, hist: r.hist, log: r.log,
+		kinds: cfg.nemesis, rng: rand.New(rand.NewPCG(cfg.seed, 2)), timing: cfg.timing,
+		padLog: r.padLog, snapshotThreshold: nodeSnapshotThreshold,
+		counts: map[string]int{}, failed: map[string]int{},
+	}
+	return exitOK, nil
+}
+
+// exercise runs the workload and the nemesis, heals, restarts every node,
+// reads the final state and checks it.
+func (r *runner) exercise(ctx context.Context) int {
+	cfg := r.cfg
+	r.log.Info("workload and nemesis running", "duration", cfg.duration, "workload", cfg.workload, "nemesis", cfg.nemesis)
+	wctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	if r.reg != nil {
+		wg.Go(func() { r.reg.run(wctx, ctx, cfg.clients, cfg.seed, 0) })
+	}
+	if r.purge != nil {
+		wg.Go(func() { r.purge.run(wctx, ctx, cfg.purgeClients, cfg.seed) })
+	}
+	wg.Go(func() { r.nem.run(wctx) })
+	progressDone := make(chan struct{})
+	go r.progress(wctx, progressDone)
+	wg.Wait()
+	<-progressDone
+	if ctx.Err() != nil {
+		return exitInterrupt
+	}
+
+	r.log.Info("healing")
+	r.nem.healAll()
+	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+		r.nem.violate("cluster not healthy after the final heal: %v", err)
+	}
+	r.log.Info("full restart: SIGKILL every node at once, start them again")
+	for _, n := range r.cl.nodes {
+		if n.running() {
+			if err := n.kill(); err != nil {
+				r.nem.violate("final kill %s: %v", n.id, err)
+			}
+		}
+	}
+	if err := r.cl.startAll(); err != nil {
+		r.nem.violate("final restart: %v", err)
+	}
+	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+		r.nem.violate("cluster not healthy after the full restart: %v", err)
+	}
+	for _, c := range r.cl.crashes() {
+		r.nem.violate("node crashed: %s", c)
+	}
+	if ctx.Err() != nil {
+		return exitInterrupt
+	}
+	r.finalChecks(ctx)
+	return r.report()
+}
+
+func (r *runner) progress(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			attrs := []any{"requests", r.api.requests.Load(), "no-answer", r.api.noAnswer.Load(), "5xx", r.api.serverErr.Load()}
+			if r.reg != nil {
+				attrs = append(attrs, "cas-ok", r.reg.casOK.Load(), "cas-409", r.reg.casFail.Load(), "cas-unknown", r.reg.casUnknown.Load())
+			}
+			if r.purge != nil {
+				attrs = append(attrs, "drops", r.purge.drops.Load())
+			}
+			r.log.Info("progress", attrs...)
+		}
+	}
+}
+
+// finalChecks reads the final state and runs every checker.
+func (r *runner) finalChecks(ctx context.Context) {
+	cfg := r.cfg
+	var finals []tableState
+	if r.reg != nil {
+		r.log.Info("final reads of every register table on every node")
+		finals = r.reg.finalStates(ctx, r.cl.nodes, cfg.clients)
+		ops := r.hist.regOps()
+		r.log.Info("checking linearizability", "operations", len(ops), "tables", len(r.reg.allTables()))
+		listing, err := r.s3.list(ctx, warehousePrefix+"/"+regNamespace+"/")
+		if err != nil {
+			r.log.Warn("list the register tables' files; metadata files not checked", "error", err)
+			listing = nil
+		}
+		r.checks = append(r.checks,
+			checkLinearizable(ops, r.hist.faultEvents(), cfg.checkTimeout, r.dir),
+			checkIdempotency(ops, finals),
+			checkDurability(ops, finals, r.reg.allTables(), listing),
+		)
+	}
+	var pr checkResult
+	var purgeExtra map[string]any
+	switch {
+	case r.purge != nil:
+		pr, purgeExtra = r.checkPurge(ctx)
+	case r.purgeSkip != "":
+		pr = checkResult{Name: "purge", Verdict: verdictSkipped, Summary: r.purgeSkip}
+	}
+	if pr.Name != "" {
+		r.checks = append(r.checks, pr)
+	}
+	r.checks = append(r.checks, r.anom.result(), r.nemesisCheck())
+	extra := map[string]any{"finals": finals, "checks": r.checks, "seed": cfg.seed, "command": cfg.commandLine()}
+	for k, v := range purgeExtra {
+		extra[k] = v
+	}
+	if err := r.hist.save(filepath.Join(r.dir, "history.json"), extra); err != nil {
+		r.log.Warn("save history", "error", err)
+	}
+}
+
+// checkPurge waits until no purge job is PENDING or RUNNING (bounded), then
+// compares the warehouse listing with what the tables and drops imply.
+func (r *runner) checkPurge(ctx context.Context) (checkResult, map[string]any) {
+	rng := rand.New(rand.NewPCG(r.cfg.seed, 3))
+	var jobs []purgeJob
+	if r.purge.jobsAPI {
+		r.log.Info("waiting for purge jobs to settle", "timeout", purgeQuiesceTimeout)
+		err := poll(ctx, purgeQuiesceTimeout, func(ctx context.Context) error {
+			js, _, err := purgeJobs(ctx, r.api, rng)
+			if err != nil {
+				return err
+			}
+			jobs = js
+			for _, j := range js {
+				if j.State == "PENDING" || j.State == "RUNNING" {
+					return fmt.Errorf("job %s is %s", j.ID, j.State)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			r.log.Warn("purge jobs did not settle", "error", err)
+		}
+	}
+	live, err := r.purge.liveTables(ctx)
+	if err != nil {
+		return checkResult{Name: "purge", Verdict: verdictFail, Summary: "could not read the live tables", Violations: []string{err.Error()}}, nil
+	}
+	listing, err := r.s3.list(ctx, warehousePrefix+"/"+purgeNamespace+"/")
+	if err != nil {
+		return checkResult{Name: "purge", Verdict: verdictFail, Summary: "could not list the warehouse", Violations: []string{err.Error()}}, nil
+	}
+	r.purge.mu.Lock()
+	dropped := append([]droppedTable(nil), r.purge.dropped...)
+	r.purge.mu.Unlock()
+	res := checkPurge(dropped, live, jobs, listing, r.purge.jobsAPI)
+	if !r.purge.jobsAPI {
+		res.Notes = append(res.Notes, "no purge-job API in this build: only acknowledged synchronous purges were checked")
+	}
+	return res, map[string]any{"purge": map[string]any{"dropped": dropped, "live": live, "jobs": jobs, "listed": len(listing)}}
+}
+
+// nemesisCheck turns the nemesis's own findings (a cluster that did not
+// heal, a node that crashed) into a check, and, with --ci, fails when an
+// enabled fault kind was never injected.
+func (r *runner) nemesisCheck() checkResult {
+	n := r.nem
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	res := checkResult{Name: "recovery"}
+	res.Violations = append(res.Violations, n.violations...)
+	var missing []string
+	for _, k := range n.kinds {
+		if n.counts[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "fault kinds never injected: " + strings.Join(missing, ", ")
+		if r.cfg.ci {
+			res.fail("%s (--ci requires each at least once)", msg)
+		} else {
+			res.Notes = append(res.Notes, msg)
+		}
+	}
+	res.finish("the cluster healed after every fault and no node crashed")
+	return res
+}
+
+// padLog appends cheap entries (namespace property updates, one log entry
+// each, nothing written to S3) with 48 concurrent clients until done
+// reports true, ctx ends, or 90 s pass.
+func (r *runner) padLog(ctx context.Context, done func() bool) int {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var count atomic.Int64
+	var stopped atomic.Bool
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for c := range 48 {
+		rng := rand.New(rand.NewPCG(r.cfg.seed, uint64(3000+c)))
+		wg.Go(func() {
+			for i := 0; i < 1_000_000 && ctx.Err() == nil && !stopped.Load(); i++ {
+				body, _ := json.Marshal(map[string]any{"updates": map[string]string{fmt.Sprintf("p%d", c): fmt.Sprint(i)}, "removals": []string{}})
+				n := r.cl.nodes[rng.IntN(len(r.cl.nodes))]
+				if !n.serving() {
+					continue
+				}
+				res := r.api.send(ctx, n, http.MethodPost, "/v1/namespaces/"+padNamespace+"/properties", body, nil, 3*time.Second)
+				if res.status == http.StatusOK {
+					count.Add(1)
+				}
+				mu.Lock()
+				if done() {
+					stopped.Store(true)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	r.padded.Add(count.Load())
+	return int(count.Load())
+}
+
+// buildFloe builds ./cmd/node of the module the harness is run from into
+// dir/floe.
+func buildFloe(ctx context.Context, dir string, log *slog.Logger) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the floe module; run from the repository or pass --floe")
+	}
+	root := filepath.Dir(gomod)
+	bin := filepath.Join(dir, "floe")
+	log.Info("building floe", "module", root, "out", bin)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/node")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
+	}
+	return bin, nil
+}
+
+// teardown stops everything the run started, in reverse order, and removes
+// the run directory after a passing run unless --keep or --dir.
+func (r *runner) teardown(passed bool) {
+	if r.cl != nil {
+		for _, n := range r.cl.nodes {
+			if n.running() {
+				_ = n.signal(syscall.SIGCONT, false)
+			}
+		}
+		r.cl.stopAll()
+	}
+	if r.links != nil {
+		r.links.close()
+	}
+	r.s3p.close()
+	r.s3.stop()
+	if r.dir == "" {
+		return
+	}
+	if passed && !r.cfg.keep && r.cfg.dir == "" {
+		_ = os.RemoveAll(r.dir)
+		return
+	}
+	fmt.Fprintf(r.out, "run directory kept: %s (node logs, history.json, reports)\n", r.dir)
+}
