@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 )
 
 // PurgeStore is the replicated state the purge-jobs API reads and changes:
@@ -208,7 +210,11 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	if err != nil {
 		return err
 	}
-	res, err := p.store.Propose(r.Context(), cmd(id, p.now().UnixMilli()))
+	c, err := p.keyed(r, what, id, cmd(id, p.now().UnixMilli()))
+	if err != nil {
+		return err
+	}
+	res, err := p.store.Propose(r.Context(), c)
 	if err != nil {
 		// Not a decision: no leader, or the answer was lost. The operator
 		// reads the job and tries again.
@@ -220,8 +226,13 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 			return fmt.Errorf("%w: %v", ErrNotFound, err)
 		case errors.Is(err, fsm.ErrCommitFailed):
 			return &statusError{http.StatusConflict, "ConflictException", err.Error()}
+		case errors.Is(err, fsm.ErrKeyReused):
+			return &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException", err.Error()}
 		}
 		return err
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	p.log.Info("purge job "+what+" by operator", "job_id", id, "by", operatorPrincipal)
 	j, err := p.job(r.Context(), id)
@@ -230,6 +241,38 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	}
 	writeJSON(w, http.StatusOK, viewOf(j))
 	return nil
+}
+
+// keyed wraps cmd in fsm.Keyed when the request carries an
+// Idempotency-Key, so that the operator's retry of a retry or release takes
+// effect once and gets the first answer; the record is written by the same
+// log entry as the change. A malformed key is a 400.
+func (p *purgeAPI) keyed(r *http.Request, op, id string, cmd fsm.Command) (fsm.Command, error) {
+	raw := r.Header.Get(idempotency.Header)
+	if raw == "" {
+		return cmd, nil
+	}
+	key, _, err := idempotency.ParseKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+	}
+	inner, err := fsm.Encode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	b := idempotency.NewBinding("purge-job-"+op, []string{id}, operatorPrincipal, body)
+	at := p.now()
+	return fsm.Keyed{
+		Key:       key,
+		Binding:   fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest},
+		AtMs:      at.UnixMilli(),
+		ExpiresMs: at.Add(idempotency.DefaultLifetime + idempotency.Grace).UnixMilli(),
+		Command:   inner,
+	}, nil
 }
 
 func (p *purgeAPI) job(ctx context.Context, id string) (fsm.PurgeJob, error) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +181,35 @@ func TestPurgeJobsAPI(t *testing.T) {
 
 	rec, _ = do(t, h, "DELETE", "/management/v1/purge-jobs/job-0", "")
 	assert.Equal(t, 405, rec.Code)
+}
+
+func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
+	st := newPurgeStore(t)
+	h := NewPurgeJobs(st, func() time.Time { return time.UnixMilli(1000) }, nil)
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	keyed := func(path, key string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", path, strings.NewReader(""))
+		req.Header.Set("Idempotency-Key", key)
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"
+	rec := keyed("/management/v1/purge-jobs/job-0/retry", key)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+
+	// The job fails again; the operator's retried request (same key) must
+	// not retry it a second time.
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "still corrupt"})
+	rec = keyed("/management/v1/purge-jobs/job-0/retry", key)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
+	assert.Contains(t, rec.Body.String(), `"FAILED"`, "replayed, not retried again")
+
+	rec = keyed("/management/v1/purge-jobs/job-0/release", key)
+	assert.Equal(t, 422, rec.Code, "same key, other operation")
+	rec = keyed("/management/v1/purge-jobs/job-0/release", "not-a-key")
+	assert.Equal(t, 400, rec.Code)
 }
