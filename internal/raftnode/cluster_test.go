@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -215,4 +216,31 @@ func TestRestartOnNewAddressReaddresses(t *testing.T) {
 			assert.Equal(t, cfg.ClusterAddr, m.ClusterAddr)
 		}
 	}
+}
+
+// A node that lost its data rejoins under its old ID and address and is
+// caught up by the leader.
+func TestRejoinAfterDataLoss(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	lost := others(nodes, leader)[0]
+	require.NoError(t, mustPropose(t, leader, createNS("before-loss")).Err())
+	require.Eventually(t, func() bool { return hasNamespace(t, lost.StaleRead, "before-loss") }, 20*time.Second, 20*time.Millisecond)
+	var cfg Config
+	for i, n := range nodes {
+		if n == lost {
+			cfg = cfgs[i]
+		}
+	}
+	require.NoError(t, lost.Shutdown())
+	require.NoError(t, os.RemoveAll(cfg.DataDir))
+	require.NoError(t, mustPropose(t, leader, createNS("while-lost")).Err())
+
+	rejoined := mustOpen(t, cfg) // same ID, same address, same --join
+	require.Eventually(t, func() bool { return rejoined.Ready() == nil }, 30*time.Second, 20*time.Millisecond)
+	assert.True(t, hasNamespace(t, linearRead(t, rejoined), "before-loss"))
+	assert.True(t, hasNamespace(t, linearRead(t, rejoined), "while-lost"))
+	st, err := rejoined.Status(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, st.Members, 3)
 }
