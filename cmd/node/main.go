@@ -147,7 +147,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("http listener: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           routes(catalogHandler, managementRoutes(admin.New(node, logger).Handler(), admin.NewPurgeJobs(node, nil, logger)), node, reg),
+		Handler:           routes(catalogHandler, managementRoutes(admin.New(node, node, logger).Handler(), admin.NewPurgeJobs(node, nil, logger)), node, reg),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),

@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +13,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 )
 
 // Member is one server in the Raft configuration, as seen from the node
@@ -67,25 +72,39 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 )
 
+// Records stores Idempotency-Key records in the replicated state machine
+// (a raftnode.Node). Membership changes are Raft configuration changes, not
+// state machine commands, so their record is written right after the change
+// succeeds rather than by the same log entry: a crash between the two leaves
+// a change without its record, and a retry then runs the change again —
+// which for these operations is harmless (adding a member twice is a no-op,
+// a transfer moves leadership again).
+type Records interface {
+	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	Read(ctx context.Context, fn func(*fsm.Reader) error) error
+}
+
 // Server is the operator API handler.
 type Server struct {
 	cluster Cluster
+	records Records
 	log     *slog.Logger
 	router  *mux.Router
 }
 
-// New returns the operator API.
-func New(c Cluster, logger *slog.Logger) *Server {
+// New returns the operator API. With records non-nil the membership
+// mutations honour Idempotency-Key.
+func New(c Cluster, records Records, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{cluster: c, log: logger}
+	s := &Server{cluster: c, records: records, log: logger}
 	r := mux.NewRouter()
 	r.Handle("/management/v1/cluster", s.wrap(s.status)).Methods("GET")
-	r.Handle("/management/v1/cluster/voters", s.wrap(s.addVoter)).Methods("POST")
-	r.Handle("/management/v1/cluster/non-voters", s.wrap(s.addNonvoter)).Methods("POST")
-	r.Handle("/management/v1/cluster/members/{id}", s.wrap(s.remove)).Methods("DELETE")
-	r.Handle("/management/v1/cluster/leadership-transfer", s.wrap(s.transfer)).Methods("POST")
+	r.Handle("/management/v1/cluster/voters", s.wrap(s.keyed("addVoter", s.addVoter))).Methods("POST")
+	r.Handle("/management/v1/cluster/non-voters", s.wrap(s.keyed("addNonvoter", s.addNonvoter))).Methods("POST")
+	r.Handle("/management/v1/cluster/members/{id}", s.wrap(s.keyed("removeMember", s.remove))).Methods("DELETE")
+	r.Handle("/management/v1/cluster/leadership-transfer", s.wrap(s.keyed("transferLeadership", s.transfer))).Methods("POST")
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
 	})
@@ -134,6 +153,59 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 		}
 		writeJSON(w, se.status, map[string]any{"error": map[string]any{"message": se.msg, "type": se.typ, "code": se.status}})
 	})
+}
+
+// keyed answers a retried membership change (same Idempotency-Key, same
+// request) with 204 instead of running it again, refuses a key reused for
+// another request (422), and records the key once the change succeeded.
+// Only successes are recorded; a failed change runs again on retry.
+func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		raw := r.Header.Get(idempotency.Header)
+		if raw == "" || s.records == nil {
+			return h(w, r)
+		}
+		key, _, err := idempotency.ParseKey(raw)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		b := idempotency.NewBinding(op, []string{mux.Vars(r)["id"]}, "anonymous", body)
+		binding := fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest}
+		now := time.Now()
+		var rec fsm.IdempotencyRecord
+		var found bool
+		if err := s.records.Read(r.Context(), func(rd *fsm.Reader) error {
+			rec, found = rd.IdempotencyRecord(key)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if found && rec.Live(now.UnixMilli()) {
+			if rec.Binding != binding {
+				return &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException",
+					fmt.Sprintf("Idempotency-Key %s was already used for %s on another request", key, rec.Binding.Operation)}
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		if err := h(w, r); err != nil {
+			return err
+		}
+		_, err = s.records.Propose(context.WithoutCancel(r.Context()), fsm.RecordOutcome{
+			Key: key, Binding: binding, AtMs: now.UnixMilli(),
+			ExpiresMs: now.Add(idempotency.DefaultLifetime + idempotency.Grace).UnixMilli(),
+		})
+		if err != nil {
+			s.log.Warn("could not record the Idempotency-Key of a membership change", "key", key, "op", op, "error", err)
+		}
+		return nil
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

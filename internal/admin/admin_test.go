@@ -51,7 +51,7 @@ func do(t *testing.T, h http.Handler, method, path, body string) (*httptest.Resp
 
 func TestOperatorAPI(t *testing.T) {
 	fc := &fakeCluster{}
-	h := New(fc, nil).Handler()
+	h := New(fc, nil, nil).Handler()
 
 	rec, body := do(t, h, "GET", "/management/v1/cluster", "")
 	assert.Equal(t, 200, rec.Code)
@@ -90,4 +90,29 @@ func TestOperatorAPI(t *testing.T) {
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 	rec, _ = do(t, h, "PUT", "/management/v1/cluster", "")
 	assert.Equal(t, 405, rec.Code)
+}
+
+func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {
+	fc := &fakeCluster{}
+	h := New(fc, newPurgeStore(t), nil).Handler()
+	keyed := func(method, path, body, key string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", key)
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"
+	rec := keyed("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, key)
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+	rec = keyed("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, key)
+	require.Equal(t, 204, rec.Code)
+	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, []string{"transfer b"}, fc.calls, "the retry did not transfer again")
+
+	rec = keyed("POST", "/management/v1/cluster/leadership-transfer", `{"id":"c"}`, key)
+	assert.Equal(t, 422, rec.Code, "same key, other body")
+	rec = keyed("DELETE", "/management/v1/cluster/members/b", "", "nope")
+	assert.Equal(t, 400, rec.Code)
+	assert.Equal(t, []string{"transfer b"}, fc.calls)
 }
