@@ -210,11 +210,8 @@ func (s *Server) dropNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.store.Propose(r.Context(), fsm.DropNamespace{Namespace: levels})
+	_, err = s.apply(r.Context(), fsm.DropNamespace{Namespace: levels})
 	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -243,13 +240,10 @@ func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error 
 			return unprocessable("property %q is both set and removed", k)
 		}
 	}
-	res, err := s.store.Propose(r.Context(), fsm.UpdateNamespace{
+	res, err := s.apply(r.Context(), fsm.UpdateNamespace{
 		Namespace: levels, Set: req.Updates, Remove: req.Removals, AtMs: s.cfg.Now().UnixMilli(),
 	})
 	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, res.Properties)

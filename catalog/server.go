@@ -42,6 +42,16 @@ type Store interface {
 	StaleRead(fn func(*fsm.Reader) error) error
 }
 
+// apply proposes cmd and returns its Result, with a domain failure (not
+// found, already exists, ...) as the error.
+func (s *Server) apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	res, err := s.store.Propose(ctx, cmd)
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err()
+}
+
 // ReadConsistencyHeader lets a client of a read-only route opt out of
 // linearizable reads: with the value "stale" the answering node serves its
 // local replica without asking the leader, trading freshness for latency

@@ -698,7 +698,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
-	res, err := s.store.Propose(r.Context(), fsm.CommitTables{
+	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
 			Location: tm.meta.Location(), UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite,
@@ -706,9 +706,6 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		AtMs: s.cfg.Now().UnixMilli(),
 	})
 	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, s.loadResult(tm, false))
@@ -736,11 +733,8 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.store.Propose(r.Context(), fsm.RenameTable{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
+	_, err = s.apply(r.Context(), fsm.RenameTable{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
 	if err != nil {
-		return err
-	}
-	if err := res.Err(); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
