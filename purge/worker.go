@@ -26,12 +26,21 @@ const maxOutsideLogged = 20
 // its lease or ctx ends, and reports the outcome through the log.
 func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	log := s.log.With("job_id", job.ID, "table", job.Ident.String(), "token", rn.token)
+	// The poll loop finds runs in the local replica, which may lag (a node
+	// that just restarted is still catching up): its checkpoint may predate
+	// what an earlier run under this very token recorded, e.g. the root
+	// phase whose root file is already gone. Start from the committed job.
+	job, err := s.committedJob(ctx, job.ID, rn.token)
+	if err != nil {
+		log.Debug("purge run not started", "reason", err)
+		return
+	}
 	start := time.Now()
 	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
 		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset)
 	jr := &jobRun{s: s, job: job, token: rn.token, log: log, progress: job.Progress,
 		committed: Checkpoint{Phase: job.Progress.Phase, Offset: job.Progress.Offset}, reportedPhase: job.Progress.Phase}
-	err := jr.run(ctx)
+	err = jr.run(ctx)
 	progress := jr.snapshot()
 	switch {
 	case errors.Is(err, errStale):
@@ -79,6 +88,40 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	default:
 		s.m.failed.Inc()
 		log.Error("purge job failed", append(attrs, "attempt", job.Attempts+1, "error", err)...)
+	}
+}
+
+// committedJob reads the job linearizably and returns it if it is still
+// RUNNING under token; errStale if not. A read that gets no answer is
+// retried until ctx ends.
+func (s *Service) committedJob(ctx context.Context, id string, token uint64) (fsm.PurgeJob, error) {
+	wait := 20 * time.Millisecond
+	for {
+		var (
+			j  fsm.PurgeJob
+			ok bool
+		)
+		rctx, cancel := context.WithTimeout(ctx, max(s.cfg.HeartbeatTimeout, time.Second))
+		err := s.cfg.Store.Read(rctx, func(r *fsm.Reader) error {
+			j, ok = r.PurgeJob(id)
+			return nil
+		})
+		cancel()
+		if err == nil {
+			if !ok || j.State != fsm.JobRunning || j.Lease == nil || j.Lease.Token != token {
+				return j, fmt.Errorf("%w: job is %s, no longer leased under token %d", errStale, j.State, token)
+			}
+			return j, nil
+		}
+		if ctx.Err() != nil {
+			return j, ctx.Err()
+		}
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
 }
 
