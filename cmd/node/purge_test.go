@@ -52,34 +52,6 @@ func TestParsePurgeAndIdempotencyFlags(t *testing.T) {
 	}
 }
 
-func TestParseRejectsBadPurgeAndIdempotencyFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		env  []string
-		want string
-	}{
-		{args: []string{"--purge-delete-batch-size=0"}, want: "--purge-delete-batch-size"},
-		{args: []string{"--purge-delete-batch-size=1001"}, want: "--purge-delete-batch-size"},
-		{args: []string{"--purge-worker-threads=0"}, want: "at least 1"},
-		{args: []string{"--purge-delete-threads=-1"}, want: "at least 1"},
-		{args: []string{"--purge-max-attempts=0"}, want: "at least 1"},
-		{args: []string{"--purge-heartbeat-timeout=10ms"}, want: "--purge-heartbeat-timeout"},
-		{args: []string{"--purge-retention=0s"}, want: "--purge-retention"},
-		{args: []string{"--idempotency-lifetime=30m"}, want: "--idempotency-lifetime"},
-		{args: []string{"--idempotency-lifetime=PT0S"}, want: "--idempotency-lifetime"},
-		{env: []string{"FLOE_IDEMPOTENCY=maybe"}, want: `invalid value "maybe" for FLOE_IDEMPOTENCY`},
-		{env: []string{"FLOE_PURGE_RETENTION=forever"}, want: "FLOE_PURGE_RETENTION"},
-	} {
-		t.Run(strings.Join(append(tc.args, tc.env...), " "), func(t *testing.T) {
-			_, err := parseConfig(tc.args, tc.env, io.Discard)
-			var ue usageError
-			require.ErrorAs(t, err, &ue)
-			assert.ErrorContains(t, err, tc.want)
-			assert.Equal(t, 2, exitCode(err, io.Discard))
-		})
-	}
-}
-
 // TestRunPurges runs the node in process: a synchronous and an asynchronous
 // purging drop, seen through the operator API and the metrics.
 func TestRunPurges(t *testing.T) {
