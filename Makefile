@@ -4,6 +4,7 @@
 #   make run     build, then start one node with zero flags (data in ./floe-data)
 #   make test    everything CI runs (installs versitygw for the S3 tests first)
 #   make lint    go vet and a gofmt check
+#   make bench   benchmark suite → docs/benchmarks.md (BENCH_SIZE=large for the big cases)
 #   make cluster build, then run three nodes on loopback until Ctrl-C
 #                (deploy/cluster.sh; data in ./floe-cluster)
 
@@ -46,7 +47,11 @@ jepsen-ci: build
 	bash .ci/install-versitygw.sh
 	$(GO) run ./jepsen-lite --floe $(BIN) --ci
 
-# The benchmark suite: real processes on loopback, every figure a ratio
-# against a baseline measured in the same run. Writes docs/benchmarks.md.
+# Benchmark suite: writes docs/benchmarks.md and docs/benchmarks-drop.png,
+# every figure a ratio against a baseline measured in the same run.
+# BENCH_SIZE=large: 500K-file purge, 100K tables, 1M idempotency records.
+BENCH_SIZE ?= default
+
 bench: build
-	$(GO) run ./internal/bench/cmd/floebench --floe $(BIN) --out docs/benchmarks.md
+	bash .ci/install-versitygw.sh
+	$(GO) run ./internal/bench/cmd/floebench --suite --floe $(BIN) --size $(BENCH_SIZE) --out docs/benchmarks.md

@@ -1,11 +1,17 @@
 // Package bench measures a real floe cluster: three node processes on
-// loopback, started from a binary built beforehand. It measures how long
-// writes stop after the leader is killed, and how linearizable reads scale
-// when spread over all nodes. Every figure is reported next to a baseline
+// loopback, started from a binary built beforehand. Run measures how long
+// writes stop after the leader is killed, how linearizable reads scale when
+// spread over all nodes and what an Idempotency-Key costs a commit.
+// RunSuite runs the whole benchmark suite of issue 7 (make bench): commit
+// throughput against a raw hashicorp/raft cluster built from floe's own log
+// store and transport, loadTable latency with and without the metadata
+// cache, drop and purge on a versitygw S3 server, memory, and growth with
+// the number of tables. Every figure is reported next to a baseline
 // measured in the same run, because the machines it runs on are noisy and
 // absolute numbers from different runs do not compare.
 //
-// The command is ./cmd/floebench; the smoke test runs Run with tiny sizes.
+// The command is ./cmd/floebench (--suite for the suite); the smoke tests
+// run Run and RunSuite with tiny sizes and check only the reports' shape.
 package bench
 
 import (
@@ -47,7 +53,7 @@ type Options struct {
 	// Command is the command line that reproduces the run, printed verbatim
 	// in the report; empty leaves the section out.
 	Command string
-	Logger  *slog.Logger
+	Logger  *slog.Logger `json:"-"`
 }
 
 // Report holds everything one run measured.
@@ -140,13 +146,17 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if leader, err = c.Leader(ctx); err != nil {
 		return nil, err
 	}
+	cpu0, drv0, m0 := c.clusterCPU(), procCPU(0), readMachineCPU()
 	if rep.ReadsLeader, err = Reads(ctx, []*Node{leader}, path, o.Clients, o.ReadDuration); err != nil {
 		return nil, err
 	}
+	rep.ReadsLeader.ServerCPU, rep.ReadsLeader.DriverCPU, rep.ReadsLeader.Machine = c.clusterCPU()-cpu0, procCPU(0)-drv0, machineLoadSince(m0)
 	logReads(log, "reads, all to the leader", rep.ReadsLeader)
+	cpu0, drv0, m0 = c.clusterCPU(), procCPU(0), readMachineCPU()
 	if rep.ReadsAll, err = Reads(ctx, c.Nodes, path, o.Clients, o.ReadDuration); err != nil {
 		return nil, err
 	}
+	rep.ReadsAll.ServerCPU, rep.ReadsAll.DriverCPU, rep.ReadsAll.Machine = c.clusterCPU()-cpu0, procCPU(0)-drv0, machineLoadSince(m0)
 	logReads(log, "reads, round-robin over all nodes", rep.ReadsAll)
 
 	// Commits with and without an Idempotency-Key, interleaved.

@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"image/png"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -107,4 +110,97 @@ func number(t *testing.T, cell, unit string) float64 {
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	require.NoError(t, err, "cell %q", cell)
 	return f
+}
+
+// TestSuiteSmoke runs every item of the suite with the smoke sizes (a few
+// seconds each) and checks the report's shape: every summary row is there
+// with positive numbers, and the drop plot is a PNG. It asserts nothing
+// about timings. Without versitygw item 5 reports itself skipped (unless
+// FLOE_REQUIRE_S3=1); a floe built without purge jobs reports "purge not
+// available in this build".
+func TestSuiteSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several clusters of processes")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build floe with")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "floe")
+	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/floe-catalog/floe/cmd/node").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	sizes, err := SizesFor("smoke")
+	require.NoError(t, err)
+	rep, err := RunSuite(ctx, SuiteOptions{
+		Floe: bin, Dir: filepath.Join(dir, "suite"), Sizes: sizes, Command: "floebench --suite --size smoke",
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	md := rep.Markdown("benchmarks-drop.png")
+	t.Log("\n" + md)
+	require.Empty(t, rep.Failures)
+
+	positive := func(label, unit string, withRatio bool) {
+		t.Helper()
+		cells := tableRow(t, md, label)
+		require.Len(t, cells, 5, label)
+		require.Greater(t, number(t, firstField(cells[1], unit), unit), 0.0, label)
+		if withRatio {
+			require.Greater(t, number(t, cells[3], "×"), 0.0, label)
+		}
+	}
+	for _, n := range sizes.CommitClients {
+		positive(SumCommit+", "+clientsLabel(n), "commits/s", true)
+		positive(SumCommitLat+", "+clientsLabel(n), "ms", true)
+	}
+	positive(SumReads, "req/s", true)
+	positive(SumLoadP50, "ms", true)
+	positive(SumLoadP99, "ms", true)
+	positive(SumIdemP50, "ms", true)
+	positive(SumFailover, "ms", true)
+	positive(SumRSS, "MiB", true)
+	positive(SumGrowthLatency, "ms", true)
+	positive(SumGrowthSnap, "MiB", true)
+
+	require.NotNil(t, rep.Drop)
+	switch {
+	case rep.Drop.Skipped != "":
+		require.NotEqual(t, "1", os.Getenv("FLOE_REQUIRE_S3"), "versitygw is required: %s", rep.Drop.Skipped)
+		require.Contains(t, md, "skipped: ")
+	case rep.Drop.Unavailable != "":
+		require.Contains(t, md, PurgeUnavailable)
+	default:
+		for _, n := range sizes.DropFiles {
+			positive(SumDrop+", "+fmtFiles(n)+" files", "ms", true)
+			for _, mode := range []string{"async", "sync"} {
+				c, ok := rep.Drop.Case(n, mode)
+				require.True(t, ok, "%s drop of %d files", mode, n)
+				require.Zero(t, c.Left, "%s drop of %d files left objects behind", mode, n)
+				require.GreaterOrEqual(t, c.FilesDeleted, int64(n), "%s drop of %d files", mode, n)
+			}
+		}
+		positive(SumPurge, "files/s", true)
+		positive(SumPurgeRSS, "MiB", true)
+		img, err := rep.DropPlotPNG()
+		require.NoError(t, err)
+		cfg, err := png.DecodeConfig(bytes.NewReader(img))
+		require.NoError(t, err)
+		require.Positive(t, cfg.Width)
+	}
+	for _, want := range []string{"## Reproduce", "floebench --suite --size smoke", "## 1. Commit throughput", "## 8. Growth", "| nproc | "} {
+		require.Contains(t, md, want)
+	}
+}
+
+// firstField returns the cell up to and including its unit ("12 ms" of
+// "12 ms (…)").
+func firstField(cell, unit string) string {
+	if i := strings.Index(cell, unit); i >= 0 {
+		return cell[:i+len(unit)]
+	}
+	return cell
 }

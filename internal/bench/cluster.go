@@ -171,8 +171,9 @@ func (n *Node) logTail(max int) string {
 // Cluster is a set of floe processes on loopback that formed one Raft
 // cluster with --bootstrap-expect.
 type Cluster struct {
-	Nodes []*Node
-	Dir   string
+	Nodes     []*Node
+	Dir       string
+	Warehouse string // the nodes' --warehouse
 
 	log     *slog.Logger
 	control *http.Client
@@ -183,6 +184,24 @@ type Cluster struct {
 // cluster is healthy (see WaitHealthy). On error the processes already
 // started are stopped.
 func StartCluster(ctx context.Context, bin, dir string, size int, log *slog.Logger) (*Cluster, error) {
+	return StartClusterWith(ctx, ClusterConfig{Bin: bin, Dir: dir, Size: size}, log)
+}
+
+// ClusterConfig describes a cluster for StartClusterWith.
+type ClusterConfig struct {
+	Bin  string // floe binary
+	Dir  string // the nodes' data and logs
+	Size int    // number of nodes
+	// Warehouse is the nodes' --warehouse; default file://<Dir>/warehouse.
+	Warehouse string
+	// Args are extra flags given to every node (S3 settings, snapshot
+	// thresholds).
+	Args []string
+}
+
+// StartClusterWith is StartCluster with a warehouse and extra flags.
+func StartClusterWith(ctx context.Context, cc ClusterConfig, log *slog.Logger) (*Cluster, error) {
+	bin, dir, size := cc.Bin, cc.Dir, cc.Size
 	if size < 1 {
 		return nil, fmt.Errorf("cluster size %d", size)
 	}
@@ -212,7 +231,11 @@ func StartCluster(ctx context.Context, bin, dir string, size int, log *slog.Logg
 			bin:         bin,
 		})
 	}
-	warehouse := "file://" + filepath.ToSlash(filepath.Join(dir, "warehouse"))
+	warehouse := cc.Warehouse
+	if warehouse == "" {
+		warehouse = "file://" + filepath.ToSlash(filepath.Join(dir, "warehouse"))
+	}
+	c.Warehouse = warehouse
 	for _, n := range c.Nodes {
 		var join []string
 		for _, o := range c.Nodes {
@@ -229,6 +252,7 @@ func StartCluster(ctx context.Context, bin, dir string, size int, log *slog.Logg
 			"--bootstrap-expect", strconv.Itoa(size),
 			"--warehouse", warehouse,
 		}
+		n.args = append(n.args, cc.Args...)
 	}
 	for _, n := range c.Nodes {
 		if err := n.start(); err != nil {
@@ -242,6 +266,23 @@ func StartCluster(ctx context.Context, bin, dir string, size int, log *slog.Logg
 		return nil, err
 	}
 	return c, nil
+}
+
+// Resume starts every stopped node again with its command line and waits
+// until the cluster is healthy.
+func (c *Cluster) Resume(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if n.Running() {
+			continue
+		}
+		if err := n.awaitExit(exitTimeout); err != nil {
+			return err
+		}
+		if err := n.start(); err != nil {
+			return err
+		}
+	}
+	return c.WaitHealthy(ctx, healthyTimeout)
 }
 
 // Stop stops every node (SIGTERM, then SIGKILL after exitTimeout).

@@ -22,6 +22,12 @@ type CommitResult struct {
 // commit sends one table commit (set a property) through n, with an
 // Idempotency-Key when key is not empty.
 func commit(ctx context.Context, cl *http.Client, n *Node, path, key string, i int) (int, string, error) {
+	return commitURL(ctx, cl, n.BaseURL()+path, key, i)
+}
+
+// commitURL sends one table commit (set a property) to the table at url,
+// with an Idempotency-Key when key is not empty.
+func commitURL(ctx context.Context, cl *http.Client, url, key string, i int) (int, string, error) {
 	body, err := json.Marshal(map[string]any{
 		"requirements": []any{},
 		"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"bench": fmt.Sprint(i)}}},
@@ -31,7 +37,7 @@ func commit(ctx context.Context, cl *http.Client, n *Node, path, key string, i i
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.BaseURL()+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}

@@ -27,6 +27,19 @@ type ReadResult struct {
 	// transport error); empty when none failed.
 	FirstError string
 	P50, P99   time.Duration // latency of successful requests
+	// ServerCPU and DriverCPU are the CPU time of the nodes and of the
+	// driver (the clients) over the measurement, warm-up included.
+	ServerCPU, DriverCPU time.Duration
+	// Machine is how busy the whole machine was, warm-up included.
+	Machine MachineLoad
+}
+
+// CPUPerRead is the nodes' CPU time per successful read.
+func (r ReadResult) CPUPerRead() time.Duration {
+	if r.OK == 0 {
+		return 0
+	}
+	return r.ServerCPU / time.Duration(r.OK)
 }
 
 // PerSecond is the rate of successful requests.

@@ -118,5 +118,8 @@ func ratio(a, b float64) string {
 	if b <= 0 {
 		return "—"
 	}
+	if r := a / b; r > 0 && r < 0.01 {
+		return fmt.Sprintf("%.2g×", r) // two significant digits, not 0.00×
+	}
 	return fmt.Sprintf("%.2f×", a/b)
 }

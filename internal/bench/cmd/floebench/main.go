@@ -7,6 +7,13 @@
 //
 //	go build -o /tmp/floe ./cmd/node
 //	go run ./internal/bench/cmd/floebench --floe /tmp/floe --out docs/benchmarks-cluster.md
+//
+// With --suite it runs the whole benchmark suite (items 1–8 of issue 7,
+// what make bench runs) and writes docs/benchmarks.md and the drop-latency
+// plot next to it; --size smoke|default|large (env BENCH_SIZE) picks the
+// sizes and --items runs a subset:
+//
+//	go run ./internal/bench/cmd/floebench --suite --floe /tmp/floe --out docs/benchmarks.md
 package main
 
 import (
@@ -43,7 +50,14 @@ func run() int {
 	out := fs.String("out", "", "also write the Markdown report to this file")
 	dir := fs.String("dir", "", "directory for the nodes' data and logs (default: a temporary directory, removed after a successful run)")
 	ackTimeout := fs.Duration("ack-timeout", 30*time.Second, "longest wait, per round, from the kill to an acknowledged write")
-	timeout := fs.Duration("timeout", 15*time.Minute, "stop the whole run after this long")
+	timeout := fs.Duration("timeout", 15*time.Minute, "stop the whole run after this long (--suite: default 40m; 4h for --size large)")
+	suite := fs.Bool("suite", false, "run the whole benchmark suite of issue 7 (items 1–8) and write its report (make bench)")
+	size := fs.String("size", envOr("BENCH_SIZE", "default"), "--suite sizes: smoke (seconds), default or large (env BENCH_SIZE)")
+	items := fs.String("items", "", "--suite: run only these items, e.g. 1,3 (default: all)")
+	profileDir := fs.String("profile-dir", "", "--suite: write a CPU profile of item 1's in-process floe node (64 clients) into this directory")
+	jsonOut := fs.String("json", "", "--suite: also write the raw results as JSON here")
+	render := fs.String("render", "", "--suite: do not measure; render the report (--out, plot) from results written by --json")
+	plot := fs.String("plot", "", "--suite: write the drop-latency plot (PNG) here (default: next to --out, as benchmarks-drop.png)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -55,6 +69,20 @@ func run() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *suite {
+		to := *timeout
+		if !flagSet(fs, "timeout") {
+			switch *size {
+			case "large":
+				to = 4 * time.Hour
+			case "smoke":
+				to = 10 * time.Minute
+			default:
+				to = 40 * time.Minute
+			}
+		}
+		return runSuite(log, suiteArgs{floe: *floe, dir: *dir, size: *size, items: *items, out: *out, plot: *plot, profileDir: *profileDir, json: *jsonOut, render: *render}, to)
+	}
 
 	// The reproduce line spells out every flag that shapes the figures, so
 	// it means the same thing if the defaults change.
@@ -109,4 +137,17 @@ func writeFile(path, content string) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sizes are the knobs of one suite run; SizesFor returns the presets.
+type Sizes struct {
+	Name string // smoke, default or large
+
+	// Items 2, 4 and 6 (the cluster benchmark, Run).
+	Failovers    int
+	Writes       int
+	ReadDuration time.Duration
+	ReadClients  int
+
+	// Item 1.
+	CommitClients  []int
+	CommitDuration time.Duration
+
+	// Item 3.
+	LoadTableN int // timed loads per configuration
+
+	// Item 5: files per dropped table, for each size measured.
+	DropFiles []int
+
+	// Items 7 and 8: table counts at which growth is measured (the last
+	// is the memory figure), idempotency records added after the last, and
+	// commits timed at each step.
+	GrowthTables []int
+	IdemRecords  int
+	GrowthWrites int
+	// SnapshotThreshold is the growth cluster's --snapshot-threshold.
+	SnapshotThreshold int
+}
+
+// SizesFor returns the preset named smoke (seconds, for the test),
+// default (what make bench runs) or large (BENCH_SIZE=large).
+func SizesFor(name string) (Sizes, error) {
+	switch name {
+	case "smoke":
+		return Sizes{
+			Name: name, Failovers: 1, Writes: 5, ReadDuration: 500 * time.Millisecond, ReadClients: 2,
+			CommitClients: []int{1, 4}, CommitDuration: 500 * time.Millisecond,
+			LoadTableN:   50,
+			DropFiles:    []int{20, 60},
+			GrowthTables: []int{20, 60}, IdemRecords: 100, GrowthWrites: 10, SnapshotThreshold: 64,
+		}, nil
+	case "", "default":
+		return Sizes{
+			Name: "default", Failovers: 10, Writes: 200, ReadDuration: 5 * time.Second, ReadClients: 16,
+			CommitClients: []int{1, 64}, CommitDuration: 10 * time.Second,
+			LoadTableN:   2000,
+			DropFiles:    []int{1000, 50_000},
+			GrowthTables: []int{1000, 5000, 20_000}, IdemRecords: 200_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+		}, nil
+	case "large":
+		return Sizes{
+			Name: name, Failovers: 10, Writes: 200, ReadDuration: 5 * time.Second, ReadClients: 16,
+			CommitClients: []int{1, 64}, CommitDuration: 10 * time.Second,
+			LoadTableN:   2000,
+			DropFiles:    []int{1000, 50_000, 500_000},
+			GrowthTables: []int{1000, 10_000, 100_000}, IdemRecords: 1_000_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+		}, nil
+	}
+	return Sizes{}, fmt.Errorf("unknown size %q (smoke, default or large)", name)
+}
+
+// Item numbers, as in issue 7.
+const (
+	ItemCommits     = 1
+	ItemReads       = 2
+	ItemLoadTable   = 3
+	ItemIdempotency = 4
+	ItemDrop        = 5
+	ItemFailover    = 6
+	ItemMemory      = 7
+	ItemGrowth      = 8
+)
+
+// SuiteOptions configures RunSuite.
+type SuiteOptions struct {
+	Floe  string // floe binary
+	Dir   string // work directory; empty: a temporary one, removed after a successful run
+	Sizes Sizes
+	// Items to run; empty means all. Items 2, 4 and 6 share one cluster
+	// run, as do 7 and 8.
+	Items []int
+	// Versitygw is the S3 server binary for item 5; empty: found like
+	// internal/testenv finds it. Without one, item 5 is reported as
+	// skipped.
+	Versitygw string
+	Command   string // reproduces the run; printed in the report
+	// ProfileDir, if set, receives a CPU profile of item 1's in-process
+	// floe node at the most clients (go tool pprof -top -cum FILE).
+	ProfileDir string
+	Logger     *slog.Logger
+}
+
+func (o *SuiteOptions) log() *slog.Logger {
+	if o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
+}
+
+func (o *SuiteOptions) wants(items ...int) bool {
+	if len(o.Items) == 0 {
+		return true
+	}
+	for _, it := range items {
+		if slices.Contains(o.Items, it) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseItems parses "1,3,5" into item numbers.
+func ParseItems(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < ItemCommits || n > ItemGrowth {
+			return nil, fmt.Errorf("item %q: want a number from %d to %d", f, ItemCommits, ItemGrowth)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// SuiteReport is what RunSuite measured. A nil part was not run.
+type SuiteReport struct {
+	Options  SuiteOptions
+	Date     time.Time
+	Machine  Machine
+	Duration time.Duration
+
+	Commits   *CommitThroughput // item 1
+	Cluster   *Report           // items 2, 4, 6
+	LoadTable *LoadTableLatency // item 3
+	Drop      *DropBench        // item 5 (and the purge half of 7)
+	Growth    *GrowthBench      // items 8 and 7
+	// Failures records items that failed; the rest of the suite still ran.
+	Failures map[int]string
+}
+
+// RunSuite runs the items of issue 7 in order, each against a baseline
+// measured in the same run. An item that fails is recorded in
+// Failures and the suite goes on; the returned error joins them.
+func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error) {
+	if o.Floe == "" {
+		return nil, errors.New("the floe binary is required (--floe)")
+	}
+	if _, err := os.Stat(o.Floe); err != nil {
+		return nil, fmt.Errorf("floe binary: %w", err)
+	}
+	log := o.log()
+	start := time.Now()
+	rep = &SuiteReport{Options: o, Date: start.UTC(), Machine: describeMachine(o.Floe), Failures: map[int]string{}}
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "floebench-suite-"); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err == nil {
+				os.RemoveAll(dir)
+			} else {
+				log.Warn("keeping the work directory for inspection", "dir", dir)
+			}
+		}()
+	}
+	var errs []error
+	fail := func(items []int, e error) {
+		for _, it := range items {
+			rep.Failures[it] = e.Error()
+		}
+		errs = append(errs, fmt.Errorf("item %v: %w", items, e))
+		log.Error("item failed", "items", items, "error", e)
+	}
+
+	if o.wants(ItemCommits) && ctx.Err() == nil {
+		if rep.Commits, err = runCommitThroughput(ctx, &o, filepath.Join(dir, "commits")); err != nil {
+			fail([]int{ItemCommits}, err)
+		}
+	}
+	if o.wants(ItemReads, ItemIdempotency, ItemFailover) && ctx.Err() == nil {
+		r, err := Run(ctx, Options{
+			Floe: o.Floe, Dir: filepath.Join(dir, "cluster"), Failovers: o.Sizes.Failovers, Writes: o.Sizes.Writes,
+			ReadDuration: o.Sizes.ReadDuration, Clients: o.Sizes.ReadClients, AckTimeout: 30 * time.Second, Logger: log,
+		})
+		rep.Cluster = r
+		if err != nil {
+			fail([]int{ItemReads, ItemIdempotency, ItemFailover}, err)
+		}
+	}
+	if o.wants(ItemLoadTable) && ctx.Err() == nil {
+		if rep.LoadTable, err = runLoadTableLatency(ctx, &o, filepath.Join(dir, "loadtable")); err != nil {
+			fail([]int{ItemLoadTable}, err)
+		}
+	}
+	if o.wants(ItemDrop, ItemMemory) && ctx.Err() == nil {
+		if rep.Drop, err = runDropBench(ctx, &o, filepath.Join(dir, "drop")); err != nil {
+			fail([]int{ItemDrop}, err)
+		}
+	}
+	if o.wants(ItemGrowth, ItemMemory) && ctx.Err() == nil {
+		if rep.Growth, err = runGrowth(ctx, &o, filepath.Join(dir, "growth")); err != nil {
+			fail([]int{ItemGrowth, ItemMemory}, err)
+		}
+	}
+	rep.Duration = time.Since(start)
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return rep, errors.Join(errs...)
+}
