@@ -29,10 +29,8 @@ import (
 
 // warehouse is where a test node keeps its tables.
 type warehouse struct {
-	name    string
-	uri     func(t *testing.T) (string, storage.Config)
-	reqS3   bool
-	dataDir string
+	name string
+	uri  func(t *testing.T) (string, storage.Config)
 }
 
 // warehouses are the storage backends every end-to-end test runs against:
@@ -42,12 +40,9 @@ func warehouses() []warehouse {
 		{name: "file", uri: func(t *testing.T) (string, storage.Config) {
 			return "file://" + t.TempDir() + "/warehouse", storage.Config{}
 		}},
-		{name: "s3", reqS3: true, uri: func(t *testing.T) (string, storage.Config) {
+		{name: "s3", uri: func(t *testing.T) (string, storage.Config) {
 			s3 := testenv.S3(t)
-			return s3.Warehouse(), storage.Config{
-				S3Endpoint: s3.Endpoint, S3Region: s3.Region, S3AccessKeyID: s3.AccessKeyID,
-				S3SecretAccessKey: s3.SecretAccessKey, S3PathStyle: true,
-			}
+			return s3.Warehouse(), s3.StorageConfig()
 		}},
 	}
 }

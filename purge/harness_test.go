@@ -50,10 +50,7 @@ func fileWarehouse() warehouse {
 func s3Warehouse() warehouse {
 	return warehouse{name: "s3", uri: func(t *testing.T) (string, storage.Config) {
 		s3 := testenv.S3(t)
-		return s3.Warehouse(), storage.Config{
-			S3Endpoint: s3.Endpoint, S3Region: s3.Region, S3AccessKeyID: s3.AccessKeyID,
-			S3SecretAccessKey: s3.SecretAccessKey, S3PathStyle: true,
-		}
+		return s3.Warehouse(), s3.StorageConfig()
 	}}
 }
 

@@ -89,10 +89,9 @@ func TestS3RefusingDeletes(t *testing.T) {
 	wh := warehouse{name: "s3-proxy", uri: func(t *testing.T) (string, storage.Config) {
 		s3 := testenv.S3(t)
 		proxy = newRefusingS3(t, s3.Endpoint)
-		return s3.Warehouse(), storage.Config{
-			S3Endpoint: proxy.srv.URL, S3Region: s3.Region, S3AccessKeyID: s3.AccessKeyID,
-			S3SecretAccessKey: s3.SecretAccessKey, S3PathStyle: true,
-		}
+		cfg := s3.StorageConfig()
+		cfg.S3Endpoint = proxy.srv.URL
+		return s3.Warehouse(), cfg
 	}}
 	c := newCluster(t, wh, 3, 5)
 	for _, tc := range []struct {

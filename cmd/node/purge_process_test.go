@@ -42,8 +42,7 @@ func startS3Cluster(t *testing.T) *s3Cluster {
 	root := t.TempDir()
 	c := &s3Cluster{testCluster: &testCluster{bin: bin, client: &http.Client{Timeout: 10 * time.Second}}}
 	var err error
-	c.objects, err = storage.New(storage.Config{S3Endpoint: s3.Endpoint, S3Region: s3.Region, S3AccessKeyID: s3.AccessKeyID,
-		S3SecretAccessKey: s3.SecretAccessKey, S3PathStyle: true})
+	c.objects, err = storage.New(s3.StorageConfig())
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	addr := func() string {

@@ -25,6 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // Environment variables read by S3.
@@ -56,6 +58,14 @@ type S3Server struct {
 
 // Warehouse returns s3://<bucket>/warehouse.
 func (s S3Server) Warehouse() string { return "s3://" + s.Bucket + "/warehouse" }
+
+// StorageConfig is the storage configuration that reaches this server.
+func (s S3Server) StorageConfig() storage.Config {
+	return storage.Config{
+		S3Endpoint: s.Endpoint, S3Region: s.Region, S3AccessKeyID: s.AccessKeyID,
+		S3SecretAccessKey: s.SecretAccessKey, S3PathStyle: true,
+	}
+}
 
 // LogTail returns the last lines of the server's output.
 func (s S3Server) LogTail() string { return tail(s.LogFile, 40) }
