@@ -23,9 +23,20 @@ type indexBatcher struct {
 }
 
 type indexBatch struct {
-	done  chan struct{}
-	index uint64
-	err   error
+	done    chan struct{}
+	index   uint64
+	err     error
+	waiters int // reads sharing this batch (for tests and logs)
+}
+
+// pending reports how many reads wait for the next fetch.
+func (b *indexBatcher) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next == nil {
+		return 0
+	}
+	return b.next.waiters
 }
 
 // get returns a read index fetched after the call began.
@@ -35,6 +46,7 @@ func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 		b.next = &indexBatch{done: make(chan struct{})}
 	}
 	my := b.next
+	my.waiters++
 	if !b.running {
 		b.running = true
 		go b.loop()

@@ -43,7 +43,7 @@ func TestIndexBatcherNeverReusesAnEarlierFetch(t *testing.T) {
 			got[i] = idx
 		}()
 	}
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return b.pending() == len(got) }, 5*time.Second, time.Millisecond)
 	close(release)
 	assert.Equal(t, uint64(1), <-first)
 	wg.Wait()
