@@ -53,6 +53,9 @@ const (
 	StatusKeyReused
 	// StatusNoSuchJob: no purge job has that id.
 	StatusNoSuchJob
+	// StatusLocationInUse: the location is equal to, inside or around the
+	// location of another live table.
+	StatusLocationInUse
 )
 
 var statusErrors = map[Status]error{
@@ -65,6 +68,7 @@ var statusErrors = map[Status]error{
 	StatusStaleLease:        ErrStaleLease,
 	StatusKeyReused:         ErrKeyReused,
 	StatusNoSuchJob:         ErrNoSuchJob,
+	StatusLocationInUse:     ErrLocationInUse,
 }
 
 // Err returns nil for StatusOK, else an error wrapping the status's sentinel
@@ -133,16 +137,36 @@ type TableChange struct {
 	ExpectedUUID     string `json:"expected-uuid,omitempty"`
 	MetadataLocation string `json:"metadata-location"`
 	Location         string `json:"location"`
-	UUID             string `json:"uuid"`
-	Overwrite        bool   `json:"overwrite,omitempty"`
+	// LocationKey is LocationKey(Location), stamped by the proposer so the
+	// location index never depends on the applying binary's normalisation.
+	// Empty (entries written before keys were stamped): computed in Apply.
+	LocationKey string `json:"location-key,omitempty"`
+	UUID        string `json:"uuid"`
+	Overwrite   bool   `json:"overwrite,omitempty"`
+}
+
+func (ch TableChange) locKey() string {
+	if ch.LocationKey != "" {
+		return ch.LocationKey
+	}
+	return LocationKey(ch.Location)
 }
 
 // CommitTables applies one or more table changes atomically: either every
 // change's precondition holds and all are written, or nothing is written and
 // the first failing change is reported.
+//
+// A change that gives a table a location (create, register, an update that
+// moves it) is refused with StatusLocationInUse when that location is equal
+// to, inside or around the location of another live table, or of another
+// change in the same command. Body version 1 entries, written before
+// ownership was enforced, replay without that check so that every replica
+// reaches the state they made when they were first applied.
 type CommitTables struct {
 	Changes []TableChange `json:"changes"`
 	AtMs    int64         `json:"at-ms"`
+	// legacy marks a command decoded from a version-1 body.
+	legacy bool
 }
 
 // DropTable removes a table's catalog entry. Result.Tables holds the removed
@@ -182,10 +206,22 @@ func init() {
 	register(TypeCreateNamespace, registration{1, jsonCodec[CreateNamespace](1), applyCreateNamespace})
 	register(TypeDropNamespace, registration{1, jsonCodec[DropNamespace](1), applyDropNamespace})
 	register(TypeUpdateNamespace, registration{1, jsonCodec[UpdateNamespace](1), applyUpdateNamespace})
-	register(TypeCommitTables, registration{1, jsonCodec[CommitTables](1), applyCommitTables})
+	register(TypeCommitTables, registration{2, decodeCommitTables, applyCommitTables})
 	register(TypeDropTable, registration{1, jsonCodec[DropTable](1), applyDropTable})
 	register(TypeRenameTable, registration{1, jsonCodec[RenameTable](1), applyRenameTable})
 	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
+}
+
+// decodeCommitTables reads body versions 1 and 2; version 1 entries replay
+// without the location-ownership check (see CommitTables).
+func decodeCommitTables(v uint8, body []byte) (Command, error) {
+	c, err := jsonCodec[CommitTables](2)(v, body)
+	if err != nil {
+		return nil, err
+	}
+	ct := c.(CommitTables)
+	ct.legacy = v < 2
+	return ct, nil
 }
 
 func applyCreateNamespace(t *txn, c Command) Result {
@@ -263,6 +299,8 @@ func applyCommitTables(t *txn, c Command) Result {
 	// leaves the whole transaction unapplied.
 	seen := map[string]bool{}
 	next := make([]Table, 0, len(cmd.Changes))
+	prev := make([]*Table, 0, len(cmd.Changes))
+	var claims []TableChange // changes that give their table a new location
 	for _, ch := range cmd.Changes {
 		key := string(tableKey(ch.Ident))
 		if seen[key] {
@@ -278,6 +316,7 @@ func applyCommitTables(t *txn, c Command) Result {
 			Name:             ch.Ident.Name,
 			UUID:             ch.UUID,
 			Location:         ch.Location,
+			LocationKey:      ch.locKey(),
 			MetadataLocation: ch.MetadataLocation,
 			CreatedMs:        cmd.AtMs,
 			UpdatedMs:        cmd.AtMs,
@@ -320,12 +359,52 @@ func applyCommitTables(t *txn, c Command) Result {
 		default:
 			return fail(StatusCommitFailed, "unknown change kind %q", ch.Kind)
 		}
+		if !exists || cur.Location != ch.Location {
+			claims = append(claims, ch)
+		}
 		next = append(next, tb)
+		if exists {
+			prev = append(prev, &cur)
+		} else {
+			prev = append(prev, nil)
+		}
 	}
-	for _, tb := range next {
+	if !cmd.legacy {
+		if res, refused := t.checkOwnership(claims); refused {
+			return res
+		}
+	}
+	for i, tb := range next {
+		if prev[i] != nil {
+			t.unindexTable(*prev[i])
+		}
 		t.put(bucketTables, tableKey(tb.Ident()), tb)
+		t.indexTable(tb)
 	}
 	return Result{Tables: next}
+}
+
+// checkOwnership refuses the first change whose new location overlaps the
+// location of a live table other than itself, or of another change in the
+// same command.
+func (t *txn) checkOwnership(claims []TableChange) (Result, bool) {
+	for i, ch := range claims {
+		if ch.locKey() == "" {
+			continue
+		}
+		self := string(tableKey(ch.Ident))
+		owner, taken := locationOwner(t.tx, ch.locKey(), func(id Ident) bool { return string(tableKey(id)) == self })
+		if taken {
+			return locationTaken(ch.Location, owner), true
+		}
+		for _, other := range claims[:i] {
+			if other.locKey() != "" && keysOverlap(ch.locKey(), other.locKey()) {
+				return fail(StatusLocationInUse, "location %s of table %s overlaps %s, the location of table %s in the same commit; a location belongs to one table",
+					ch.Location, ch.Ident, other.Location, other.Ident), true
+			}
+		}
+	}
+	return Result{}, false
 }
 
 func applyDropTable(t *txn, c Command) Result {
@@ -343,6 +422,7 @@ func applyDropTable(t *txn, c Command) Result {
 		}
 	}
 	t.del(bucketTables, tableKey(cmd.Ident))
+	t.unindexTable(cur)
 	if cmd.Purge && cmd.Job != nil {
 		t.addPurgeJob(cur, *cmd.Job, cmd.AtMs)
 	}
@@ -365,7 +445,9 @@ func applyRenameTable(t *txn, c Command) Result {
 		return beingPurgedName(cmd.To, j)
 	}
 	t.del(bucketTables, tableKey(cmd.From))
+	t.unindexTable(cur)
 	cur.Namespace, cur.Name, cur.UpdatedMs = cmd.To.Namespace, cmd.To.Name, cmd.AtMs
 	t.put(bucketTables, tableKey(cmd.To), cur)
+	t.indexTable(cur)
 	return Result{Tables: []Table{cur}}
 }

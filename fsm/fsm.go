@@ -99,6 +99,11 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("fsm: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		// Before the buckets are created: a missing location index means
+		// a file written before the index existed.
+		if err := buildLocationIndex(tx); err != nil {
+			return err
+		}
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -298,18 +303,28 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.db.Close(); err != nil {
-		return fmt.Errorf("fsm: restore: close current: %w", err)
-	}
-	if err := os.Rename(tmp, f.path); err != nil {
+	// Rename over the live file while it is still open: bbolt locks and
+	// maps the open inode, not the name, so a failed rename leaves the
+	// current state open and usable, and nothing has been closed yet.
+	if err := renameFile(tmp, f.path); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("fsm: restore: rename: %w", err)
 	}
 	if err := syncDir(filepath.Dir(f.path)); err != nil {
-		return fmt.Errorf("fsm: restore: %w", err)
+		f.logger.Warn("restore: syncing the data directory failed; the restored file may not survive a crash", "error", err)
 	}
 	db, err := openDB(f.path)
 	if err != nil {
+		// The file was checked above, so this is a disk failure. The old
+		// state's file is gone from the directory: applying to it would
+		// write to a ghost, so close it; the next apply panics and stops
+		// the node.
+		_ = f.db.Close()
+		f.closed = true
 		return fmt.Errorf("fsm: restore: reopen: %w", err)
+	}
+	if err := f.db.Close(); err != nil {
+		f.logger.Warn("restore: closing the replaced state file failed", "error", err)
 	}
 	f.db = db
 	idx := storedIndex(db)
@@ -317,6 +332,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.logger.Info("snapshot restored", "applied_index", idx, "duration", time.Since(start))
 	return nil
 }
+
+// renameFile is os.Rename; tests replace it to make a restore fail at the
+// rename.
+var renameFile = os.Rename
 
 func writeFileSync(path string, r io.Reader) error {
 	out, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)

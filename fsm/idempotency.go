@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 )
 
@@ -162,6 +163,11 @@ func applyKeyed(t *txn, c Command) Result {
 	}
 	inner, err := Decode(cmd.Command)
 	if err != nil {
+		if errors.Is(err, ErrUnknownCommand) && CommandType(cmd.Command[0])&IgnorableFlag != 0 {
+			// A command a newer binary wrote and flagged as safe to skip:
+			// skip it with its key, as ApplyBatch skips it unwrapped.
+			return Result{}
+		}
 		panic(fmt.Sprintf("fsm: keyed command %s: %v", cmd.Key, err))
 	}
 	if _, nested := inner.(Keyed); nested {

@@ -3,9 +3,8 @@ package fsm
 import (
 	"bytes"
 	"strconv"
-	"strings"
 
-	"github.com/floe-catalog/floe/internal/storage"
+	bolt "go.etcd.io/bbolt"
 )
 
 // Purge jobs: the crash-safe hard deletion of a dropped table's files. A
@@ -88,15 +87,22 @@ type PurgeProgress struct {
 	Deleted int64 `json:"files-deleted"`
 	Bytes   int64 `json:"bytes-deleted"`
 	Skipped int64 `json:"files-skipped-outside"`
+	// SkippedOwned counts files left in place because they lie inside
+	// another live table's location or outside the allowed locations.
+	SkippedOwned int64 `json:"files-skipped-owned,omitempty"`
 }
 
 // PurgeJob is one table's purge.
 type PurgeJob struct {
-	ID               string            `json:"id"`
-	Warehouse        string            `json:"warehouse"`
-	Ident            Ident             `json:"ident"`
-	TableUUID        string            `json:"table-uuid"`
-	Location         string            `json:"location"`
+	ID        string `json:"id"`
+	Warehouse string `json:"warehouse"`
+	Ident     Ident  `json:"ident"`
+	TableUUID string `json:"table-uuid"`
+	Location  string `json:"location"`
+	// LocationKey is the normalised location its tombstone is stored
+	// under (LocationKey at the time the table's location was set);
+	// empty for jobs added before keys were stamped.
+	LocationKey      string            `json:"location-key,omitempty"`
 	MetadataLocation string            `json:"metadata-location"`
 	FileIO           map[string]string `json:"file-io,omitempty"`
 	State            JobState          `json:"state"`
@@ -113,6 +119,13 @@ type PurgeJob struct {
 	ReleasedBy string `json:"released-by,omitempty"`
 	CreatedMs  int64  `json:"created-ms"`
 	UpdatedMs  int64  `json:"updated-ms"`
+}
+
+func (j PurgeJob) locKey() string {
+	if j.LocationKey != "" {
+		return j.LocationKey
+	}
+	return LocationKey(j.Location)
 }
 
 // HoldsTombstones reports whether the job still blocks its name and location.
@@ -258,25 +271,6 @@ func identJobKey(id Ident, jobID string) []byte {
 	return append(append(tableKey(id), 0x01), jobID...)
 }
 
-// normLocation is the form locations are compared in: scheme, bucket and
-// key as storage.ParseURI normalises them (s3a:// is s3://, file:/x is
-// /x), with exactly one trailing slash, so that "equal, inside or
-// containing" become string-prefix tests on whole path segments. A
-// location ParseURI refuses is kept verbatim behind a marker: it only
-// matches itself.
-func normLocation(uri string) string {
-	scheme, bucket, key, err := storage.ParseURI(uri)
-	if err != nil {
-		return "raw:" + strings.TrimRight(uri, "/") + "/"
-	}
-	key = strings.Trim(key, "/")
-	n := scheme + "://" + bucket + "/"
-	if key != "" {
-		n += key + "/"
-	}
-	return n
-}
-
 func locKey(norm, jobID string) []byte { return []byte(norm + "\x00" + jobID) }
 
 // --- txn helpers ---
@@ -306,7 +300,9 @@ func (t *txn) putEmpty(bucket, key []byte) {
 
 func (t *txn) addTombstones(j PurgeJob) {
 	t.put(bucketPurgeNames, tableKey(j.Ident), j.ID)
-	t.putEmpty(bucketPurgeLocs, locKey(normLocation(j.Location), j.ID))
+	if j.locKey() != "" {
+		t.putEmpty(bucketPurgeLocs, locKey(j.locKey(), j.ID))
+	}
 }
 
 func (t *txn) dropTombstones(j PurgeJob) {
@@ -314,7 +310,9 @@ func (t *txn) dropTombstones(j PurgeJob) {
 	if t.get(bucketPurgeNames, tableKey(j.Ident), &holder) && holder == j.ID {
 		t.del(bucketPurgeNames, tableKey(j.Ident))
 	}
-	t.del(bucketPurgeLocs, locKey(normLocation(j.Location), j.ID))
+	if j.locKey() != "" {
+		t.del(bucketPurgeLocs, locKey(j.locKey(), j.ID))
+	}
 }
 
 // nameTombstone returns the job blocking id, if any.
@@ -336,7 +334,7 @@ func (t *txn) locationTombstone(loc string) (PurgeJob, bool) {
 	if loc == "" {
 		return PurgeJob{}, false
 	}
-	jobID, ok := overlappingLocation(t.tx.Bucket(bucketPurgeLocs).Cursor().Seek, normLocation(loc))
+	jobID, ok := overlappingLocation(t.tx.Bucket(bucketPurgeLocs).Cursor(), LocationKey(loc))
 	if !ok {
 		return PurgeJob{}, false
 	}
@@ -347,29 +345,14 @@ func (t *txn) locationTombstone(loc string) (PurgeJob, bool) {
 	return j, true
 }
 
-// overlappingLocation finds a tombstone key overlapping the normalised
-// location n. seek is a bbolt cursor's Seek.
-func overlappingLocation(seek func([]byte) ([]byte, []byte), n string) (string, bool) {
-	// Equal to or inside n: keys starting with n.
-	if k, _ := seek([]byte(n)); k != nil && bytes.HasPrefix(k, []byte(n)) {
-		return jobIDOfLocKey(k), true
-	}
-	// Containing n: a tombstone at one of n's ancestors (each ends in "/").
-	// The scheme's "://" holds no ancestor, so start after it.
-	start := strings.Index(n, "://")
-	if start < 0 {
-		return "", false
-	}
-	for i := start + 3; i < len(n)-1; i++ {
-		if n[i] != '/' {
-			continue
-		}
-		anc := n[:i+1] + "\x00"
-		if k, _ := seek([]byte(anc)); k != nil && bytes.HasPrefix(k, []byte(anc)) {
-			return jobIDOfLocKey(k), true
-		}
-	}
-	return "", false
+// overlappingLocation finds a tombstone key overlapping the location key n.
+func overlappingLocation(c *bolt.Cursor, n string) (string, bool) {
+	var jobID string
+	scanOverlaps(c, n, func(k, _ []byte) bool {
+		jobID = jobIDOfLocKey(k)
+		return false
+	})
+	return jobID, jobID != ""
 }
 
 func jobIDOfLocKey(k []byte) string {
@@ -408,6 +391,7 @@ func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
 		Ident:            dropped.Ident(),
 		TableUUID:        dropped.UUID,
 		Location:         dropped.Location,
+		LocationKey:      dropped.locKey(),
 		MetadataLocation: dropped.MetadataLocation,
 		FileIO:           spec.FileIO,
 		State:            JobPending,
@@ -731,7 +715,7 @@ func (r *Reader) PurgeTombstone(id Ident) (PurgeJob, bool) {
 
 // PurgeLocationTombstone returns a job whose location overlaps loc, if any.
 func (r *Reader) PurgeLocationTombstone(loc string) (PurgeJob, bool) {
-	jobID, ok := overlappingLocation(r.tx.Bucket(bucketPurgeLocs).Cursor().Seek, normLocation(loc))
+	jobID, ok := overlappingLocation(r.tx.Bucket(bucketPurgeLocs).Cursor(), LocationKey(loc))
 	if !ok {
 		return PurgeJob{}, false
 	}

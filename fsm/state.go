@@ -47,6 +47,9 @@ var (
 	ErrStaleLease        = errors.New("stale purge lease")
 	ErrKeyReused         = errors.New("idempotency key reused with a different request")
 	ErrNoSuchJob         = errors.New("purge job does not exist")
+	// ErrLocationInUse: the location is equal to, inside or around the
+	// location of another live table.
+	ErrLocationInUse = errors.New("location belongs to another table")
 )
 
 // Ident names a table: its namespace levels and its name.
@@ -70,13 +73,16 @@ type Namespace struct {
 // Table is a stored table pointer: the catalog keeps only where the current
 // metadata file is; the metadata itself lives in object storage.
 type Table struct {
-	Namespace        []string `json:"namespace"`
-	Name             string   `json:"name"`
-	UUID             string   `json:"uuid"`
-	Location         string   `json:"location"`
-	MetadataLocation string   `json:"metadata-location"`
-	CreatedMs        int64    `json:"created-ms"`
-	UpdatedMs        int64    `json:"updated-ms"`
+	Namespace []string `json:"namespace"`
+	Name      string   `json:"name"`
+	UUID      string   `json:"uuid"`
+	Location  string   `json:"location"`
+	// LocationKey is Location normalised (LocationKey), as the proposer
+	// stamped it: the table's entry in the location index.
+	LocationKey      string `json:"location-key,omitempty"`
+	MetadataLocation string `json:"metadata-location"`
+	CreatedMs        int64  `json:"created-ms"`
+	UpdatedMs        int64  `json:"updated-ms"`
 }
 
 // Ident returns the table's identifier.

@@ -1,0 +1,254 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// Location ownership: a location belongs to one table. Every live table is
+// indexed by its normalised location, so "is this location equal to, inside
+// or around a live table's?" is a few bbolt seeks, decided inside Apply.
+//
+//	table_locs   normalised location, 0x00, table key → table key
+//
+// A location key is what LocationKey returns. The proposer stamps it into
+// the command (TableChange.LocationKey) and the table record keeps it, so
+// the index and the purge tombstones never depend on how a later release
+// normalises locations. Records written before keys were stamped are keyed
+// with this binary's LocationKey when the index is built (buildLocationIndex).
+var bucketTableLocs = []byte("table_locs")
+
+func init() {
+	allBuckets = append(allBuckets, bucketTableLocs)
+}
+
+// LocationKey is the normalised form locations are compared in: scheme,
+// bucket and key as storage.ParseURI normalises them (s3a:// and s3n:// are
+// s3://, file:/x and file:///x are /x), with exactly one trailing slash, so
+// "equal, inside or containing" become string-prefix tests on whole path
+// segments: s3://b/t1/ never prefixes s3://b/t10/. A location ParseURI
+// refuses is kept verbatim behind a marker (control bytes escaped): it
+// matches only itself and what lies lexically below it.
+func LocationKey(uri string) string {
+	if uri == "" {
+		return "" // no location: owns nothing
+	}
+	scheme, bucket, key, err := storage.ParseURI(uri)
+	if err != nil {
+		raw := strings.TrimRight(uri, "/")
+		raw = strings.ReplaceAll(raw, "\x00", "%00")
+		return "raw:" + raw + "/"
+	}
+	key = strings.Trim(key, "/")
+	n := scheme + "://" + bucket + "/"
+	if key != "" {
+		n += key + "/"
+	}
+	return n
+}
+
+// locKey returns the table's stamped location key, or this binary's
+// normalisation for records written before keys were stamped.
+func (tb Table) locKey() string {
+	if tb.LocationKey != "" {
+		return tb.LocationKey
+	}
+	return LocationKey(tb.Location)
+}
+
+func ownerKey(norm string, id Ident) []byte {
+	return append([]byte(norm+"\x00"), tableKey(id)...)
+}
+
+func (t *txn) indexTable(tb Table) {
+	if tb.locKey() == "" {
+		return
+	}
+	if err := t.tx.Bucket(bucketTableLocs).Put(ownerKey(tb.locKey(), tb.Ident()), tableKey(tb.Ident())); err != nil {
+		panic(fmt.Sprintf("fsm: put location index: %v", err))
+	}
+}
+
+func (t *txn) unindexTable(tb Table) {
+	if tb.locKey() == "" {
+		return
+	}
+	t.del(bucketTableLocs, ownerKey(tb.locKey(), tb.Ident()))
+}
+
+// scanOverlaps calls visit with every key and value of a location-prefixed
+// index (keys: location key, 0x00, suffix) whose location is equal to,
+// inside or containing the location key n, until visit returns false. It
+// costs one seek for "equal or inside" plus one per ancestor of n.
+func scanOverlaps(c *bolt.Cursor, n string, visit func(k, v []byte) bool) {
+	// Equal to or inside n: keys starting with n (n ends in "/").
+	for k, v := c.Seek([]byte(n)); k != nil && bytes.HasPrefix(k, []byte(n)); k, v = c.Next() {
+		if !visit(k, v) {
+			return
+		}
+	}
+	// Containing n: an entry at one of n's ancestors (each ends in "/").
+	// The scheme's "://" holds no ancestor, so start after it.
+	start := strings.Index(n, "://")
+	if start < 0 {
+		return
+	}
+	for i := start + 3; i < len(n)-1; i++ {
+		if n[i] != '/' {
+			continue
+		}
+		anc := []byte(n[:i+1] + "\x00")
+		for k, v := c.Seek(anc); k != nil && bytes.HasPrefix(k, anc); k, v = c.Next() {
+			if !visit(k, v) {
+				return
+			}
+		}
+	}
+}
+
+// locationOwner returns a live table other than those in skip whose
+// location overlaps the location key n.
+func locationOwner(tx *bolt.Tx, n string, skip func(Ident) bool) (Table, bool) {
+	if n == "" {
+		return Table{}, false
+	}
+	var (
+		owner Table
+		found bool
+	)
+	tables := tx.Bucket(bucketTables)
+	scanOverlaps(tx.Bucket(bucketTableLocs).Cursor(), n, func(_, v []byte) bool {
+		raw := tables.Get(v)
+		if raw == nil {
+			panic(fmt.Sprintf("fsm: location index names missing table %q", v))
+		}
+		var tb Table
+		mustUnmarshal(v, raw, &tb)
+		if skip != nil && skip(tb.Ident()) {
+			return true
+		}
+		owner, found = tb, true
+		return false
+	})
+	return owner, found
+}
+
+func locationTaken(loc string, owner Table) Result {
+	return fail(StatusLocationInUse, "location %s overlaps %s, the location of table %s; a location belongs to one table",
+		loc, owner.Location, owner.Ident())
+}
+
+// keysOverlap reports whether two location keys are equal or nested.
+func keysOverlap(a, b string) bool {
+	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
+}
+
+// buildLocationIndex fills table_locs from the tables bucket when the file
+// was written before the index existed (the bucket is missing), stamping
+// each table record with the key it is indexed under. It runs when a file
+// is opened (start and snapshot restore), so every replica derives the same
+// index from the same state; overlaps already present are indexed as they
+// are (see Reader.LocationConflicts).
+func buildLocationIndex(tx *bolt.Tx) error {
+	if tx.Bucket(bucketTableLocs) != nil {
+		return nil
+	}
+	idx, err := tx.CreateBucket(bucketTableLocs)
+	if err != nil {
+		return err
+	}
+	tables := tx.Bucket(bucketTables)
+	if tables == nil {
+		return nil
+	}
+	var stamped []Table
+	err = tables.ForEach(func(k, v []byte) error {
+		var tb Table
+		mustUnmarshal(k, v, &tb)
+		if tb.LocationKey == "" && tb.Location != "" {
+			tb.LocationKey = LocationKey(tb.Location)
+			stamped = append(stamped, tb)
+		}
+		if tb.LocationKey == "" {
+			return nil
+		}
+		return idx.Put(ownerKey(tb.LocationKey, tb.Ident()), tableKey(tb.Ident()))
+	})
+	if err != nil {
+		return err
+	}
+	t := &txn{tx: tx}
+	for _, tb := range stamped {
+		t.put(bucketTables, tableKey(tb.Ident()), tb)
+	}
+	return nil
+}
+
+// --- reads ---
+
+// LocationOwner returns a live table whose location is equal to, inside or
+// contains uri, if any. The purge worker asks it before each delete batch:
+// a file inside a live table's location is never deleted.
+func (r *Reader) LocationOwner(uri string) (Table, bool) {
+	return locationOwner(r.tx, LocationKey(uri), nil)
+}
+
+// LocationOwnerExcept is LocationOwner ignoring the table at self (a table
+// never conflicts with itself).
+func (r *Reader) LocationOwnerExcept(uri string, self Ident) (Table, bool) {
+	selfKey := string(tableKey(self))
+	return locationOwner(r.tx, LocationKey(uri), func(id Ident) bool { return string(tableKey(id)) == selfKey })
+}
+
+// LocationConflict is a pair of live tables whose locations are equal or
+// nested: state written before ownership was enforced, or registered while
+// an older binary led.
+type LocationConflict struct {
+	Outer Table `json:"outer"`
+	Inner Table `json:"inner"`
+}
+
+// LocationConflicts lists pairs of live tables with equal or nested
+// locations, in location order, at most limit (limit <= 0: all). One pass
+// over the index: entries sort by location key, so each entry's ancestors
+// are on a stack of the entries before it.
+func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool) {
+	type entry struct {
+		key string
+		tk  []byte
+	}
+	var stack []entry
+	tables := r.tx.Bucket(bucketTables)
+	load := func(tk []byte) Table {
+		var tb Table
+		raw := tables.Get(tk)
+		if raw == nil {
+			panic(fmt.Sprintf("fsm: location index names missing table %q", tk))
+		}
+		mustUnmarshal(tk, raw, &tb)
+		return tb
+	}
+	c := r.tx.Bucket(bucketTableLocs).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		key := string(k[:bytes.IndexByte(k, 0)])
+		for len(stack) > 0 && !strings.HasPrefix(key, stack[len(stack)-1].key) {
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 {
+			inner := load(v)
+			for _, e := range stack {
+				if limit > 0 && len(out) == limit {
+					return out, true
+				}
+				out = append(out, LocationConflict{Outer: load(e.tk), Inner: inner})
+			}
+		}
+		stack = append(stack, entry{key: key, tk: append([]byte(nil), v...)})
+	}
+	return out, false
+}

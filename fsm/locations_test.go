@@ -1,0 +1,279 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// ownFSM is a state machine with namespace "a" and helpers for location
+// ownership tests.
+type ownFSM struct {
+	t     *testing.T
+	f     *FSM
+	index uint64
+}
+
+func newOwnFSM(t *testing.T) *ownFSM {
+	o := &ownFSM{t: t, f: mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))}
+	require.NoError(t, o.apply(CreateNamespace{Namespace: nsA}).Err())
+	return o
+}
+
+func (o *ownFSM) apply(c Command) Result {
+	o.index++
+	return result(o.t, o.f.Apply(entry(o.t, o.index, c)))
+}
+
+func (o *ownFSM) applyRaw(data []byte) Result {
+	o.index++
+	return result(o.t, o.f.Apply(&raft.Log{Index: o.index, Term: 1, Type: raft.LogCommand, Data: data}))
+}
+
+func change(kind, name, loc string) TableChange {
+	return TableChange{Kind: kind, Ident: Ident{Namespace: nsA, Name: name}, MetadataLocation: loc + "/metadata/00000-x.metadata.json",
+		Location: loc, LocationKey: LocationKey(loc), UUID: "u-" + name}
+}
+
+func (o *ownFSM) create(name, loc string) Result {
+	return o.apply(CommitTables{Changes: []TableChange{change(ChangeCreate, name, loc)}})
+}
+
+func (o *ownFSM) table(name string) (Table, bool) {
+	var (
+		tb Table
+		ok bool
+	)
+	require.NoError(o.t, o.f.View(func(r *Reader) error {
+		tb, ok = r.Table(Ident{Namespace: nsA, Name: name})
+		return nil
+	}))
+	return tb, ok
+}
+
+func TestLocationKeyNormalises(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"s3://b/w/t", "s3://b/w/t/"},
+		{"s3a://b/w/t/", "s3://b/w/t/"},
+		{"s3n://b/w//t", "s3://b/w//t/"},
+		{"s3://b", "s3://b/"},
+		{"file:///w/t", "file:///w/t/"},
+		{"file:/w/t/", "file:///w/t/"},
+		{"file://localhost/w//t", "file:///w/t/"},
+		{"/w/t", "file:///w/t/"},
+		{"", ""},
+	} {
+		assert.Equal(t, tc.want, LocationKey(tc.in), tc.in)
+	}
+	// An unparseable location matches only itself, with NUL escaped.
+	assert.Equal(t, "raw:gs://b/t/", LocationKey("gs://b/t"))
+	assert.NotContains(t, LocationKey("s3://b/\x00x"), "\x00")
+}
+
+func TestLocationBelongsToOneTable(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("a", "s3://b/w/a").Err())
+
+	for _, loc := range []string{
+		"s3://b/w/a",    // equal
+		"s3a://b/w/a/",  // equal, other spelling
+		"s3://b/w/a/x",  // inside
+		"s3://b/w",      // around
+		"s3n://b",       // the bucket root is around everything in it
+		"s3://b/w/a/x/", // inside, trailing slash
+	} {
+		res := o.create("n", loc)
+		assert.ErrorIs(t, res.Err(), ErrLocationInUse, loc)
+		assert.Contains(t, res.Message, "table a.a", loc)
+		_, exists := o.table("n")
+		assert.False(t, exists, "nothing written for %s", loc)
+	}
+	// Segment-aware: a sibling whose name extends a's is its own location.
+	require.NoError(t, o.create("ab", "s3://b/w/ab").Err())
+	require.NoError(t, o.create("other", "s3://c/w/a").Err(), "another bucket")
+	require.NoError(t, o.create("local", "file:///w/a").Err(), "another scheme")
+
+	// Register: onto a's location refused; overwriting a itself in place is fine.
+	reg := change(ChangeRegister, "r", "s3://b/w/a")
+	assert.ErrorIs(t, o.apply(CommitTables{Changes: []TableChange{reg}}).Err(), ErrLocationInUse)
+	self := change(ChangeRegister, "a", "s3://b/w/a")
+	self.Overwrite = true
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{self}}).Err())
+
+	// set-location onto another table's location is refused; a commit that
+	// keeps the location is not.
+	cur, _ := o.table("ab")
+	move := change(ChangeUpdate, "ab", "s3://b/w/a/inner")
+	move.ExpectedMetadataLocation, move.ExpectedUUID = cur.MetadataLocation, cur.UUID
+	res := o.apply(CommitTables{Changes: []TableChange{move}})
+	assert.ErrorIs(t, res.Err(), ErrLocationInUse)
+	stay := change(ChangeUpdate, "ab", "s3://b/w/ab")
+	stay.MetadataLocation = "s3://b/w/ab/metadata/00001-y.metadata.json"
+	stay.ExpectedMetadataLocation, stay.ExpectedUUID = cur.MetadataLocation, cur.UUID
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{stay}}).Err())
+
+	// Moving a table frees its old location.
+	cur, _ = o.table("ab")
+	away := change(ChangeUpdate, "ab", "s3://b/w/ab2")
+	away.ExpectedMetadataLocation, away.ExpectedUUID = cur.MetadataLocation, cur.UUID
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{away}}).Err())
+	require.NoError(t, o.create("ab-again", "s3://b/w/ab").Err())
+}
+
+func TestOwnershipFollowsRenameAndDrop(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("a", "s3://b/w/a").Err())
+	require.NoError(t, o.apply(RenameTable{From: Ident{Namespace: nsA, Name: "a"}, To: Ident{Namespace: nsA, Name: "c"}}).Err())
+	res := o.create("n", "s3://b/w/a")
+	require.ErrorIs(t, res.Err(), ErrLocationInUse)
+	assert.Contains(t, res.Message, "a.c", "the message names the table under its new name")
+
+	require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "c"}}).Err())
+	require.NoError(t, o.create("n", "s3://b/w/a").Err(), "a dropped table owns nothing")
+}
+
+func TestOneCommitCannotClaimOverlappingLocations(t *testing.T) {
+	o := newOwnFSM(t)
+	res := o.apply(CommitTables{Changes: []TableChange{
+		change(ChangeCreate, "x", "s3://b/w/x"),
+		change(ChangeCreate, "y", "s3://b/w/x/y"),
+	}})
+	require.ErrorIs(t, res.Err(), ErrLocationInUse)
+	_, ok := o.table("x")
+	assert.False(t, ok, "all or nothing")
+}
+
+func TestPurgingLocationIsRefusedAsBeingPurged(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("a", "s3://b/w/a").Err())
+	require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "a"}, Purge: true, Job: &PurgeJobSpec{ID: "j1"}}).Err())
+	assert.ErrorIs(t, o.create("n", "s3://b/w/a/x").Err(), ErrBeingPurged)
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		j, ok := r.PurgeJob("j1")
+		require.True(t, ok)
+		assert.Equal(t, "s3://b/w/a/", j.LocationKey, "the job keeps the key its tombstone is stored under")
+		return nil
+	}))
+}
+
+// A version-1 CommitTables entry (written before ownership was enforced)
+// replays to the overlap it made, and the overlap is listed.
+func TestLegacyCommitsReplayTheirOverlaps(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("a", "s3://b/w/a").Err())
+	body := `{"changes":[{"kind":"register","ident":{"namespace":["a"],"name":"b"},"metadata-location":"s3://b/w/a/metadata/1.json","location":"s3://b/w/a","uuid":"u-a"}],"at-ms":1}`
+	require.NoError(t, o.applyRaw(append([]byte{byte(TypeCommitTables), 1}, body...)).Err())
+	_, ok := o.table("b")
+	require.True(t, ok)
+
+	var conflicts []LocationConflict
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		conflicts, _ = r.LocationConflicts(0)
+		owner, found := r.LocationOwner("s3://b/w/a/data/f.parquet")
+		assert.True(t, found)
+		assert.Equal(t, "s3://b/w/a", owner.Location)
+		_, found = r.LocationOwner("s3://b/w/other/f.parquet")
+		assert.False(t, found)
+		return nil
+	}))
+	require.Len(t, conflicts, 1)
+	assert.ElementsMatch(t, []string{"a", "b"}, []string{conflicts[0].Outer.Name, conflicts[0].Inner.Name})
+
+	// A version-2 command for the same overlap is refused.
+	assert.ErrorIs(t, o.apply(CommitTables{Changes: []TableChange{change(ChangeRegister, "c", "s3://b/w/a")}}).Err(), ErrLocationInUse)
+}
+
+// A file written before the location index existed gets the index built
+// when it is opened (start or snapshot restore), overlaps included.
+func TestIndexIsBuiltForStateWrittenBeforeIt(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fsm.db")
+	f, err := Open(path, nil)
+	require.NoError(t, err)
+	i := uint64(0)
+	apply := func(c Command) {
+		i++
+		require.NoError(t, result(t, f.Apply(entry(t, i, c))).Err())
+	}
+	apply(CreateNamespace{Namespace: nsA})
+	apply(create(Ident{Namespace: nsA, Name: "t1"}, "m1"))
+	apply(create(Ident{Namespace: nsA, Name: "t2"}, "m2"))
+	require.NoError(t, f.Close())
+
+	// Make it look like an old file: no index bucket, no stamped keys, and
+	// two tables at nested locations.
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		require.NoError(t, tx.DeleteBucket(bucketTableLocs))
+		b := tx.Bucket(bucketTables)
+		for name, loc := range map[string]string{"t1": "file:///w/t1", "t2": "file:///w/t1/nested"} {
+			raw := fmt.Sprintf(`{"namespace":["a"],"name":%q,"uuid":"u","location":%q,"metadata-location":"m"}`, name, loc)
+			require.NoError(t, b.Put(tableKey(Ident{Namespace: nsA, Name: name}), []byte(raw)))
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+
+	f2 := mustOpen(t, path)
+	require.NoError(t, f2.View(func(r *Reader) error {
+		c, more := r.LocationConflicts(0)
+		assert.False(t, more)
+		require.Len(t, c, 1)
+		assert.Equal(t, "t1", c[0].Outer.Name)
+		assert.Equal(t, "t2", c[0].Inner.Name)
+		tb, _ := r.Table(Ident{Namespace: nsA, Name: "t2"})
+		assert.Equal(t, "file:///w/t1/nested/", tb.LocationKey, "records are stamped with the key they are indexed under")
+		return nil
+	}))
+}
+
+func TestRestoreThatCannotRenameKeepsTheOldState(t *testing.T) {
+	src := mustOpen(t, filepath.Join(t.TempDir(), "src.db"))
+	src.Apply(entry(t, 1, CreateNamespace{Namespace: []string{"from-snapshot"}}))
+	snap, err := src.Snapshot()
+	require.NoError(t, err)
+	sink := &memSink{}
+	require.NoError(t, snap.Persist(sink))
+	snap.Release()
+
+	f := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
+	f.Apply(entry(t, 1, CreateNamespace{Namespace: nsA}))
+	renameFile = func(string, string) error { return errors.New("disk said no") }
+	t.Cleanup(func() { renameFile = os.Rename })
+
+	err = f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes())))
+	require.ErrorContains(t, err, "disk said no")
+	require.NoError(t, f.View(func(r *Reader) error {
+		_, ok := r.Namespace(nsA)
+		assert.True(t, ok, "the old state is still open and readable")
+		return nil
+	}))
+	r := result(t, f.Apply(entry(t, 2, CreateNamespace{Namespace: []string{"b"}})))
+	require.NoError(t, r.Err(), "and still applies")
+
+	renameFile = os.Rename
+	require.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	require.NoError(t, f.View(func(r *Reader) error {
+		_, ok := r.Namespace([]string{"from-snapshot"})
+		assert.True(t, ok)
+		return nil
+	}))
+}
+
+func TestKeyedIgnorableCommandIsSkipped(t *testing.T) {
+	o := newOwnFSM(t)
+	inner := []byte{byte(typeIgnorableForTest), 1, '{', '}'}
+	res := o.apply(Keyed{Key: "k", Binding: Binding{Operation: "x"}, AtMs: 1, ExpiresMs: 10, Command: inner})
+	require.NoError(t, res.Err())
+	assert.False(t, res.Recorded)
+}
