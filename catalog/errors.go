@@ -83,6 +83,14 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
 	case errors.Is(err, fsm.ErrBeingPurged):
 		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
+	case errors.Is(err, fsm.ErrLocationInUse):
+		// A location belongs to one table: a create or register that would
+		// share one already exists in effect; a commit moving a table onto
+		// another's location fails as a commit.
+		if kind == opCommit {
+			return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
+		}
+		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
 	case errors.Is(err, fsm.ErrKeyReused):
 		return &apiError{status: http.StatusUnprocessableEntity, typ: "UnprocessableEntityException", msg: msg}
 	case errors.Is(err, fsm.ErrNoSuchJob):
@@ -102,6 +110,34 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusInternalServerError, typ: "CommitStateUnknownException", msg: msg}
 	}
 	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
+}
+
+// outcomeError turns a domain outcome of op (fresh from Apply, or stored
+// under an Idempotency-Key) into op's answer. The first answer and every
+// replay go through it, so they are the same answer.
+func outcomeError(op string, res fsm.Result) error {
+	err := res.Err()
+	if err == nil {
+		return nil
+	}
+	switch op {
+	case "dropTable", "unregisterTable":
+		// The spec's answer for a table whose namespace is missing is
+		// NoSuchTable.
+		if res.Status == fsm.StatusNoSuchNamespace {
+			return notFoundTable("table does not exist: %s", res.Message)
+		}
+	case "updateTable", "commitTransaction":
+		switch res.Status {
+		case fsm.StatusAlreadyExists:
+			// Completing a staged create whose table exists by now: the
+			// assert-create requirement failed.
+			return commitFailed("requirement failed: %s", res.Message)
+		case fsm.StatusCommitFailed, fsm.StatusLocationInUse:
+			return commitFailed("%s", res.Message)
+		}
+	}
+	return err
 }
 
 type errorBody struct {

@@ -157,13 +157,15 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 			s.metrics.idemStored.Inc()
 			return err
 		}
-		res, ok := deterministicOutcome(err)
+		res, ok := deterministicOutcome(err, opKindOf(op))
 		if !ok {
 			return err
 		}
 		// Record the failure so a retry gets the same answer; if the record
 		// cannot be written the client still gets the original answer.
-		out, perr := s.store.Propose(context.WithoutCancel(r.Context()), fsm.RecordOutcome{
+		// Proposed directly, not through the keyed store: RecordOutcome is
+		// itself the key's record.
+		out, perr := s.direct.Propose(context.WithoutCancel(r.Context()), fsm.RecordOutcome{
 			Key: key, Binding: ki.binding, AtMs: ki.atMs, ExpiresMs: ki.expiresMs, Result: res,
 		})
 		if perr != nil {
@@ -183,8 +185,8 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 // into a Result to store. Bad input (400/413/422) is not stored: the
 // binding covers the body, so a retry fails the same way anyway; 5xx never
 // is.
-func deterministicOutcome(err error) (fsm.Result, bool) {
-	ae := toAPIError(err, opOther)
+func deterministicOutcome(err error, kind opKind) (fsm.Result, bool) {
+	ae := toAPIError(err, kind)
 	if ae.contended {
 		return fsm.Result{}, false
 	}
@@ -208,10 +210,7 @@ func deterministicOutcome(err error) (fsm.Result, bool) {
 func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res fsm.Result) error {
 	s.metrics.idemReplays.Inc()
 	w.Header().Set("Idempotent-Replayed", "true")
-	if err := res.Err(); err != nil {
-		if res.Status == fsm.StatusCommitFailed {
-			return commitFailed("%s", res.Message)
-		}
+	if err := outcomeError(op, res); err != nil {
 		return err
 	}
 	switch op {
@@ -250,7 +249,8 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 	case "dropTable":
 		// A replayed synchronous purge waits for the job as the first
 		// request did (the job is found by the dropped table).
-		if r.URL.Query().Get("purgeRequested") == "true" && !asyncPurgeRequested(r) && len(res.Tables) > 0 {
+		purge, _ := boolParam(r, "purgeRequested")
+		if purge && !asyncPurgeRequested(r) && len(res.Tables) > 0 {
 			p, err := s.purger()
 			if err != nil {
 				return err

@@ -158,15 +158,37 @@ func (s *Server) defaultLocation(id fsm.Ident) string {
 	return s.cfg.Warehouse + "/" + strings.Join(id.Namespace, "/") + "/" + id.Name
 }
 
-// checkLocation refuses table locations outside the warehouse.
+// checkLocation refuses a location that does not lie strictly inside one of
+// the allowed locations (by default the warehouse).
 func (s *Server) checkLocation(loc string) error {
 	if _, _, _, err := storage.ParseURI(loc); err != nil {
 		return badRequest("invalid location %q: %v", loc, err)
 	}
-	if !storage.IsWithin(s.cfg.Warehouse, loc) || strings.TrimSuffix(loc, "/") == s.cfg.Warehouse {
-		return badRequest("location %q is outside the warehouse %q", loc, s.cfg.Warehouse)
+	for _, allowed := range s.cfg.AllowedLocations {
+		if storage.IsWithin(allowed, loc) && fsm.LocationKey(allowed) != fsm.LocationKey(loc) {
+			return nil
+		}
 	}
-	return nil
+	return badRequest("location %q is outside the allowed locations (%s)", loc, strings.Join(s.cfg.AllowedLocations, ", "))
+}
+
+// checkOwner answers early, before any file is written, when loc is equal
+// to, inside or around the location of a live table other than id, or of a
+// table being purged. It is advice read linearizably: the state machine
+// decides again when the command is applied, so two racing requests
+// cannot both win.
+func (s *Server) checkOwner(ctx context.Context, id fsm.Ident, loc string) error {
+	return s.store.Read(ctx, func(rd *fsm.Reader) error {
+		if j, ok := rd.PurgeLocationTombstone(loc); ok {
+			return fmt.Errorf("%w: location %s overlaps %s, the location of table %s being purged by purge job %s (%s)",
+				fsm.ErrBeingPurged, loc, j.Location, j.Ident, j.ID, j.State)
+		}
+		if owner, ok := rd.LocationOwnerExcept(loc, id); ok {
+			return fmt.Errorf("%w: location %s overlaps %s, the location of table %s; a location belongs to one table",
+				fsm.ErrLocationInUse, loc, owner.Location, owner.Ident())
+		}
+		return nil
+	})
 }
 
 // expiredMetadataFiles lists the metadata files that fell out of the

@@ -85,8 +85,11 @@ type Objects interface {
 // Config configures the catalog service.
 type Config struct {
 	// Warehouse is the root URI under which tables live (file:///… or s3://…).
-	// Table locations outside it are refused.
 	Warehouse string
+	// AllowedLocations bounds every table location: a location must lie
+	// strictly inside one of these prefixes, checked at create, register
+	// and set-location. Default: the warehouse alone.
+	AllowedLocations []string
 	// Prefix is the path prefix advertised in /v1/config; routes are served
 	// both with it (/v1/{prefix}/…) and without it (/v1/…).
 	Prefix string
@@ -129,8 +132,11 @@ var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "tran
 
 // Server is the catalog's HTTP service.
 type Server struct {
-	cfg     Config
-	store   Store
+	cfg   Config
+	store Store
+	// direct is the store without the keyed wrapper, for commands that
+	// are themselves an Idempotency-Key's record.
+	direct  Store
 	objects Objects
 	log     *slog.Logger
 	cache   *metadataCache
@@ -153,6 +159,14 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		return nil, fmt.Errorf("catalog: warehouse: %w", err)
 	}
 	cfg.Warehouse = strings.TrimSuffix(cfg.Warehouse, "/")
+	if len(cfg.AllowedLocations) == 0 {
+		cfg.AllowedLocations = []string{cfg.Warehouse}
+	}
+	for _, loc := range cfg.AllowedLocations {
+		if _, _, _, err := storage.ParseURI(loc); err != nil {
+			return nil, fmt.Errorf("catalog: allowed location: %w", err)
+		}
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 8 << 20
 	}
@@ -174,6 +188,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		store:     keyedStore{Store: store},
+		direct:    store,
 		objects:   objects,
 		log:       cfg.Logger,
 		cache:     newMetadataCache(cfg.MetadataCacheSize),
@@ -250,10 +265,7 @@ func (s *Server) routes() *mux.Router {
 
 // wrap adds the body limit, metrics, logging and error mapping to a handler.
 func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
-	kind := opOther
-	if name == "updateTable" || name == "commitTransaction" {
-		kind = opCommit
-	}
+	kind := opKindOf(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
@@ -368,3 +380,25 @@ func validateName(what, name string) error {
 }
 
 func nsString(levels []string) string { return strings.Join(levels, ".") }
+
+// opKindOf tells the error mapping whether op is a table commit.
+func opKindOf(op string) opKind {
+	if op == "updateTable" || op == "commitTransaction" {
+		return opCommit
+	}
+	return opOther
+}
+
+// boolParam reads a boolean query parameter the way the reference server
+// does: "true" or "false" in any case; absent or empty is false; anything
+// else is a 400.
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := strings.TrimSpace(r.URL.Query().Get(name))
+	switch {
+	case v == "" || strings.EqualFold(v, "false"):
+		return false, nil
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	}
+	return false, badRequest("%s must be true or false, got %q", name, v)
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 type loadTableResult struct {
@@ -164,6 +164,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(loc); err != nil {
 		return err
 	}
+	if err := s.checkOwner(r.Context(), id, loc); err != nil {
+		return err
+	}
 	order := table.UnsortedSortOrder
 	if req.WriteOrder != nil {
 		order = *req.WriteOrder
@@ -190,7 +193,8 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	res, err := s.store.Propose(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
-			Kind: fsm.ChangeCreate, Ident: id, MetadataLocation: tm.location, Location: loc, UUID: tableUUID.String(),
+			Kind: fsm.ChangeCreate, Ident: id, MetadataLocation: tm.location, Location: loc,
+			LocationKey: fsm.LocationKey(loc), UUID: tableUUID.String(),
 		}},
 		AtMs: s.cfg.Now().UnixMilli(),
 	})
@@ -213,9 +217,10 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	mode := r.URL.Query().Get("snapshots")
+	// Case-insensitive, as the reference server parses it.
+	mode := strings.ToLower(r.URL.Query().Get("snapshots"))
 	if mode != "" && mode != "all" && mode != "refs" {
-		return badRequest("snapshots must be all or refs, got %q", mode)
+		return badRequest("snapshots must be all or refs, got %q", r.URL.Query().Get("snapshots"))
 	}
 	t, err := s.lookupTable(r, id)
 	if err != nil {
@@ -453,7 +458,7 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 		}
 		if err := res.Err(); err != nil {
 			s.discard(ctx, written()...)
-			if errors.Is(err, fsm.ErrCommitFailed) {
+			if res.Status == fsm.StatusCommitFailed {
 				if attempt < s.cfg.CommitRetries {
 					s.metrics.commitRetries.Inc()
 					continue
@@ -461,10 +466,7 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 				return nil, &apiError{status: http.StatusConflict, typ: "CommitFailedException", contended: true,
 					msg: fmt.Sprintf("gave up after %d attempts against concurrent commits: %v", attempt+1, err)}
 			}
-			if errors.Is(err, fsm.ErrAlreadyExists) {
-				return nil, commitFailed("requirement failed: %v", err)
-			}
-			return nil, err
+			return nil, outcomeError("updateTable", res)
 		}
 		out := make([]*tableMetadata, len(preps))
 		var expired []string
@@ -564,6 +566,11 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err := s.checkLocation(meta.Location()); err != nil {
 		return prepared{}, err
 	}
+	if cur == nil || meta.Location() != cur.Location {
+		if err := s.checkOwner(ctx, p.id, meta.Location()); err != nil {
+			return prepared{}, err
+		}
+	}
 	version := 0
 	if before != nil {
 		version = max(metadataVersion(before.location), 0) + 1
@@ -574,7 +581,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	}
 	ch := fsm.TableChange{
 		Kind: fsm.ChangeCreate, Ident: p.id, MetadataLocation: after.location,
-		Location: meta.Location(), UUID: meta.TableUUID().String(),
+		Location: meta.Location(), LocationKey: fsm.LocationKey(meta.Location()), UUID: meta.TableUUID().String(),
 	}
 	if cur != nil {
 		ch.Kind = fsm.ChangeUpdate
@@ -598,13 +605,9 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	purgeRequested := false
-	switch v := r.URL.Query().Get("purgeRequested"); v {
-	case "", "false":
-	case "true":
-		purgeRequested = true
-	default:
-		return badRequest("purgeRequested must be true or false, got %q", v)
+	purgeRequested, err := boolParam(r, "purgeRequested")
+	if err != nil {
+		return err
 	}
 	cmd := fsm.DropTable{Ident: id, AtMs: s.cfg.Now().UnixMilli()}
 	var p Purger
@@ -624,10 +627,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := res.Err(); err != nil {
-		if errors.Is(err, fsm.ErrNoSuchNamespace) {
-			return notFoundTable("table does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
-		}
+	if err := outcomeError("dropTable", res); err != nil {
 		return err
 	}
 	if purgeRequested {
@@ -652,10 +652,7 @@ func (s *Server) unregisterTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := res.Err(); err != nil {
-		if errors.Is(err, fsm.ErrNoSuchNamespace) {
-			return notFoundTable("table does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
-		}
+	if err := outcomeError("unregisterTable", res); err != nil {
 		return err
 	}
 	tm, err := s.readMetadata(r.Context(), res.Tables[0].MetadataLocation)
@@ -697,11 +694,21 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(tm.meta.Location()); err != nil {
 		return err
 	}
+	// The metadata file must be the table's own: one inside another
+	// table's location would make this table share (and a purge of
+	// either destroy) the other's files.
+	if !storage.IsWithin(tm.meta.Location(), tm.location) {
+		return badRequest("metadata-location %s is not inside the location its metadata declares (%s)", tm.location, tm.meta.Location())
+	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	if err := s.checkOwner(r.Context(), id, tm.meta.Location()); err != nil {
+		return err
+	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
-			Location: tm.meta.Location(), UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite,
+			Location: tm.meta.Location(), LocationKey: fsm.LocationKey(tm.meta.Location()),
+			UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite,
 		}},
 		AtMs: s.cfg.Now().UnixMilli(),
 	})

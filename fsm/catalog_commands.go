@@ -71,8 +71,8 @@ var statusErrors = map[Status]error{
 	StatusLocationInUse:     ErrLocationInUse,
 }
 
-// Err returns nil for StatusOK, else an error wrapping the status's sentinel
-// (ErrNoSuchTable, ErrCommitFailed, ...) with the message.
+// Err returns nil for StatusOK, else an *OutcomeError that matches the
+// status's sentinel (ErrNoSuchTable, ErrCommitFailed, ...) with errors.Is.
 func (r Result) Err() error {
 	if r.Status == StatusOK {
 		return nil
@@ -81,8 +81,27 @@ func (r Result) Err() error {
 	if !ok {
 		return fmt.Errorf("fsm: unknown status %d: %s", r.Status, r.Message)
 	}
-	return fmt.Errorf("%w: %s", sentinel, r.Message)
+	return &OutcomeError{Status: r.Status, Message: r.Message, sentinel: sentinel}
 }
+
+// OutcomeError is a domain outcome as an error. errors.Is matches the
+// status's sentinel; its text is the outcome's message alone, so an answer
+// rebuilt from a stored outcome (an Idempotency-Key replay) reads exactly as
+// the first one did.
+type OutcomeError struct {
+	Status   Status
+	Message  string
+	sentinel error
+}
+
+func (e *OutcomeError) Error() string {
+	if e.Message == "" {
+		return e.sentinel.Error()
+	}
+	return e.Message
+}
+
+func (e *OutcomeError) Unwrap() error { return e.sentinel }
 
 // PropertiesOutcome is the outcome of UpdateNamespace.
 type PropertiesOutcome struct {

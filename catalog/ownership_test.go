@@ -1,0 +1,216 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// listFiles returns every object under loc, sorted.
+func (n *node) listFiles(t *testing.T, loc string) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, n.objects.List(context.Background(), strings.TrimSuffix(loc, "/")+"/", func(uri string) error {
+		out = append(out, uri)
+		return nil
+	}))
+	sort.Strings(out)
+	return out
+}
+
+func withLocation(name, loc string) map[string]any {
+	b := withName(name)
+	b["location"] = loc
+	return b
+}
+
+// The report, as a user would try it: register a table on another
+// live table's metadata, then purge the first. Refused now, so the purge
+// destroys nothing of a live table.
+func TestRegisterOnAnotherTablesMetadataIsRefused(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		nodes := startCluster(t, wh, 3)
+		n := follower(t, nodes)
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+		r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("a"))
+		require.Equal(t, 200, r.status, "%s", r.body)
+		r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/a", map[string]any{
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"k": "v"}}},
+		})
+		require.Equal(t, 200, r.status, "%s", r.body)
+		metaLoc := r.json(t)["metadata-location"].(string)
+		loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+
+		before, files := n.state(t), n.listFiles(t, loc)
+		r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "b", "metadata-location": metaLoc})
+		require.Equal(t, 409, r.status, "%s", r.body)
+		assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+		assert.Contains(t, string(r.body), "ns.a", "the answer names the owning table")
+		assert.Equal(t, before, n.state(t))
+		assert.Equal(t, files, n.listFiles(t, loc), "nothing written")
+
+		// Python clients spell it True.
+		r = n.do(t, "DELETE", "/v1/floe/namespaces/ns/tables/a?purgeRequested=True", nil)
+		require.Equal(t, 204, r.status, "%s", r.body)
+		assert.Empty(t, n.listFiles(t, loc))
+		assert.Equal(t, 404, n.do(t, "GET", "/v1/floe/namespaces/ns/tables/b", nil).status)
+	})
+}
+
+func TestOverlappingLocationsAreRefused(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("a", n.warehouse+"/shared/a"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	aFiles := n.listFiles(t, n.warehouse+"/shared/a")
+
+	before := n.state(t)
+	for _, loc := range []string{
+		n.warehouse + "/shared/a",       // equal
+		n.warehouse + "/shared/a/",      // equal, trailing slash
+		n.warehouse + "/shared/a/inner", // inside
+		n.warehouse + "/shared",         // around
+		strings.Replace(n.warehouse, "file:///", "file:/", 1) + "/shared/a", // another spelling
+	} {
+		for _, stage := range []bool{false, true} {
+			body := withLocation("n", loc)
+			body["stage-create"] = stage
+			r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", body)
+			assert.Equal(t, 409, r.status, "%s (staged %v): %s", loc, stage, r.body)
+			assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+		}
+	}
+	assert.Equal(t, before, n.state(t))
+	assert.Equal(t, aFiles, n.listFiles(t, n.warehouse+"/shared"), "no metadata file written for a refused create")
+
+	// Segment-aware: a sibling whose name extends a's is fine.
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("ab", n.warehouse+"/shared/ab"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	// set-location onto another table's location is a failed commit.
+	before = n.state(t)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/ab", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": n.warehouse + "/shared/a/x"}},
+	})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "CommitFailedException", r.errorType(t))
+	assert.Equal(t, before, n.state(t))
+	assert.Equal(t, aFiles, n.listFiles(t, n.warehouse+"/shared/a"))
+
+	// Outside the allowed locations (the warehouse by default): 400.
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("out", "file:///elsewhere/out"))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+
+	// A namespace level with a slash lands its default location inside a
+	// table's: refused, not shared.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"x"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/x/tables", withName("y")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"x/y"}}).status)
+	r = n.do(t, "POST", "/v1/namespaces/x%2Fy/tables", withName("z"))
+	assert.Equal(t, 409, r.status, "%s", r.body)
+}
+
+func TestRegisteredMetadataMustLieInItsLocation(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("a"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	raw := r.json(t)["metadata"]
+	// The same metadata copied under another directory of the warehouse:
+	// it declares a's location, but lies outside it.
+	stray := n.warehouse + "/stray/00000-x.metadata.json"
+	b, err := json.Marshal(raw)
+	require.NoError(t, err)
+	require.NoError(t, n.objects.Write(context.Background(), stray, b))
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "s", "metadata-location": stray})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "not inside the location")
+}
+
+// Two nodes racing to create overlapping tables: exactly one wins.
+func TestRacingOverlappingCreatesOneWins(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	require.Equal(t, 200, nodes[0].do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	for round := range 5 {
+		outer := fmt.Sprintf("%s/race%d", nodes[0].warehouse, round)
+		var (
+			wg       sync.WaitGroup
+			statuses [2]int
+		)
+		for i, body := range []map[string]any{
+			withLocation(fmt.Sprintf("outer%d", round), outer),
+			withLocation(fmt.Sprintf("inner%d", round), outer+"/inner"),
+		} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				statuses[i] = nodes[i+1].do(t, "POST", "/v1/floe/namespaces/ns/tables", body).status
+			}()
+		}
+		wg.Wait()
+		sort.Ints(statuses[:])
+		assert.Equal(t, [2]int{200, 409}, statuses, "round %d", round)
+	}
+}
+
+func TestQueryBooleansAnyCase(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	for i, v := range []string{"True", "FALSE", "true", "false", "TRUE", ""} {
+		name := fmt.Sprintf("t%d", i)
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/ns/tables", withName(name)).status)
+		r := n.do(t, "DELETE", "/v1/namespaces/ns/tables/"+name+"?purgeRequested="+v+"&unknownParam=1", nil)
+		assert.Equal(t, 204, r.status, "purgeRequested=%q: %s", v, r.body)
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/ns/tables", withName("kept")).status)
+	r := n.do(t, "DELETE", "/v1/namespaces/ns/tables/kept?purgeRequested=maybe", nil)
+	assert.Equal(t, 400, r.status)
+	assert.Equal(t, "BadRequestException", r.errorType(t))
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/ns/tables/kept?snapshots=ALL", nil).status)
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/ns/tables/kept?snapshots=", nil).status)
+}
+
+// A replayed Idempotency-Key answer is the first answer, for the outcomes
+// the handlers used to rewrite on the first answer only.
+func TestReplayEqualsFirstAnswer(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("a", n.warehouse+"/a")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("b", n.warehouse+"/b")).status)
+
+	i := 0
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		status             int
+		typ                string
+	}{
+		{"drop in a missing namespace", "DELETE", "/v1/floe/namespaces/missing/tables/t", nil, 404, "NoSuchTableException"},
+		{"set-location onto another table", "POST", "/v1/floe/namespaces/ns/tables/b", map[string]any{
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-location", "location": n.warehouse + "/a/b"}},
+		}, 409, "CommitFailedException"},
+		{"create inside another table", "POST", "/v1/floe/namespaces/ns/tables", withLocation("c", n.warehouse+"/a/c"), 409, "AlreadyExistsException"},
+	} {
+		i++
+		t.Run(tc.name, func(t *testing.T) {
+			key := "0190b6a4-7a4c-7d3e-8f00-" + fmt.Sprintf("%012d", i)
+			first := n.do(t, tc.method, tc.path, tc.body, "Idempotency-Key", key)
+			again := n.do(t, tc.method, tc.path, tc.body, "Idempotency-Key", key)
+			assert.Equal(t, tc.status, first.status, "%s", first.body)
+			assert.Equal(t, tc.typ, first.errorType(t))
+			assert.Equal(t, first.status, again.status)
+			assert.JSONEq(t, string(first.body), string(again.body))
+			assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		})
+	}
+}
