@@ -7,35 +7,66 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 )
 
 type fakeCluster struct {
+	mu    sync.Mutex
 	calls []string
 	err   error
+	// hold, when set, is called inside every membership change before it
+	// returns.
+	hold func()
+}
+
+func (f *fakeCluster) record(call string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, call)
+	hold, err := f.hold, f.err
+	f.mu.Unlock()
+	if hold != nil {
+		hold()
+	}
+	return err
+}
+
+func (f *fakeCluster) setErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *fakeCluster) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
 }
 
 func (f *fakeCluster) Status(context.Context) (Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return Status{Self: "a", LeaderID: "a", Members: []Member{{ID: "a", Suffrage: "Voter", Leader: true, Reachable: true}}}, f.err
 }
 func (f *fakeCluster) AddVoter(_ context.Context, id, addr string) error {
-	f.calls = append(f.calls, "voter "+id+" "+addr)
-	return f.err
+	return f.record("voter " + id + " " + addr)
 }
 func (f *fakeCluster) AddNonvoter(_ context.Context, id, addr string) error {
-	f.calls = append(f.calls, "nonvoter "+id+" "+addr)
-	return f.err
+	return f.record("nonvoter " + id + " " + addr)
 }
 func (f *fakeCluster) Remove(_ context.Context, id string) error {
-	f.calls = append(f.calls, "remove "+id)
-	return f.err
+	return f.record("remove " + id)
 }
 func (f *fakeCluster) TransferLeadership(_ context.Context, id string) error {
-	f.calls = append(f.calls, "transfer "+id)
-	return f.err
+	return f.record("transfer " + id)
 }
 
 func do(t *testing.T, h http.Handler, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
@@ -51,7 +82,7 @@ func do(t *testing.T, h http.Handler, method, path, body string) (*httptest.Resp
 
 func TestOperatorAPI(t *testing.T) {
 	fc := &fakeCluster{}
-	h := New(fc, nil, nil).Handler()
+	h := New(fc, nil, Config{}).Handler()
 
 	rec, body := do(t, h, "GET", "/management/v1/cluster", "")
 	assert.Equal(t, 200, rec.Code)
@@ -65,7 +96,7 @@ func TestOperatorAPI(t *testing.T) {
 	assert.Equal(t, 204, rec.Code)
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/leadership-transfer", "")
 	assert.Equal(t, 204, rec.Code)
-	assert.Equal(t, []string{"voter b 127.0.0.1:9", "nonvoter c 127.0.0.1:10", "remove c", "transfer "}, fc.calls)
+	assert.Equal(t, []string{"voter b 127.0.0.1:9", "nonvoter c 127.0.0.1:10", "remove c", "transfer "}, fc.Calls())
 
 	// Bad input never reaches the cluster.
 	for _, c := range []struct{ path, body string }{
@@ -78,13 +109,13 @@ func TestOperatorAPI(t *testing.T) {
 		assert.Equal(t, 400, rec.Code, c)
 		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"])
 	}
-	assert.Len(t, fc.calls, 4)
+	assert.Len(t, fc.Calls(), 4)
 
-	fc.err = fmt.Errorf("%w: no member", ErrNotFound)
+	fc.setErr(fmt.Errorf("%w: no member", ErrNotFound))
 	rec, body = do(t, h, "DELETE", "/management/v1/cluster/members/zz", "")
 	assert.Equal(t, 404, rec.Code)
 	assert.EqualValues(t, 404, body["error"].(map[string]any)["code"])
-	fc.err = fmt.Errorf("%w: no leader", ErrUnavailable)
+	fc.setErr(fmt.Errorf("%w: no leader", ErrUnavailable))
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`)
 	assert.Equal(t, 503, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
@@ -94,7 +125,7 @@ func TestOperatorAPI(t *testing.T) {
 
 func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {
 	fc := &fakeCluster{}
-	h := New(fc, newPurgeStore(t), nil).Handler()
+	h := New(fc, newPurgeStore(t), Config{}).Handler()
 	keyed := func(method, path, body, key string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -108,11 +139,168 @@ func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {
 	rec = keyed("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, key)
 	require.Equal(t, 204, rec.Code)
 	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
-	assert.Equal(t, []string{"transfer b"}, fc.calls, "the retry did not transfer again")
+	assert.Equal(t, []string{"transfer b"}, fc.Calls(), "the retry did not transfer again")
 
 	rec = keyed("POST", "/management/v1/cluster/leadership-transfer", `{"id":"c"}`, key)
 	assert.Equal(t, 422, rec.Code, "same key, other body")
 	rec = keyed("DELETE", "/management/v1/cluster/members/b", "", "nope")
 	assert.Equal(t, 400, rec.Code)
-	assert.Equal(t, []string{"transfer b"}, fc.calls)
+	assert.Equal(t, []string{"transfer b"}, fc.Calls())
+}
+
+// fakeClock is an injected clock the test moves by hand.
+type fakeClock struct{ ms atomic.Int64 }
+
+func newFakeClock(ms int64) *fakeClock {
+	c := &fakeClock{}
+	c.ms.Store(ms)
+	return c
+}
+
+func (c *fakeClock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) Add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+func (c *fakeClock) UnixMilli() int64    { return c.ms.Load() }
+func keyedRequest(method, path, body, key string) *http.Request {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", key)
+	return req
+}
+
+// countingStore counts linearizable reads, so a test can tell that a
+// request is polling.
+type countingStore struct {
+	*fsmStore
+	reads atomic.Int64
+}
+
+func (s *countingStore) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	defer s.reads.Add(1)
+	return s.fsmStore.Read(ctx, fn)
+}
+
+func TestConcurrentDuplicateMembershipChangesRunOnce(t *testing.T) {
+	entered := make(chan struct{}, 16)
+	release := make(chan struct{})
+	fc := &fakeCluster{hold: func() {
+		entered <- struct{}{}
+		<-release
+	}}
+	st := &countingStore{fsmStore: newPurgeStore(t)}
+	h := New(fc, st, Config{}).Handler()
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"
+
+	const n = 6
+	codes := make([]int, n)
+	replayed := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/voters", `{"id":"b","address":"127.0.0.1:9"}`, key))
+			codes[i], replayed[i] = rec.Code, rec.Header().Get("Idempotent-Replayed")
+		}()
+	}
+	// One request runs the change; let the others reach their wait for it
+	// before it finishes.
+	<-entered
+	before := st.reads.Load()
+	require.Eventually(t, func() bool { return st.reads.Load() >= before+2*n }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+
+	assert.Equal(t, []string{"voter b 127.0.0.1:9"}, fc.Calls(), "the change ran once")
+	assert.Empty(t, entered)
+	var fresh int
+	for i := range n {
+		assert.Equal(t, 204, codes[i], "request %d", i)
+		if replayed[i] != "true" {
+			fresh++
+		}
+	}
+	assert.Equal(t, 1, fresh, "every request but the one that ran the change is a replay")
+}
+
+func TestDuplicateWaitsForTheClaimThenTakesOverWhenItExpires(t *testing.T) {
+	clock := newFakeClock(1_000_000)
+	fc := &fakeCluster{}
+	st := newPurgeStore(t)
+	h := New(fc, st, Config{Now: clock.Now}).Handler()
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8e"
+	const path, body = "/management/v1/cluster/members/b", ""
+
+	// The first request claims the key; its change fails, so nothing is
+	// recorded (as when its node crashes after claiming).
+	fc.setErr(fmt.Errorf("%w: no leader", ErrUnavailable))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
+	require.Equal(t, 503, rec.Code, rec.Body.String())
+	fc.setErr(nil)
+
+	// While the claim lasts a retry waits for an outcome, until its own
+	// deadline: 503, and the change does not run again.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key).WithContext(ctx))
+	assert.Equal(t, 503, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), "still in progress")
+	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	assert.Equal(t, []string{"remove b"}, fc.Calls())
+
+	// Another request with the key is refused while the claim lasts.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", "/management/v1/cluster/members/c", body, key))
+	assert.Equal(t, 422, rec.Code, rec.Body.String())
+
+	// Once the claim expired, a retry takes it over and runs the change.
+	clock.Add(claimLifetime)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+	assert.Empty(t, rec.Header().Get("Idempotent-Replayed"))
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, []string{"remove b", "remove b"}, fc.Calls())
+}
+
+func TestMembershipKeyRecordUsesConfiguredClockAndLifetime(t *testing.T) {
+	clock := newFakeClock(5_000_000)
+	fc := &fakeCluster{}
+	st := newPurgeStore(t)
+	const lifetime = 7 * time.Minute
+	h := New(fc, st, Config{Now: clock.Now, IdempotencyLifetime: lifetime}).Handler()
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8f"
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/non-voters", `{"id":"c","address":"127.0.0.1:10"}`, key))
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+
+	var stored fsm.IdempotencyRecord
+	var found bool
+	require.NoError(t, st.Read(context.Background(), func(rd *fsm.Reader) error {
+		stored, found = rd.IdempotencyRecord(key)
+		return nil
+	}))
+	require.True(t, found)
+	assert.Equal(t, clock.UnixMilli(), stored.CreatedMs)
+	assert.Equal(t, clock.UnixMilli()+(lifetime+idempotency.Grace).Milliseconds(), stored.ExpiresMs)
+	assert.Equal(t, fsm.StatusOK, stored.Result.Status)
+
+	// The key is honoured for the configured lifetime by the injected
+	// clock, not longer.
+	clock.Add(lifetime + idempotency.Grace - time.Millisecond)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/non-voters", `{"id":"c","address":"127.0.0.1:10"}`, key))
+	require.Equal(t, 204, rec.Code)
+	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
+	clock.Add(time.Millisecond)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/non-voters", `{"id":"c","address":"127.0.0.1:10"}`, key))
+	require.Equal(t, 204, rec.Code)
+	assert.Empty(t, rec.Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, []string{"nonvoter c 127.0.0.1:10", "nonvoter c 127.0.0.1:10"}, fc.Calls())
 }

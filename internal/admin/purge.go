@@ -35,7 +35,15 @@ const (
 // operator API authenticates its callers.
 const operatorPrincipal = "anonymous"
 
-// NewPurgeJobs returns the purge-jobs operator API:
+// NewPurgeJobs returns the purge-jobs operator API of a server with the
+// default Config but for now and logger (nil: time.Now, slog.Default): keys
+// are honoured for idempotency.DefaultLifetime. See (*Server).PurgeJobs.
+func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) http.Handler {
+	return newServer(nil, nil, Config{Now: now, Logger: logger}).PurgeJobs(store)
+}
+
+// PurgeJobs returns the purge-jobs operator API, stamping with the
+// server's clock and honouring keys for its idempotency lifetime:
 //
 //	GET  /management/v1/purge-jobs                list; filters state, warehouse,
 //	                                              namespace (levels joined by "." or
@@ -47,15 +55,8 @@ const operatorPrincipal = "anonymous"
 //
 // Reads are linearizable. Retry and release of a job in any other state
 // answer 409; an unknown job 404. FileIO secrets are never shown.
-func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) http.Handler {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	if now == nil {
-		now = time.Now
-	}
-	s := &Server{log: logger}
-	p := &purgeAPI{store: store, now: now, log: logger}
+func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
+	p := &purgeAPI{store: store, now: s.now, lifetime: s.lifetime, log: s.log}
 	r := mux.NewRouter()
 	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET")
 	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET")
@@ -71,9 +72,10 @@ func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) h
 }
 
 type purgeAPI struct {
-	store PurgeStore
-	now   func() time.Time
-	log   *slog.Logger
+	store    PurgeStore
+	now      func() time.Time
+	lifetime time.Duration
+	log      *slog.Logger
 }
 
 // PurgeJobView is a purge job as the operator API shows it.
@@ -270,7 +272,7 @@ func (p *purgeAPI) keyed(r *http.Request, op, id string, cmd fsm.Command) (fsm.C
 		Key:       key,
 		Binding:   fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest},
 		AtMs:      at.UnixMilli(),
-		ExpiresMs: at.Add(idempotency.DefaultLifetime + idempotency.Grace).UnixMilli(),
+		ExpiresMs: at.Add(p.lifetime + idempotency.Grace).UnixMilli(),
 		Command:   inner,
 	}, nil
 }

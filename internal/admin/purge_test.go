@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,17 +16,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 )
 
 // fsmStore is a one-replica store: every command is applied at once to a
 // real state machine.
 type fsmStore struct {
+	mu   sync.Mutex // Apply runs one entry at a time, as under Raft
 	f    *fsm.FSM
 	i    uint64
 	down bool
 }
 
 func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.down {
 		return fsm.Result{}, errors.New("raftnode: no leader")
 	}
@@ -212,4 +217,25 @@ func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
 	assert.Equal(t, 422, rec.Code, "same key, other operation")
 	rec = keyed("/management/v1/purge-jobs/job-0/release", "not-a-key")
 	assert.Equal(t, 400, rec.Code)
+}
+
+func TestPurgeJobKeysUseConfiguredLifetime(t *testing.T) {
+	st := newPurgeStore(t)
+	const lifetime = 3 * time.Minute
+	h := New(nil, nil, Config{Now: func() time.Time { return time.UnixMilli(2000) }, IdempotencyLifetime: lifetime}).PurgeJobs(st)
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c90"
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/management/v1/purge-jobs/job-0/retry", strings.NewReader(""))
+	req.Header.Set("Idempotency-Key", key)
+	h.ServeHTTP(rec, req)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	require.NoError(t, st.f.View(func(r *fsm.Reader) error {
+		stored, ok := r.IdempotencyRecord(key)
+		require.True(t, ok)
+		assert.Equal(t, int64(2000), stored.CreatedMs)
+		assert.Equal(t, 2000+(lifetime+idempotency.Grace).Milliseconds(), stored.ExpiresMs)
+		return nil
+	}))
 }
