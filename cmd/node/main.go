@@ -146,8 +146,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
+	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger})
 	srv := &http.Server{
-		Handler:           routes(catalogHandler, managementRoutes(admin.New(node, node, logger).Handler(), admin.NewPurgeJobs(node, nil, logger)), node, reg),
+		Handler:           routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node)), node, reg),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
