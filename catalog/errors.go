@@ -82,6 +82,9 @@ func toAPIError(err error, kind opKind) *apiError {
 	case errors.Is(err, fsm.ErrCommitFailed):
 		return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
 	case errors.Is(err, fsm.ErrBeingPurged):
+		if kind == opCommit {
+			return &apiError{status: http.StatusConflict, typ: "CommitFailedException", msg: msg}
+		}
 		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
 	case errors.Is(err, fsm.ErrLocationInUse):
 		// A location belongs to one table: a create or register that would
@@ -133,7 +136,7 @@ func outcomeError(op string, res fsm.Result) error {
 			// Completing a staged create whose table exists by now: the
 			// assert-create requirement failed.
 			return commitFailed("requirement failed: %s", res.Message)
-		case fsm.StatusCommitFailed, fsm.StatusLocationInUse:
+		case fsm.StatusCommitFailed, fsm.StatusLocationInUse, fsm.StatusBeingPurged:
 			return commitFailed("%s", res.Message)
 		}
 	}

@@ -66,6 +66,7 @@ type node struct {
 	scfg      storage.Config
 	now       func() time.Time // catalog clock; nil: time.Now
 	raft      *raftnode.Node
+	srv       *catalog.Server
 	objects   *storage.Mux
 	http      *httptest.Server
 	URL       string
@@ -143,7 +144,7 @@ func (n *node) start() {
 		Now: n.now,
 	}, rn, objects)
 	require.NoError(t, err)
-	n.raft, n.objects = rn, objects
+	n.raft, n.objects, n.srv = rn, objects, srv
 	n.http = httptest.NewServer(srv.Handler())
 	n.URL = n.http.URL
 	n.client = &http.Client{Transport: spectest.Wrap(t, nil), Timeout: 30 * time.Second}
@@ -154,6 +155,7 @@ func (n *node) stop() {
 		return
 	}
 	n.http.Close()
+	n.srv.Close()
 	require.NoError(n.t, n.raft.Shutdown())
 	n.http = nil
 }

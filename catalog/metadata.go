@@ -178,17 +178,7 @@ func (s *Server) checkLocation(loc string) error {
 // decides again when the command is applied, so two racing requests
 // cannot both win.
 func (s *Server) checkOwner(ctx context.Context, id fsm.Ident, loc string) error {
-	return s.store.Read(ctx, func(rd *fsm.Reader) error {
-		if j, ok := rd.PurgeLocationTombstone(loc); ok {
-			return fmt.Errorf("%w: location %s overlaps %s, the location of table %s being purged by purge job %s (%s)",
-				fsm.ErrBeingPurged, loc, j.Location, j.Ident, j.ID, j.State)
-		}
-		if owner, ok := rd.LocationOwnerExcept(loc, id); ok {
-			return fmt.Errorf("%w: location %s overlaps %s, the location of table %s; a location belongs to one table",
-				fsm.ErrLocationInUse, loc, owner.Location, owner.Ident())
-		}
-		return nil
-	})
+	return s.store.Read(ctx, func(rd *fsm.Reader) error { return rd.CheckClaim(id, loc) })
 }
 
 // expiredMetadataFiles lists the metadata files that fell out of the

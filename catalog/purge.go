@@ -44,18 +44,36 @@ func (s *Server) purger() (Purger, error) {
 	if s.purgerSvc != nil {
 		return s.purgerSvc, nil
 	}
+	if s.closed {
+		return nil, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", msg: "the catalog is shutting down", retryAfter: "1"}
+	}
 	svc, err := purge.New(purge.Config{
-		NodeID:  "inline-" + uuid.NewString(),
-		Store:   s.store,
-		Storage: func(map[string]string) (purge.Objects, error) { return s.objects, nil },
-		Logger:  s.log,
-		Now:     s.cfg.Now,
+		NodeID:           "inline-" + uuid.NewString(),
+		Store:            s.store,
+		Storage:          func(map[string]string) (purge.Objects, error) { return s.objects, nil },
+		AllowedLocations: s.cfg.AllowedLocations,
+		Logger:           s.log,
+		Now:              s.cfg.Now,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.purgerSvc = svc
+	s.purgerSvc, s.ownPurger = svc, svc
 	return svc, nil
+}
+
+// Close stops what the server started itself: the private purge service
+// of a server built without Config.Purger (its runs stop; their jobs stay
+// leased until another node's scheduler reassigns them). Requests still in
+// flight may fail. Close is idempotent.
+func (s *Server) Close() {
+	s.purgerMu.Lock()
+	svc := s.ownPurger
+	s.closed = true
+	s.purgerMu.Unlock()
+	if svc != nil {
+		svc.Stop()
+	}
 }
 
 // purgeSpec is the job a purging drop adds: id (UUIDv7), the FileIO

@@ -27,6 +27,7 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/purge"
 )
 
 // Store is the replicated state the catalog reads and changes.
@@ -145,6 +146,8 @@ type Server struct {
 
 	purgerMu  sync.Mutex
 	purgerSvc Purger
+	ownPurger *purge.Service // started by this server; stopped by Close
+	closed    bool
 }
 
 // New validates cfg and returns the catalog service.

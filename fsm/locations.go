@@ -205,6 +205,23 @@ func (r *Reader) LocationOwnerExcept(uri string, self Ident) (Table, bool) {
 	return locationOwner(r.tx, LocationKey(uri), func(id Ident) bool { return string(tableKey(id)) == selfKey })
 }
 
+// CheckClaim answers, from this view, what Apply would answer for a table
+// at id claiming loc: the name or location being purged, or the location
+// owned by another live table; nil when neither. It is advice for a
+// proposer that wants to refuse before writing files: Apply decides again.
+func (r *Reader) CheckClaim(id Ident, loc string) error {
+	if j, ok := r.PurgeTombstone(id); ok {
+		return beingPurgedName(id, j).Err()
+	}
+	if j, ok := r.PurgeLocationTombstone(loc); ok {
+		return beingPurgedLocation(loc, j).Err()
+	}
+	if owner, ok := r.LocationOwnerExcept(loc, id); ok {
+		return locationTaken(loc, owner).Err()
+	}
+	return nil
+}
+
 // LocationConflict is a pair of live tables whose locations are equal or
 // nested: state written before ownership was enforced, or registered while
 // an older binary led.

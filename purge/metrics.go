@@ -15,6 +15,7 @@ type metrics struct {
 	filesDeleted     prometheus.Counter
 	bytesDeleted     prometheus.Counter
 	skippedOutside   prometheus.Counter
+	skippedOwned     *prometheus.CounterVec
 	deleteErrors     prometheus.Counter
 	batches          *prometheus.CounterVec
 	batchLatency     prometheus.Histogram
@@ -50,6 +51,10 @@ func newMetrics() *metrics {
 		skippedOutside: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_files_skipped_outside_total", Help: "Reachable files left alone because they lie outside the dropped table's location.",
 		}),
+		skippedOwned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_purge_files_skipped_guarded_total",
+			Help: "Files a purge batch left in place at the last check before deleting: inside another live table's location (owned) or outside the allowed locations (disallowed). Non-zero only for state written before locations were owned.",
+		}, []string{"reason"}),
 		deleteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_delete_errors_total", Help: "Files a delete batch could not delete.",
 		}),
@@ -71,7 +76,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests}
 	return m
 }
 

@@ -2,6 +2,7 @@ package purge_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -29,6 +30,7 @@ func TestPurge(t *testing.T) {
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
+			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 		})
 	}
 }
@@ -260,4 +262,55 @@ func TestKillNodeRunningJob(t *testing.T) {
 		reassigned += gathered(t, o.reg, "floe_purge_lease_assignments_total")
 	}
 	assert.GreaterOrEqual(t, reassigned, float64(1))
+}
+
+// State written before locations were owned can hold two live tables at
+// one location (here made with a version-1 CommitTables entry, as an older
+// binary wrote it). Purging one of them deletes nothing of the other: the
+// worker's last check before each batch skips, counts and reports them.
+func testLegacyOverlap(t *testing.T, c *cluster) {
+	n := c.follower()
+	a := c.makeTable(n, "legacy", "a", nil, 2, 3)
+	body, err := json.Marshal(map[string]any{
+		"changes": []any{map[string]any{
+			"kind": "register", "ident": map[string]any{"namespace": []string{"legacy"}, "name": "b"},
+			"metadata-location": a.tbl.MetadataLocation(), "location": a.tbl.Location(), "uuid": a.tbl.Metadata().TableUUID().String(),
+		}},
+		"at-ms": time.Now().UnixMilli(),
+	})
+	require.NoError(t, err)
+	var leader *tnode
+	for _, x := range c.live() {
+		if x.raft.IsLeader() {
+			leader = x
+		}
+	}
+	require.NotNil(t, leader)
+	require.NoError(t, leader.raft.Raft().Apply(append([]byte{byte(fsm.TypeCommitTables), 1}, body...), 10*time.Second).Error())
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/legacy/tables/b", "").status)
+
+	// The overlap is listed by the operator API.
+	r := n.do(t, "GET", "/management/v1/locations/conflicts", "")
+	require.Equal(t, 200, r.status, r.body)
+	assert.Contains(t, r.body, `"legacy"`)
+	assert.Len(t, r.json(t)["conflicts"], 1)
+
+	before := gatheredOwned(t, c)
+	r = n.do(t, "DELETE", "/v1/namespaces/legacy/tables/a?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.mustJob("legacy", "a")
+	assert.Equal(t, fsm.JobSucceeded, job.State)
+	assert.Equal(t, int64(0), job.Progress.Deleted)
+	assert.Equal(t, int64(len(a.files)), job.Progress.SkippedOwned, "every file is b's too: skipped and counted")
+	assert.ElementsMatch(t, a.files, c.exist(a.files), "b keeps every file")
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/legacy/tables/b", "").status)
+	assert.Equal(t, float64(len(a.files)), gatheredOwned(t, c)-before)
+}
+
+func gatheredOwned(t *testing.T, c *cluster) float64 {
+	var sum float64
+	for _, n := range c.live() {
+		sum += gathered(t, n.reg, "floe_purge_files_skipped_guarded_total")
+	}
+	return sum
 }

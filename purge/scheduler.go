@@ -28,6 +28,18 @@ import (
 //   - every PruneInterval, proposes the pruning of SUCCEEDED and released
 //     FAILED jobs older than Retention (by this leader's clock).
 func (s *Service) Lead(ctx context.Context) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+	// Stop ends the scheduler too, and waits for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
 	log := s.log.With("role", "purge-scheduler")
 	log.Info("purge scheduler started")
 	now := s.cfg.Now()

@@ -77,6 +77,12 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// PruneInterval is how often the scheduler prunes old jobs.
 	PruneInterval time.Duration
+	// AllowedLocations, when set, bounds every delete: a file outside all
+	// of these prefixes is never deleted (checked before each batch, with
+	// the other live tables' locations). Empty: only the job's own
+	// location bounds it.
+	AllowedLocations []string
+
 	// PollInterval is how often workers look for jobs leased to this
 	// node and the scheduler looks for work. Default: a quarter of
 	// HeartbeatTimeout, between 20ms and 1s.

@@ -75,7 +75,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		return
 	}
 	attrs := []any{"files_deleted", progress.Deleted, "bytes_deleted", progress.Bytes,
-		"files_skipped_outside", progress.Skipped, "duration", time.Since(start).Round(time.Millisecond)}
+		"files_skipped_outside", progress.Skipped, "files_skipped_owned", progress.SkippedOwned, "duration", time.Since(start).Round(time.Millisecond)}
 	switch {
 	case err == nil:
 		s.m.completed.Inc()
@@ -319,7 +319,8 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 }
 
 // flush hands the batch being filled to the delete pool (or runs it here
-// when the pool's queue is full).
+// when the pool's queue is full), once guard has taken out every file the
+// batch must not touch.
 func (r *jobRun) flush() {
 	b := &batch{end: r.end}
 	uris, size := r.uris, r.bytes
@@ -327,6 +328,13 @@ func (r *jobRun) flush() {
 	r.mu.Lock()
 	r.inflight = append(r.inflight, b)
 	r.mu.Unlock()
+	if len(uris) > 0 {
+		var err error
+		if uris, err = r.guard(uris); err != nil {
+			r.complete(b, 0, 0, err)
+			return
+		}
+	}
 	if len(uris) == 0 {
 		r.complete(b, 0, 0, nil)
 		return
@@ -349,6 +357,67 @@ func (r *jobRun) flush() {
 		ran = "inline"
 	}
 	r.s.m.batches.WithLabelValues(ran).Inc()
+}
+
+// guard is the last check before a batch is deleted, the second lock
+// behind location ownership: one linearizable read of the location index
+// drops every file that lies inside a live table's location (the dropped
+// table is no longer live) or outside the allowed locations. With
+// ownership enforced when locations are claimed it drops nothing; it
+// protects state written before that, and any path that would miss it.
+// A read that fails fails the batch (the run is retried later); it never
+// deletes unchecked.
+func (r *jobRun) guard(uris []string) ([]string, error) {
+	keep := uris[:0:0]
+	type skipped struct{ uri, reason, owner string }
+	var skips []skipped
+	ctx, cancel := context.WithTimeout(r.ctx, max(r.s.cfg.HeartbeatTimeout, time.Second))
+	defer cancel()
+	err := r.s.cfg.Store.Read(ctx, func(rd *fsm.Reader) error {
+		keep, skips = keep[:0], skips[:0]
+		for _, u := range uris {
+			if !r.s.allowed(u) {
+				skips = append(skips, skipped{uri: u, reason: "disallowed"})
+				continue
+			}
+			if owner, ok := rd.LocationOwner(u); ok {
+				skips = append(skips, skipped{uri: u, reason: "owned", owner: owner.Ident().String()})
+				continue
+			}
+			keep = append(keep, u)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checking %d files against the live tables' locations: %w", len(uris), err)
+	}
+	if len(skips) > 0 {
+		r.mu.Lock()
+		r.progress.SkippedOwned += int64(len(skips))
+		r.mu.Unlock()
+		for _, sk := range skips {
+			r.s.m.skippedOwned.WithLabelValues(sk.reason).Inc()
+			if r.outsideLogged < maxOutsideLogged {
+				r.outsideLogged++
+				r.log.Warn("purge: file left in place", "uri", sk.uri, "reason", sk.reason, "owner", sk.owner)
+			}
+		}
+	}
+	return keep, nil
+}
+
+// allowed reports whether uri lies inside one of the allowed locations
+// (always, when none are configured).
+func (s *Service) allowed(uri string) bool {
+	if len(s.cfg.AllowedLocations) == 0 {
+		return true
+	}
+	for _, p := range s.cfg.AllowedLocations {
+		if storage.IsWithin(p, uri) {
+			return true
+		}
+	}
+	return false
 }
 
 // complete records a finished batch and moves the checkpoint over every

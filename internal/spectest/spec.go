@@ -21,6 +21,17 @@ import (
 // SpecEnv names the environment variable that overrides the spec location.
 const SpecEnv = "FLOE_SPEC"
 
+// RequireEnv set to "1" makes a missing spec a test failure instead of a
+// skip (CI sets it; a fresh clone with nothing beside it does not).
+const RequireEnv = "FLOE_REQUIRE_SPEC"
+
+// Required reports whether a missing spec must fail the tests.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// MissingHint is the one line a test prints when it runs without the spec.
+const MissingHint = "the Iceberg REST spec (rest-catalog-open-api.yaml, from apache/iceberg's open-api folder) was not found; " +
+	"set FLOE_SPEC to its path, or put it at ../shared/spec/ beside the repository"
+
 // specRel is the location of the spec relative to the repository root.
 var specRel = filepath.Join("..", "shared", "spec", "rest-catalog-open-api.yaml")
 
