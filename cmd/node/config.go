@@ -38,6 +38,7 @@ type config struct {
 	Join              string
 	ClusterAdvertise  string
 	BootstrapExpect   int
+	RejoinAsNonvoter  bool
 	TLSCert           string
 	TLSKey            string
 	TLSCA             string
@@ -119,6 +120,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy); default: --cluster-addr")
 	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
+	fs.BoolVar(&c.RejoinAsNonvoter, "rejoin-as-nonvoter", false, "with --join: a node without Raft state whose --node-id is a voter (it lost its data directory) rejoins as a non-voter for an operator to promote, instead of being refused")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for mutual TLS on the cluster port (with --tls-key and --tls-ca)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
@@ -280,6 +282,9 @@ func (c *config) validate() error {
 	if c.BootstrapExpect > 1 && len(c.joinAddrs()) == 0 {
 		return usagef("--bootstrap-expect %d needs --join with the other nodes' cluster addresses", c.BootstrapExpect)
 	}
+	if c.RejoinAsNonvoter && len(c.joinAddrs()) == 0 {
+		return usagef("--rejoin-as-nonvoter needs --join with the other nodes' cluster addresses")
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") || (c.TLSCert == "") != (c.TLSCA == "") {
 		return usagef("--tls-cert, --tls-key and --tls-ca must be set together")
 	}
@@ -352,6 +357,7 @@ func (c config) logAttrs() []any {
 		"cluster_advertise", c.ClusterAdvertise,
 		"join", c.Join,
 		"bootstrap_expect", c.BootstrapExpect,
+		"rejoin_as_nonvoter", c.RejoinAsNonvoter,
 		"tls", c.TLSCert != "",
 		"snapshot_threshold", c.SnapshotThreshold,
 		"snapshot_interval", c.SnapshotInterval,

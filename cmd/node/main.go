@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -90,6 +91,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		Bootstrap:         len(join) == 0 || cfg.BootstrapExpect == 1,
 		Join:              join,
 		BootstrapExpect:   cfg.BootstrapExpect,
+		RejoinAsNonvoter:  cfg.RejoinAsNonvoter,
 		TLS:               cfg.tls(),
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		SnapshotInterval:  cfg.SnapshotInterval,
@@ -157,11 +159,17 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	go func() { served <- srv.Serve(ln) }()
 	logger.Info("http server listening", "addr", ln.Addr().String())
 
+	// failed is the node's reason for giving up on the cluster, if it did;
+	// the process then shuts down like on a signal and exits with it.
+	var failed error
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down", "reason", context.Cause(ctx))
 	case err := <-served:
 		return fmt.Errorf("http server: %w", err)
+	case <-node.Failed():
+		failed = explainNodeFailure(node.Err(), node.ID(), node.Addr())
+		logger.Error("shutting down: this node cannot join the cluster", "error", node.Err())
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 	defer cancel()
@@ -171,10 +179,27 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	purger.Stop()
 	if err := node.Shutdown(); err != nil {
-		return err
+		return errors.Join(failed, err)
 	}
 	logger.Info("floe stopped")
-	return nil
+	return failed
+}
+
+// explainNodeFailure adds to a node's failure what the operator can do about
+// it. A refused rejoin names the ways out: remove the old member through the
+// operator API, start under a new ID, or rejoin as a non-voter and promote.
+func explainNodeFailure(err error, id, clusterAddr string) error {
+	if !errors.Is(err, raftnode.ErrRejoinRefused) {
+		return err
+	}
+	return fmt.Errorf("%w\n"+
+		"Ways out:\n"+
+		"  - remove the old member first, through any node's operator API: DELETE /management/v1/cluster/members/%s,\n"+
+		"    then start this node again\n"+
+		"  - or start this node under a new --node-id\n"+
+		"  - or start it with --rejoin-as-nonvoter; once it has caught up as a non-voter, promote it:\n"+
+		"    POST /management/v1/cluster/voters {\"id\":%q,\"address\":%q}",
+		err, url.PathEscape(id), id, clusterAddr)
 }
 
 // managementRoutes serves the operator API: the cluster under
@@ -185,6 +210,7 @@ func managementRoutes(cluster, purgeJobs http.Handler) http.Handler {
 	mux.Handle("/management/", cluster)
 	mux.Handle("/management/v1/purge-jobs", purgeJobs)
 	mux.Handle("/management/v1/purge-jobs/", purgeJobs)
+	mux.Handle("/management/v1/locations/", purgeJobs)
 	return mux
 }
 

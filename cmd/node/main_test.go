@@ -305,6 +305,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--join=nohostport"}, want: "--join"},
 		{args: []string{"--bootstrap-expect=-1"}, want: "--bootstrap-expect"},
 		{args: []string{"--bootstrap-expect=3"}, want: "needs --join"},
+		{args: []string{"--rejoin-as-nonvoter"}, want: "--rejoin-as-nonvoter needs --join"},
+		{env: []string{"FLOE_REJOIN_AS_NONVOTER=maybe"}, want: `invalid value "maybe" for FLOE_REJOIN_AS_NONVOTER`},
 		{args: []string{"--tls-cert=c.pem"}, want: "set together"},
 		{args: []string{"--cluster-addr=0.0.0.0:8182"}, want: "--cluster-advertise"},
 		{args: []string{"--cluster-advertise=nope"}, want: "--cluster-advertise"},

@@ -12,14 +12,23 @@ import (
 // read never joins a request already in flight; it waits for the next.
 // Under load this turns one leader round trip (and one quorum heartbeat) per
 // read into one per batch.
+//
+// The fetching goroutine runs only while reads wait. close stops it: the
+// node's Shutdown cancels stop (which ends a fetch in flight) and then calls
+// close, which returns only once the goroutine has returned, so no fetch
+// touches Raft or the transport after Shutdown has moved past it.
 type indexBatcher struct {
 	fetch   func(ctx context.Context) (uint64, error)
 	timeout time.Duration
-	stop    context.Context
+	// stop ends every fetch when canceled (the node's context).
+	stop context.Context
 
 	mu      sync.Mutex
 	next    *indexBatch
 	running bool
+	closed  bool
+	// loops counts the fetching goroutine (zero or one); close waits for it.
+	loops sync.WaitGroup
 }
 
 type indexBatch struct {
@@ -39,9 +48,15 @@ func (b *indexBatcher) pending() int {
 	return b.next.waiters
 }
 
-// get returns a read index fetched after the call began.
+// get returns a read index fetched after the call began. After close it
+// returns ErrShutdown at once; a read waiting when close is called gets the
+// fetch's error (the fetch ends with stop) or ErrShutdown.
 func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, ErrShutdown
+	}
 	if b.next == nil {
 		b.next = &indexBatch{done: make(chan struct{})}
 	}
@@ -49,6 +64,9 @@ func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 	my.waiters++
 	if !b.running {
 		b.running = true
+		// Added under mu while not closed: close sets closed under mu
+		// before it waits, so no Add races with the Wait.
+		b.loops.Add(1)
 		go b.loop()
 	}
 	b.mu.Unlock()
@@ -60,7 +78,11 @@ func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 	}
 }
 
+// loop fetches for one batch after another until none waits. Batches still
+// waiting once the batcher is closed are answered with ErrShutdown without a
+// fetch.
 func (b *indexBatcher) loop() {
+	defer b.loops.Done()
 	for {
 		b.mu.Lock()
 		batch := b.next
@@ -70,10 +92,26 @@ func (b *indexBatcher) loop() {
 			b.mu.Unlock()
 			return
 		}
+		closed := b.closed
 		b.mu.Unlock()
+		if closed {
+			batch.err = ErrShutdown
+			close(batch.done)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(b.stop, b.timeout)
 		batch.index, batch.err = b.fetch(ctx)
 		cancel()
 		close(batch.done)
 	}
+}
+
+// close makes every later get fail with ErrShutdown and waits until the
+// fetching goroutine has returned. The caller cancels stop first: close
+// waits for a fetch in flight to end, and only stop ends it early.
+func (b *indexBatcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.loops.Wait()
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // A read joins only a fetch that starts after it arrived, and concurrent
@@ -51,4 +53,101 @@ func TestIndexBatcherNeverReusesAnEarlierFetch(t *testing.T) {
 		assert.Equal(t, uint64(2), idx)
 	}
 	assert.Equal(t, uint64(2), fetches.Load(), "twenty waiting reads share one fetch")
+}
+
+// close returns only once the fetching goroutine has returned, and a read
+// after close fails at once without starting another.
+func TestIndexBatcherCloseWaitsForItsGoroutine(t *testing.T) {
+	stop, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	var inFetch, fetchReturned atomic.Bool
+	b := &indexBatcher{timeout: time.Minute, stop: stop, fetch: func(ctx context.Context) (uint64, error) {
+		inFetch.Store(true)
+		<-ctx.Done() // ended by stop
+		<-release    // then held, to see that close waits
+		fetchReturned.Store(true)
+		return 0, ctx.Err()
+	}}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := b.get(context.Background())
+		readErr <- err
+	}()
+	require.Eventually(t, inFetch.Load, 5*time.Second, time.Millisecond)
+
+	cancel()
+	closed := make(chan struct{})
+	go func() {
+		b.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("close returned while the fetch was still running")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not return after the fetch ended")
+	}
+	assert.True(t, fetchReturned.Load())
+	require.ErrorIs(t, <-readErr, context.Canceled, "the waiting read gets the fetch's error")
+
+	_, err := b.get(context.Background())
+	require.ErrorIs(t, err, ErrShutdown)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	assert.False(t, b.running, "no goroutine started after close")
+}
+
+// Shutdown waits for a read-index fetch in flight: the batcher's goroutine
+// has returned before Shutdown does.
+func TestShutdownWaitsForReadIndexBatcher(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+
+	release := make(chan struct{})
+	var inFetch, fetchReturned atomic.Bool
+	fetch := n.leaderBatch.fetch
+	// Set before any read: the read's get, which starts the goroutine that
+	// calls fetch, happens after it.
+	n.leaderBatch.fetch = func(ctx context.Context) (uint64, error) {
+		inFetch.Store(true)
+		idx, err := fetch(ctx)
+		<-ctx.Done() // ended by Shutdown
+		<-release
+		fetchReturned.Store(true)
+		return idx, err
+	}
+	readErr := make(chan error, 1)
+	go func() { readErr <- n.Read(context.Background(), func(*fsm.Reader) error { return nil }) }()
+	require.Eventually(t, inFetch.Load, 10*time.Second, time.Millisecond)
+
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- n.Shutdown() }()
+	select {
+	case <-shutdown:
+		t.Fatal("Shutdown returned while a read-index fetch was running")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-shutdown:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Shutdown did not return after the fetch ended")
+	}
+	assert.True(t, fetchReturned.Load(), "the fetch returned before Shutdown did")
+	select {
+	case err := <-readErr:
+		require.Error(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read did not return")
+	}
+	_, err := n.leaderBatch.get(context.Background())
+	require.ErrorIs(t, err, ErrShutdown)
 }

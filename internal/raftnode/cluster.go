@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"time"
@@ -25,6 +26,8 @@ const (
 	rpcReadIndex = "read_index"
 	rpcInfo      = "info"
 	rpcJoin      = "join"
+	rpcAdmit     = "admit"
+	rpcFormed    = "formed"
 	rpcRemove    = "remove"
 	rpcTransfer  = "transfer"
 )
@@ -38,6 +41,7 @@ const (
 	codeNotAccepted    = "not_accepted"
 	codeBadRequest     = "bad_request"
 	codeNotFound       = "not_found"
+	codeRejoinRefused  = "rejoin_refused"
 )
 
 // toRemote turns a local error into a RemoteError whose code says what the
@@ -45,6 +49,8 @@ const (
 func toRemote(err error) error {
 	code := transport.CodeInternal
 	switch {
+	case errors.Is(err, ErrRejoinRefused):
+		code = codeRejoinRefused
 	case errors.Is(err, ErrUnknownOutcome):
 		code = codeUnknownOutcome
 	case errors.Is(err, ErrNotLeader):
@@ -83,6 +89,8 @@ func fromRemote(err error, write bool) error {
 			return &remoteErr{sentinel: admin.ErrBadRequest, msg: re.Message}
 		case codeNotFound:
 			return &remoteErr{sentinel: admin.ErrNotFound, msg: re.Message}
+		case codeRejoinRefused:
+			return &remoteErr{sentinel: ErrRejoinRefused, msg: re.Message}
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
 			return fmt.Errorf("raftnode: leader gave up: %w: %s", context.DeadlineExceeded, re.Message)
 		}
@@ -262,6 +270,10 @@ type nodeInfo struct {
 	CommitIndex uint64 `json:"commit-index"`
 	Applied     uint64 `json:"applied-index"`
 	LastContact string `json:"last-contact"`
+	// LastIndex is the index of the last entry in the node's log or
+	// snapshot: 1 after a bootstrap until a first leader appends (see
+	// stillForming).
+	LastIndex uint64 `json:"last-index"`
 }
 
 func (n *Node) info() nodeInfo {
@@ -279,6 +291,7 @@ func (n *Node) info() nodeInfo {
 		ID: string(n.id), ClusterAddr: n.Addr(), HTTPAddr: n.cfg.HTTPAddr, HasState: has,
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
+		LastIndex: n.raft.LastIndex(),
 	}
 }
 
@@ -286,6 +299,10 @@ type memberRequest struct {
 	ID    string `json:"id"`
 	Addr  string `json:"addr"`
 	Voter bool   `json:"voter"`
+	// AsNonvoter, on an admission request, asks the leader to demote a
+	// voter entry under ID to a non-voter instead of refusing (see
+	// Config.RejoinAsNonvoter).
+	AsNonvoter bool `json:"as-nonvoter,omitempty"`
 	// Forwarded marks a request a follower sent on to the leader: it is
 	// not forwarded again (one hop).
 	Forwarded bool `json:"forwarded,omitempty"`
@@ -322,6 +339,18 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 			return nil, &transport.RemoteError{Code: codeBadRequest, Message: err.Error()}
 		}
 		err = n.addServer(ctx, req.ID, req.Addr, req.Voter, !req.Forwarded)
+	case rpcAdmit:
+		var req memberRequest
+		if err = json.Unmarshal(body, &req); err != nil {
+			return nil, &transport.RemoteError{Code: codeBadRequest, Message: err.Error()}
+		}
+		out, err = n.admit(ctx, req, !req.Forwarded)
+	case rpcFormed:
+		var req formedRequest
+		if err = json.Unmarshal(body, &req); err != nil {
+			return nil, &transport.RemoteError{Code: codeBadRequest, Message: err.Error()}
+		}
+		n.formed(req)
 	case rpcRemove:
 		var req memberRequest
 		if err = json.Unmarshal(body, &req); err != nil {
@@ -352,8 +381,8 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 }
 
 // onLeader runs op locally when this node leads, else sends method to the
-// leader (one hop).
-func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, local func() error) error {
+// leader (one hop) and decodes its answer into resp (nil: none).
+func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, resp any, local func() error) error {
 	if n.raft.State() == raft.Leader {
 		return local()
 	}
@@ -362,7 +391,7 @@ func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, l
 		return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
 	}
 	req.Forwarded = true
-	if err := n.call(ctx, addr, method, req, nil); err != nil {
+	if err := n.call(ctx, addr, method, req, resp); err != nil {
 		err = fromRemote(err, true)
 		if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) {
 			return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
@@ -394,7 +423,7 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		if !forward {
 			return ErrNotLeader
 		}
-		return n.onLeader(ctx, rpcJoin, memberRequest{ID: id, Addr: addr, Voter: voter}, func() error {
+		return n.onLeader(ctx, rpcJoin, memberRequest{ID: id, Addr: addr, Voter: voter}, nil, func() error {
 			return n.addServer(ctx, id, addr, voter, false)
 		})
 	}
@@ -426,9 +455,106 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	return nil
 }
 
+// admitResponse is the leader's answer to an admission request.
+type admitResponse struct {
+	// Suffrage is what the leader's configuration holds for the ID after
+	// the request: "Nonvoter", or empty when the ID is not a member.
+	Suffrage string `json:"suffrage,omitempty"`
+}
+
+// admit answers an admission request from a node without Raft state (see
+// askAdmission), on the leader: forwarded there when forward is set and this
+// node does not lead, else ErrNotLeader.
+func (n *Node) admit(ctx context.Context, req memberRequest, forward bool) (admitResponse, error) {
+	if n.raft.State() == raft.Leader || !forward {
+		return n.admitLocal(ctx, req)
+	}
+	var resp admitResponse
+	err := n.onLeader(ctx, rpcAdmit, req, &resp, func() error {
+		var err error
+		resp, err = n.admitLocal(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// admitLocal decides, on the leader, whether a node without Raft state that
+// wants to join under req.ID at req.Addr may open its Raft port:
+//
+//   - ID not a member: yes; the node then asks to be added as a voter
+//     (addServer). Nothing changes here.
+//   - ID a voter: the node lost its data directory, and with it the record
+//     of the votes its ID cast, so as that voter it could vote twice in one
+//     term. Refused with ErrRejoinRefused, and nothing changes, unless
+//     req.AsNonvoter: then the entry is demoted to a non-voter, which an
+//     operator promotes once the node has caught up.
+//   - ID a non-voter: yes, as that non-voter.
+//
+// A member with the ID is re-addressed to req.Addr, and another member
+// holding req.Addr is removed (its address is this node's now). The answer
+// for a member is given only once the configuration that makes it a
+// non-voter is committed. On an error other than ErrRejoinRefused some of
+// these changes may have been made; the node asks again.
+func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse, error) {
+	if req.ID == "" || req.Addr == "" {
+		return admitResponse{}, fmt.Errorf("%w: id and address are required", admin.ErrBadRequest)
+	}
+	if n.raft.State() != raft.Leader {
+		return admitResponse{}, ErrNotLeader
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return admitResponse{}, err
+	}
+	servers := cf.Configuration().Servers
+	log := n.logger.With("id", req.ID, "address", req.Addr)
+	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == req.ID })
+	if i >= 0 && servers[i].Suffrage == raft.Voter {
+		switch {
+		case servers[i].ID == n.id:
+			return admitResponse{}, fmt.Errorf("%w: %q is the ID of the leader itself; two nodes cannot share an ID", ErrRejoinRefused, req.ID)
+		case !req.AsNonvoter:
+			log.Warn("refused a node without Raft state whose ID is a voter: it no longer knows how it voted")
+			return admitResponse{}, fmt.Errorf("%w: %q is a voter in the cluster and the node asking to join under it has no Raft state, "+
+				"so it no longer knows how it voted and could vote twice in one term", ErrRejoinRefused, req.ID)
+		}
+	}
+	for _, s := range servers {
+		if string(s.ID) != req.ID && string(s.Address) == req.Addr {
+			log.Info("removing member that held the joining node's address", "old_id", string(s.ID))
+			if err := n.await(ctx, n.raft.RemoveServer(s.ID, 0, n.enqueueTimeout(ctx))); err != nil {
+				return admitResponse{}, fmt.Errorf("remove %s: %w", s.ID, err)
+			}
+		}
+	}
+	if i < 0 {
+		return admitResponse{}, nil
+	}
+	self := servers[i]
+	if self.Suffrage == raft.Voter {
+		if err := n.await(ctx, n.raft.DemoteVoter(self.ID, 0, n.enqueueTimeout(ctx))); err != nil {
+			return admitResponse{}, fmt.Errorf("demote %s: %w", self.ID, err)
+		}
+		log.Warn("voter without Raft state rejoins as a non-voter; promote it with POST /management/v1/cluster/voters once it has caught up")
+	}
+	if string(self.Address) != req.Addr {
+		// On a non-voter, AddNonvoter replaces the entry: a new address.
+		if err := n.await(ctx, n.raft.AddNonvoter(self.ID, raft.ServerAddress(req.Addr), 0, n.enqueueTimeout(ctx))); err != nil {
+			return admitResponse{}, fmt.Errorf("re-address %s: %w", self.ID, err)
+		}
+	}
+	// The configuration read above, or a change made here, may not be
+	// committed yet; a new leader could still drop it and with it the
+	// demotion. A barrier commits only after every entry before it.
+	if err := n.await(ctx, n.raft.Barrier(n.enqueueTimeout(ctx))); err != nil {
+		return admitResponse{}, fmt.Errorf("commit the configuration: %w", err)
+	}
+	return admitResponse{Suffrage: raft.Nonvoter.String()}, nil
+}
+
 // Remove removes a member.
 func (n *Node) Remove(ctx context.Context, id string) error {
-	return n.onLeader(ctx, rpcRemove, memberRequest{ID: id}, func() error { return n.removeLocal(ctx, id) })
+	return n.onLeader(ctx, rpcRemove, memberRequest{ID: id}, nil, func() error { return n.removeLocal(ctx, id) })
 }
 
 func (n *Node) removeLocal(ctx context.Context, id string) error {
@@ -452,7 +578,7 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 // TransferLeadership hands leadership to the member id, or to any
 // up-to-date voter when id is empty.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	return n.onLeader(ctx, rpcTransfer, memberRequest{ID: id}, func() error { return n.transferLocal(ctx, id) })
+	return n.onLeader(ctx, rpcTransfer, memberRequest{ID: id}, nil, func() error { return n.transferLocal(ctx, id) })
 }
 
 func (n *Node) transferLocal(ctx context.Context, id string) error {
@@ -502,10 +628,12 @@ func (n *Node) readdress() {
 			continue
 		}
 		var recorded string
+		voter := false
 		candidates := append([]string{}, n.cfg.Join...)
 		for _, s := range cf.Configuration().Servers {
 			if s.ID == n.id {
 				recorded = string(s.Address)
+				voter = s.Suffrage == raft.Voter
 			} else {
 				candidates = append(candidates, string(s.Address))
 			}
@@ -518,7 +646,8 @@ func (n *Node) readdress() {
 		}
 		for _, addr := range candidates {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-			err := n.call(ctx, addr, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: true}, nil)
+			// The recorded suffrage, so that a non-voter is not promoted.
+			err := n.call(ctx, addr, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: voter}, nil)
 			cancel()
 			if err == nil {
 				n.logger.Info("asked the leader to update this node's address", "old", recorded, "new", n.Addr(), "via", addr)
@@ -567,11 +696,22 @@ func (n *Node) Status(ctx context.Context) (admin.Status, error) {
 
 // formCluster runs at start. A node with Raft state is already a member:
 // it only makes sure its recorded address is current (readdress).
-// Otherwise, given Join addresses, until it is a
-// member or shut down, it asks the Join nodes about themselves: if one knows
-// a leader, it asks to be added as a voter; with BootstrapExpect, once it
-// reaches enough nodes and none has state, it bootstraps them all (every
-// node computes the same configuration, so several bootstrapping is safe).
+// Otherwise, given Join addresses, until it is a member, it is refused, or
+// it shuts down, it asks the Join nodes about themselves:
+//
+//   - If one knows a leader, it first asks the leader for admission (its
+//     Raft port is shut until then, see Config.Join): refused when its ID
+//     is a voter (ErrRejoinRefused; Failed is closed and it stops trying),
+//     rejoining as a non-voter when its ID is one (or was demoted to one,
+//     with RejoinAsNonvoter), else admitted as a new member, and then it
+//     asks to be added as a voter.
+//   - With BootstrapExpect, once it reaches enough nodes and none has
+//     state, it bootstraps them all (every node computes the same
+//     configuration, so several bootstrapping is safe) and tells the others
+//     (announceFormed), which open their Raft ports. A node that sees a
+//     peer that bootstrapped but never had a leader opens its Raft port
+//     without bootstrapping, so that it can vote in the first election and
+//     receive the configuration from the first leader.
 func (n *Node) formCluster() {
 	defer n.wg.Done()
 	if has, err := raft.HasExistingState(n.logs, n.logs, n.snaps); err != nil || has {
@@ -618,6 +758,23 @@ func (n *Node) formCluster() {
 			}
 		}
 		if leader != "" {
+			if n.layer.held.Load() {
+				member, err := n.askAdmission(leader)
+				switch {
+				case errors.Is(err, ErrRejoinRefused):
+					log.Error("rejoin refused; this node stays out of the cluster", "error", err)
+					n.fail(err)
+					return
+				case err != nil:
+					log.Warn("admission request failed; retrying", "via", leader, "error", err)
+					continue
+				}
+				n.openRaft(log, "admitted by the leader")
+				if member {
+					log.Warn("rejoining as a non-voter; an operator promotes it with POST /management/v1/cluster/voters once it has caught up")
+					continue // returns once the leader reaches us
+				}
+			}
 			ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 			err := n.call(ctx, leader, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: true}, nil)
 			cancel()
@@ -628,7 +785,13 @@ func (n *Node) formCluster() {
 			log.Info("join request accepted", "via", leader)
 			continue // returns once a leader is seen
 		}
-		if n.cfg.BootstrapExpect <= 0 || len(peers)+1 < n.cfg.BootstrapExpect {
+		if n.cfg.BootstrapExpect <= 0 {
+			continue
+		}
+		if n.layer.held.Load() && stillForming(peers) {
+			n.openRaft(log, "a cluster is forming")
+		}
+		if len(peers)+1 < n.cfg.BootstrapExpect {
 			continue
 		}
 		servers := []raft.Server{{ID: n.id, Address: raft.ServerAddress(n.Addr()), Suffrage: raft.Voter}}
@@ -646,5 +809,92 @@ func (n *Node) formCluster() {
 			continue
 		}
 		log.Info("bootstrapped new cluster", "servers", len(servers))
+		n.openRaft(log, "bootstrapped")
+		n.announceFormed(log, servers)
 	}
+}
+
+// formedRequest tells a node that the sender bootstrapped a new cluster
+// with it as a voter.
+type formedRequest struct {
+	By      string   `json:"by"`
+	Servers []string `json:"servers"` // IDs in the bootstrap configuration
+}
+
+// announceFormed tells the other servers of a configuration this node just
+// bootstrapped that the cluster is new, so that they open their Raft ports
+// at once. Without it, a peer whose next look at the Join nodes comes after
+// the first leader was elected without it would find its ID a voter of an
+// established cluster and be refused. A peer not reached here opens when it
+// sees the cluster still forming (stillForming), or is refused once it has
+// a leader.
+func (n *Node) announceFormed(log *slog.Logger, servers []raft.Server) {
+	req := formedRequest{By: string(n.id)}
+	for _, s := range servers {
+		req.Servers = append(req.Servers, string(s.ID))
+	}
+	for _, s := range servers {
+		if s.ID == n.id {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		err := n.call(ctx, string(s.Address), rpcFormed, req, nil)
+		cancel()
+		if err != nil {
+			log.Warn("could not tell a peer the cluster was bootstrapped", "peer", string(s.ID), "address", string(s.Address), "error", err)
+		}
+	}
+}
+
+// formed opens this node's Raft port when it has no state and a peer
+// bootstrapped a new cluster with it: in a cluster that did not exist before,
+// this node's ID has cast no vote to forget.
+func (n *Node) formed(req formedRequest) {
+	// A held node has no state: it is opened before it can get any.
+	if !n.layer.held.Load() || !slices.Contains(req.Servers, string(n.id)) {
+		return
+	}
+	n.openRaft(n.logger, "bootstrapped by "+req.By)
+}
+
+// askAdmission asks the leader, through the Join node at via, whether this
+// node, which has no Raft state, may open its Raft port (see admitLocal).
+// member reports that the leader's configuration holds this node's ID, as a
+// non-voter; otherwise the node is new and asks to be added. The error wraps
+// ErrRejoinRefused when the leader refused it; any other error means no
+// answer, and the node asks again.
+func (n *Node) askAdmission(via string) (member bool, err error) {
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	defer cancel()
+	var resp admitResponse
+	req := memberRequest{ID: string(n.id), Addr: n.Addr(), AsNonvoter: n.cfg.RejoinAsNonvoter}
+	if err := n.call(ctx, via, rpcAdmit, req, &resp); err != nil {
+		return false, fromRemote(err, true)
+	}
+	return resp.Suffrage != "", nil
+}
+
+// openRaft opens this node's Raft port (see Config.Join).
+func (n *Node) openRaft(log *slog.Logger, why string) {
+	if n.layer.held.Swap(false) {
+		log.Info("raft port open", "reason", why)
+	}
+}
+
+// stillForming reports whether peers show a cluster that was bootstrapped
+// but has never had a leader: at least one has state, and none has an entry
+// beyond the bootstrap configuration (index 1), which the first leader's
+// no-op would be. Such a cluster has no past votes of this node's ID to
+// forget; an established cluster has a leader's entries on a majority.
+func stillForming(peers map[string]nodeInfo) bool {
+	bootstrapped := false
+	for _, p := range peers {
+		if p.HasState {
+			if p.LastIndex > 1 {
+				return false
+			}
+			bootstrapped = true
+		}
+	}
+	return bootstrapped
 }

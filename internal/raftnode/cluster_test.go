@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -218,29 +220,112 @@ func TestRestartOnNewAddressReaddresses(t *testing.T) {
 	}
 }
 
-// A node that lost its data rejoins under its old ID and address and is
-// caught up by the leader.
-func TestRejoinAfterDataLoss(t *testing.T) {
-	nodes, cfgs := startJoinedCluster(t, 3)
+// loseData shuts down a follower that holds the cluster's state, deletes its
+// data directory, and writes once more without it. It returns the leader,
+// the follower's config (same ID, address and Join) and the follower's index.
+func loseData(t *testing.T, nodes []*Node, cfgs []Config) (*Node, Config, int) {
+	t.Helper()
 	leader := waitOneLeader(t, nodes)
 	lost := others(nodes, leader)[0]
 	require.NoError(t, mustPropose(t, leader, createNS("before-loss")).Err())
 	require.Eventually(t, func() bool { return hasNamespace(t, lost.StaleRead, "before-loss") }, 20*time.Second, 20*time.Millisecond)
-	var cfg Config
-	for i, n := range nodes {
-		if n == lost {
-			cfg = cfgs[i]
-		}
-	}
+	i := slices.Index(nodes, lost)
 	require.NoError(t, lost.Shutdown())
-	require.NoError(t, os.RemoveAll(cfg.DataDir))
+	require.NoError(t, os.RemoveAll(cfgs[i].DataDir))
 	require.NoError(t, mustPropose(t, leader, createNS("while-lost")).Err())
+	return leader, cfgs[i], i
+}
 
-	rejoined := mustOpen(t, cfg) // same ID, same address, same --join
+// suffrages returns each member's suffrage in n's configuration.
+func suffrages(t *testing.T, n *Node) map[string]raft.ServerSuffrage {
+	t.Helper()
+	cf := n.Raft().GetConfiguration()
+	require.NoError(t, cf.Error())
+	out := map[string]raft.ServerSuffrage{}
+	for _, s := range cf.Configuration().Servers {
+		out[string(s.ID)] = s.Suffrage
+	}
+	return out
+}
+
+// awaitRefused waits until n gave up with ErrRejoinRefused and checks that it
+// took no part in Raft.
+func awaitRefused(t *testing.T, n *Node) {
+	t.Helper()
+	select {
+	case <-n.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a voter without state was not refused")
+	}
+	require.ErrorIs(t, n.Err(), ErrRejoinRefused)
+	assert.Contains(t, n.Err().Error(), n.ID())
+	assert.Zero(t, n.Raft().LastIndex(), "the refused node received no log")
+	assert.Zero(t, n.Raft().CurrentTerm(), "the refused node learned no term, so it cannot have voted")
+	has, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
+	require.NoError(t, err)
+	assert.False(t, has)
+}
+
+// A node that lost its data directory and starts again under its old ID,
+// address and Join is refused: its ID is a voter and it no longer knows how
+// it voted. The cluster is unchanged. Once an operator removes the old
+// member, the same node joins as a new voter.
+func TestRejoinAfterDataLossIsRefused(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader, cfg, i := loseData(t, nodes, cfgs)
+	before := suffrages(t, leader)
+
+	refused := mustOpen(t, cfg)
+	awaitRefused(t, refused)
+	// Not admitted after a while either: the answer is final.
+	time.Sleep(time.Second)
+	assert.Zero(t, refused.Raft().LastIndex())
+	assert.Equal(t, before, suffrages(t, leader), "the cluster's configuration is unchanged")
+	assert.Equal(t, raft.Voter, before[cfg.NodeID])
+	require.NoError(t, refused.Shutdown())
+
+	// Way out: remove the old member, then start the node again.
+	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), cfg.NodeID))
+	nodes[i] = mustOpen(t, cfg)
+	require.Eventually(t, func() bool { return nodes[i].Ready() == nil }, 30*time.Second, 20*time.Millisecond)
+	assert.True(t, hasNamespace(t, linearRead(t, nodes[i]), "before-loss"))
+	assert.True(t, hasNamespace(t, linearRead(t, nodes[i]), "while-lost"))
+	require.Eventually(t, func() bool { return suffrages(t, leader)[cfg.NodeID] == raft.Voter }, 10*time.Second, 20*time.Millisecond)
+	assert.Len(t, suffrages(t, leader), 3)
+}
+
+// With RejoinAsNonvoter, a node that lost its data directory rejoins as a
+// non-voter, catches up, and is a voter again once an operator promotes it.
+func TestRejoinAfterDataLossAsNonvoter(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader, cfg, i := loseData(t, nodes, cfgs)
+
+	cfg.RejoinAsNonvoter = true
+	rejoined := mustOpen(t, cfg) // same ID, same address, same Join
+	nodes[i] = rejoined
 	require.Eventually(t, func() bool { return rejoined.Ready() == nil }, 30*time.Second, 20*time.Millisecond)
 	assert.True(t, hasNamespace(t, linearRead(t, rejoined), "before-loss"))
 	assert.True(t, hasNamespace(t, linearRead(t, rejoined), "while-lost"))
-	st, err := rejoined.Status(context.Background())
-	require.NoError(t, err)
-	assert.Len(t, st.Members, 3)
+	select {
+	case <-rejoined.Failed():
+		t.Fatalf("rejoin as a non-voter failed: %v", rejoined.Err())
+	default:
+	}
+	got := suffrages(t, leader)
+	assert.Equal(t, raft.Nonvoter, got[cfg.NodeID], "demoted, not rejoined as a voter")
+	assert.Len(t, got, 3)
+	// It stays a non-voter until promoted.
+	time.Sleep(time.Second)
+	assert.Equal(t, raft.Nonvoter, suffrages(t, leader)[cfg.NodeID])
+
+	// The operator promotes it (forwarded through the node itself).
+	require.NoError(t, rejoined.AddVoter(ctxTimeout(t, 10*time.Second), cfg.NodeID, rejoined.Addr()))
+	for _, n := range nodes {
+		require.Eventually(t, func() bool {
+			s := suffrages(t, n)
+			return len(s) == 3 && s["node0"] == raft.Voter && s["node1"] == raft.Voter && s["node2"] == raft.Voter
+		}, 10*time.Second, 20*time.Millisecond, "node %s does not see three voters", n.ID())
+	}
+	require.NoError(t, mustPropose(t, rejoined, createNS("after-promotion")).Err())
+	assert.True(t, hasNamespace(t, linearRead(t, leader), "after-promotion"))
 }

@@ -17,12 +17,21 @@ var errIsolated = errors.New("raftnode: node is isolated from the cluster")
 // the network (Isolate) for fault tests inside one process: while isolated
 // it refuses inbound Raft connections, fails its dials, and its open Raft
 // connections are closed. RPC is cut in handleRPC and call.
+//
+// It also keeps Raft shut for a node without state until it may take part
+// (held, see Config.Join): inbound Raft connections are refused and dials
+// fail, while RPC works, so the node can still ask the leader about itself.
 type faultLayer struct {
 	raft.StreamLayer
 	isolated atomic.Bool
+	held     atomic.Bool
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
 }
+
+// errHeld is returned by the Raft dials of a node whose Raft port is still
+// shut (see faultLayer).
+var errHeld = errors.New("raftnode: raft is shut until the cluster admits this node")
 
 func newFaultLayer(l raft.StreamLayer) *faultLayer {
 	return &faultLayer{StreamLayer: l, conns: map[net.Conn]struct{}{}}
@@ -34,7 +43,7 @@ func (f *faultLayer) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if f.isolated.Load() {
+		if f.isolated.Load() || f.held.Load() {
 			c.Close()
 			continue
 		}
@@ -45,6 +54,9 @@ func (f *faultLayer) Accept() (net.Conn, error) {
 func (f *faultLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if f.isolated.Load() {
 		return nil, errIsolated
+	}
+	if f.held.Load() {
+		return nil, errHeld
 	}
 	c, err := f.StreamLayer.Dial(addr, timeout)
 	if err != nil {

@@ -55,6 +55,12 @@ var (
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.
 	ErrCatchingUp = errors.New("raftnode: catching up")
+	// ErrRejoinRefused: this node has no Raft state, asked to join, and the
+	// leader's configuration already holds its ID as a voter (it lost its
+	// data directory, or another node uses its ID). It did not join and
+	// takes no part in Raft; Failed is closed and Err wraps this error. See
+	// Config.RejoinAsNonvoter.
+	ErrRejoinRefused = errors.New("raftnode: rejoin refused")
 )
 
 // Defaults for the Config knobs left zero.
@@ -146,11 +152,32 @@ type Config struct {
 	// state asks them for the leader and asks the leader to add it as a
 	// voter; with BootstrapExpect it may instead form a new cluster with
 	// them. A node with state ignores both.
+	//
+	// Until the leader has answered (or the node has bootstrapped with
+	// BootstrapExpect, or sees such a cluster still forming), a node
+	// without state refuses all Raft traffic. If the leader's configuration
+	// already holds this node's ID as a voter, the node is refused
+	// (ErrRejoinRefused) unless RejoinAsNonvoter is set.
 	Join []string
 	// BootstrapExpect, when > 0, forms a new cluster once this node and
 	// the Join nodes it can reach, none of which has state, number at least
 	// BootstrapExpect.
 	BootstrapExpect int
+	// RejoinAsNonvoter lets a node without Raft state whose ID is a voter
+	// in the cluster rejoin as a non-voter: the leader demotes the voter
+	// entry, the node catches up, and an operator promotes it again
+	// (AddVoter). Without it such a node is refused (ErrRejoinRefused).
+	//
+	// The reason is the vote record. Raft keeps the current term and the
+	// vote cast in it in the stable store, in the data directory; a voter
+	// must never vote twice in one term, or two candidates can each win a
+	// majority of the same term (two leaders in a term). A node whose data
+	// directory is new or was lost has no record of the votes its ID cast,
+	// so it must not vote under that ID until it has caught up with the
+	// cluster's current term as a non-voter and an operator has promoted it.
+	// A node whose ID is not a member (a new node, or one whose old member
+	// an operator removed first) is unaffected.
+	RejoinAsNonvoter bool
 }
 
 func (c *Config) setDefaults() {
@@ -228,6 +255,12 @@ type Node struct {
 	leaderCtx    context.Context
 	leaderWG     sync.WaitGroup
 
+	// failed is closed, after failErr is set, when the node gives up on
+	// joining the cluster by itself (see Failed).
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 	closed       atomic.Bool
@@ -249,7 +282,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: create data dir: %w", err)
 	}
 
-	n := &Node{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), barrierSem: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, logger: cfg.Logger, metrics: newMetrics(), barrierSem: make(chan struct{}, 1), failed: make(chan struct{})}
 	if err := n.metrics.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
@@ -294,6 +327,10 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.restoreIfBehindSnapshot(); err != nil {
 		return nil, err
 	}
+	hasState, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: check existing state: %w", err)
+	}
 
 	// One port carries Raft and floe's RPC (forwarded writes, read
 	// indexes, membership); see package transport.
@@ -318,6 +355,15 @@ func Open(cfg Config) (*Node, error) {
 	}
 	undo = append(undo, func() { n.rpc.Close() })
 	n.layer = newFaultLayer(n.mux.RaftLayer())
+	if !hasState && len(cfg.Join) > 0 && !cfg.Bootstrap {
+		// A node without state that joins may be a voter that lost its
+		// data directory, and with it its vote record: the leader would
+		// replicate to it at its old address and candidates would ask for
+		// its vote, and it would answer as a voter with no memory of the
+		// votes it cast. Its Raft port stays shut until formCluster knows
+		// whether its ID is a member (see Config.RejoinAsNonvoter).
+		n.layer.held.Store(true)
+	}
 	n.trans = raft.NewNetworkTransportWithLogger(n.layer, transportMaxPool, transportTimeout, hlog)
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
@@ -366,6 +412,8 @@ func Open(cfg Config) (*Node, error) {
 	n.openedAt = time.Now()
 	n.startCommit = n.raft.CommitIndex()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	// Shutdown cancels n.ctx, then closes both batchers and waits for their
+	// goroutines.
 	n.leaderBatch = &indexBatcher{fetch: n.leaderReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
 	n.followerBatch = &indexBatcher{fetch: n.followerReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
 
@@ -504,6 +552,30 @@ func (n *Node) lastVisible(index uint64) (target uint64, compacted bool, err err
 		}
 	}
 	return applied, false, nil
+}
+
+// Failed returns a channel that is closed when the node has given up on
+// joining the cluster by itself and needs an operator: so far only when its
+// rejoin was refused (ErrRejoinRefused). The node then stays out of Raft
+// and serves nothing useful; the caller reports Err and shuts it down.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err returns why Failed was closed, nil while it is open.
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr // written before failed was closed
+	default:
+		return nil
+	}
+}
+
+// fail records err and closes Failed; only the first call counts.
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		close(n.failed)
+	})
 }
 
 // Raft returns the underlying Raft instance (for membership changes,
@@ -904,12 +976,21 @@ func (n *Node) monitor() {
 
 // Shutdown stops Raft, then closes the log store and the state machine. Any
 // Propose or Read still waiting returns (ErrUnknownOutcome or ErrShutdown).
+// Every goroutine the node started (the read-index batchers, the observer,
+// the monitor, cluster formation, leader tasks) has returned when Shutdown
+// returns. The one exception is a goroutine of await still waiting on a
+// command Raft had committed but not yet handed to the state machine when
+// it shut down: Raft never answers that future (see await).
 // It is idempotent: later calls return the first call's result.
 func (n *Node) Shutdown() error {
 	n.shutdownOnce.Do(func() {
 		n.closed.Store(true)
 		n.cancel()
 		n.logger.Info("raft node shutting down")
+		// The cancel ends a read-index fetch in flight; wait for the
+		// batchers' goroutines before Raft and the transport go away.
+		n.leaderBatch.close()
+		n.followerBatch.close()
 		var errs []error
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
