@@ -1,20 +1,48 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 )
 
+// ErrSymlink is wrapped by errors for local paths that cross a symbolic link:
+// a directory component of the path, or the object itself, is a link. The
+// local store never follows links (see openDir), so that a link planted
+// inside a table's directory cannot make a read, write or purge reach a file
+// outside the table's location.
+var ErrSymlink = errors.New("path crosses a symbolic link")
+
 // Local files: every object is a regular file; directories are created on
 // demand by Write and never reported or removed.
+//
+// No method follows a symbolic link. Every path is resolved from "/" one
+// component at a time, each directory opened as an *os.Root below the one
+// before it (so that nothing resolves outside it) and accepted only if it is
+// the directory Lstat saw, not a link; an entry replaced in between is looked
+// at again. A link in any directory component thus fails the operation with
+// an error wrapping ErrSymlink, also when the link appears while the path is
+// being resolved. The operation then acts on the last component relative to
+// the opened directory:
+//
+//   - Write fails on a linked directory component, creates missing
+//     directories without following links, and renames its file over the
+//     target name, which replaces a link there rather than writing through
+//     it.
+//   - Read fails, with ErrSymlink, when the object itself is a link.
+//   - Exists fails, with ErrSymlink, when the object itself is a link.
+//   - Delete of an object that is itself a link removes the link only; its
+//     target is never touched.
+//   - List does not report or descend into links.
 type localStorage struct {
 	deleteConcurrency int
 }
@@ -31,30 +59,131 @@ const (
 	filePerm = 0o644
 )
 
+// splitKey splits a cleaned absolute path into its directory, ending in "/",
+// and its last component, which is empty only for "/".
+func splitKey(key string) (dir, name string) {
+	i := strings.LastIndexByte(key, '/')
+	return key[:i+1], key[i+1:]
+}
+
+func symlinkErr(path string) error {
+	return fmt.Errorf("%w at %s", ErrSymlink, path)
+}
+
+// openDir opens the directory dir (absolute, ending in "/") without following
+// a symbolic link in any of its components. With create, missing directories
+// are created (mode dirPerm), also without following links. It fails with an
+// error wrapping ErrSymlink when a component is a link, and with one for
+// which isMissing is true when a component does not exist (without create) or
+// is not a directory.
+func openDir(dir string, create bool) (*os.Root, error) {
+	root, err := os.OpenRoot("/")
+	if err != nil {
+		return nil, err
+	}
+	path := "/"
+	for name := range strings.SplitSeq(strings.Trim(dir, "/"), "/") {
+		if name == "" {
+			continue
+		}
+		path += name
+		child, err := openChild(root, path, name, create)
+		_ = root.Close()
+		if err != nil {
+			return nil, err
+		}
+		root = child
+		path += "/"
+	}
+	return root, nil
+}
+
+// maxReopen bounds how often an open is retried when the entry it opened is
+// not the one Lstat saw just before, because the entry was replaced (renamed
+// over, or removed and recreated) in between.
+const maxReopen = 10
+
+// errChanged is returned when an entry kept being replaced while it was being
+// opened.
+var errChanged = errors.New("replaced while being opened")
+
+// openChild opens the directory name in parent, whose full path is path,
+// without following a link. See openDir.
+func openChild(parent *os.Root, path, name string, create bool) (*os.Root, error) {
+	for range maxReopen {
+		fi, err := parent.Lstat(name)
+		if create && errors.Is(err, fs.ErrNotExist) {
+			// Mkdir does not follow a link at name; if one appeared, Lstat
+			// below reports it.
+			if err := parent.Mkdir(name, dirPerm); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, &fs.PathError{Op: "mkdir", Path: path, Err: unwrapPathErr(err)}
+			}
+			fi, err = parent.Lstat(name)
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "lstat", Path: path, Err: unwrapPathErr(err)}
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, symlinkErr(path)
+		}
+		if !fi.IsDir() {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOTDIR}
+		}
+		child, err := parent.OpenRoot(name)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: unwrapPathErr(err)}
+		}
+		// OpenRoot follows a link that stays inside parent. Only the
+		// directory Lstat saw is accepted; anything else was put at name
+		// since, and the next Lstat tells whether it is a link.
+		cfi, err := child.Stat(".")
+		if err != nil {
+			_ = child.Close()
+			return nil, &fs.PathError{Op: "stat", Path: path, Err: unwrapPathErr(err)}
+		}
+		if os.SameFile(fi, cfi) {
+			return child, nil
+		}
+		_ = child.Close()
+	}
+	return nil, &fs.PathError{Op: "open", Path: path, Err: errChanged}
+}
+
+// unwrapPathErr strips the *fs.PathError that os.Root methods return, whose
+// path is relative to the root, so that the caller can name the full path.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
 // write writes data to a temporary file in the target directory, syncs it and
 // renames it over the target, then syncs the directory, so the object is
-// replaced atomically and durably.
+// replaced atomically and durably. It fails, writing nothing, when a
+// directory component of the target is a symbolic link.
 func (s *localStorage) write(ctx context.Context, uri string, l location, data []byte) (err error) {
 	if err := ctx.Err(); err != nil {
 		return objErr("write", uri, err)
 	}
-	if l.key == "/" {
+	dir, name := splitKey(l.key)
+	if name == "" {
 		return objErr("write", uri, fmt.Errorf("%w: not a file path", ErrInvalidURI))
 	}
-	dir, name := filepath.Split(l.key)
-	if err := os.MkdirAll(dir, dirPerm); err != nil {
-		return objErr("write", uri, err)
-	}
-	// Keep the temporary name within NAME_MAX however long the target is.
-	f, err := os.CreateTemp(dir, tmpPrefix+truncate(name, 64)+"-*")
+	root, err := openDir(dir, true)
 	if err != nil {
 		return objErr("write", uri, err)
 	}
-	tmp := f.Name()
+	defer func() { _ = root.Close() }()
+	f, tmp, err := createTemp(root, name)
+	if err != nil {
+		return objErr("write", uri, err)
+	}
 	defer func() {
 		if err != nil {
 			_ = f.Close()
-			_ = os.Remove(tmp)
+			_ = root.Remove(tmp)
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
@@ -69,14 +198,35 @@ func (s *localStorage) write(ctx context.Context, uri string, l location, data [
 	if err = f.Close(); err != nil {
 		return objErr("write", uri, err)
 	}
-	if err = os.Rename(tmp, l.key); err != nil {
-		return objErr("write", uri, err)
+	// Renaming replaces whatever entry name holds, a link included, and never
+	// writes through it.
+	if err = root.Rename(tmp, name); err != nil {
+		return objErr("write", uri, &fs.PathError{Op: "rename", Path: l.key, Err: unwrapPathErr(err)})
 	}
-	if err := syncDir(dir); err != nil {
+	if err := syncDir(root); err != nil {
 		// The rename happened; only its durability is in doubt.
 		return objErr("write", uri, fmt.Errorf("sync directory: %w", err))
 	}
 	return nil
+}
+
+// createTemp creates a new file (mode 0600) in root whose name starts with
+// tmpPrefix and name, and returns it with its name. O_EXCL makes it fail
+// rather than open an existing file or follow a link.
+func createTemp(root *os.Root, name string) (*os.File, string, error) {
+	for range 10000 {
+		// Keep the temporary name within NAME_MAX however long the target is.
+		tmp := tmpPrefix + truncate(name, 64) + "-" + strconv.FormatUint(rand.Uint64(), 36)
+		f, err := root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", &fs.PathError{Op: "create", Path: tmp, Err: unwrapPathErr(err)}
+		}
+		return f, tmp, nil
+	}
+	return nil, "", errors.New("no unused temporary file name")
 }
 
 func truncate(s string, n int) string {
@@ -86,8 +236,8 @@ func truncate(s string, n int) string {
 	return s
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(root *os.Root) error {
+	d, err := root.Open(".")
 	if err != nil {
 		return err
 	}
@@ -98,29 +248,101 @@ func syncDir(dir string) error {
 	return err
 }
 
+// read fails with an error wrapping ErrSymlink when the object or a directory
+// above it is a symbolic link, and with one wrapping ErrNotFound when it or a
+// directory above it is missing.
 func (s *localStorage) read(ctx context.Context, uri string, l location) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, objErr("read", uri, err)
 	}
-	data, err := os.ReadFile(l.key)
+	data, err := readFile(l.key)
 	if err != nil {
 		return nil, objErr("read", uri, localErr(err))
 	}
 	return data, nil
 }
 
+func readFile(key string) ([]byte, error) {
+	dir, name := splitKey(key)
+	if name == "" {
+		return nil, &fs.PathError{Op: "read", Path: key, Err: syscall.EISDIR}
+	}
+	root, err := openDir(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = root.Close() }()
+	for range maxReopen {
+		data, err := readName(root, key, name)
+		if !errors.Is(err, errChanged) {
+			return data, err
+		}
+	}
+	return nil, &fs.PathError{Op: "open", Path: key, Err: errChanged}
+}
+
+// readName reads the file name in root, whose full path is key. It fails with
+// errChanged when the file opened is not the one Lstat saw.
+func readName(root *os.Root, key, name string) ([]byte, error) {
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: key, Err: unwrapPathErr(err)}
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, symlinkErr(key)
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: key, Err: unwrapPathErr(err)}
+	}
+	defer func() { _ = f.Close() }()
+	// Open follows a link that stays inside the directory. Only the file
+	// Lstat saw is accepted; anything else was put at name since (a Write
+	// renaming a new version over it, or a link).
+	ofi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !os.SameFile(fi, ofi) {
+		return nil, errChanged
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(ofi.Size()) + 512)
+	if _, err := buf.ReadFrom(f); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// exists reports false for a missing path and for anything but a regular
+// file. It fails with an error wrapping ErrSymlink when the object or a
+// directory above it is a symbolic link.
 func (s *localStorage) exists(ctx context.Context, uri string, l location) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, objErr("exists", uri, err)
 	}
-	fi, err := os.Stat(l.key)
+	dir, name := splitKey(l.key)
+	if name == "" {
+		return false, nil
+	}
+	root, err := openDir(dir, false)
+	if err != nil {
+		if isMissing(err) {
+			return false, nil
+		}
+		return false, objErr("exists", uri, err)
+	}
+	defer func() { _ = root.Close() }()
+	fi, err := root.Lstat(name)
 	switch {
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		return false, objErr("exists", uri, symlinkErr(l.key))
 	case err == nil:
 		return fi.Mode().IsRegular(), nil
 	case isMissing(err):
 		return false, nil
 	default:
-		return false, objErr("exists", uri, err)
+		return false, objErr("exists", uri, &fs.PathError{Op: "lstat", Path: l.key, Err: unwrapPathErr(err)})
 	}
 }
 
@@ -139,51 +361,111 @@ func localErr(err error) error {
 }
 
 // delete removes the files with at most s.deleteConcurrency goroutines.
-// Directories are refused rather than removed.
+// Directories are refused rather than removed. A file below a directory
+// component that is a symbolic link is not deleted: its error wraps
+// ErrSymlink. A file that is itself a link is deleted by removing the link.
+//
+// Files sharing a directory are handled in chunks, each resolving the
+// directory once, so that a batch does not walk the same path per file.
 func (s *localStorage) delete(ctx context.Context, uris []string, locs []location) []error {
 	errs := make([]error, len(uris))
+	var dirs []string
+	byDir := make(map[string][]int)
+	for i, l := range locs {
+		dir, _ := splitKey(l.key)
+		if _, ok := byDir[dir]; !ok {
+			dirs = append(dirs, dir)
+		}
+		byDir[dir] = append(byDir[dir], i)
+	}
+	// Chunks small enough that one directory still spreads over every
+	// goroutine.
+	chunk := max(1, (len(uris)+s.deleteConcurrency-1)/s.deleteConcurrency)
 	sem := make(chan struct{}, s.deleteConcurrency)
 	var wg sync.WaitGroup
-	for i := range uris {
-		if err := ctx.Err(); err != nil {
+	fail := func(idx []int, err error) {
+		for _, i := range idx {
 			errs[i] = objErr("delete", uris[i], err)
-			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			errs[i] = objErr("delete", uris[i], ctx.Err())
-			continue
+	}
+	for _, dir := range dirs {
+		idx := byDir[dir]
+		for len(idx) > 0 {
+			part := idx[:min(chunk, len(idx))]
+			idx = idx[len(part):]
+			if err := ctx.Err(); err != nil {
+				fail(part, err)
+				continue
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				fail(part, ctx.Err())
+				continue
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				s.deleteIn(ctx, dir, part, uris, locs, errs)
+			})
 		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = s.deleteOne(uris[i], locs[i])
-		})
 	}
 	wg.Wait()
 	return errs
 }
 
-func (s *localStorage) deleteOne(uri string, l location) error {
-	fi, err := os.Lstat(l.key)
+// deleteIn deletes the files locs[i] for i in idx, all in directory dir,
+// setting errs[i].
+func (s *localStorage) deleteIn(ctx context.Context, dir string, idx []int, uris []string, locs []location, errs []error) {
+	root, err := openDir(dir, false)
+	if err != nil {
+		for _, i := range idx {
+			if !isMissing(err) {
+				errs[i] = objErr("delete", uris[i], err)
+			}
+		}
+		return
+	}
+	defer func() { _ = root.Close() }()
+	for _, i := range idx {
+		if err := ctx.Err(); err != nil {
+			errs[i] = objErr("delete", uris[i], err)
+			continue
+		}
+		if err := deleteName(root, locs[i].key); err != nil {
+			errs[i] = objErr("delete", uris[i], err)
+		}
+	}
+}
+
+// deleteName removes the last component of key from root, the directory
+// holding it. A missing file counts as deleted; a directory is refused; a
+// symbolic link is removed itself.
+func deleteName(root *os.Root, key string) error {
+	_, name := splitKey(key)
+	if name == "" {
+		return errors.New("is a directory")
+	}
+	fi, err := root.Lstat(name)
 	if err != nil {
 		if isMissing(err) {
 			return nil
 		}
-		return objErr("delete", uri, err)
+		return &fs.PathError{Op: "lstat", Path: key, Err: unwrapPathErr(err)}
 	}
 	if fi.IsDir() {
-		return objErr("delete", uri, errors.New("is a directory"))
+		return errors.New("is a directory")
 	}
-	if err := os.Remove(l.key); err != nil && !isMissing(err) {
-		return objErr("delete", uri, err)
+	if err := root.Remove(name); err != nil && !isMissing(err) {
+		return &fs.PathError{Op: "remove", Path: key, Err: unwrapPathErr(err)}
 	}
 	return nil
 }
 
 // list walks the directory holding the prefix in lexical order of full paths.
 // Sorting each directory's entries by name, with "/" appended to directory
-// names, yields the same order as sorting the complete paths.
+// names, yields the same order as sorting the complete paths. It fails with
+// an error wrapping ErrSymlink when a directory component of the prefix is a
+// symbolic link; links found during the walk are skipped.
 func (s *localStorage) list(ctx context.Context, prefix string, l location, fn func(uri string) error) error {
 	// The parsed key is cleaned, which drops a trailing slash; put it back so
 	// that "/a/b/" does not match "/a/bc".
@@ -191,9 +473,20 @@ func (s *localStorage) list(ctx context.Context, prefix string, l location, fn f
 	if strings.HasSuffix(prefix, "/") && p != "/" {
 		p += "/"
 	}
-	dir := p[:strings.LastIndexByte(p, '/')+1]
+	dir, _ := splitKey(p)
+	if err := ctx.Err(); err != nil {
+		return objErr("list", prefix, err)
+	}
+	root, err := openDir(dir, false)
+	if err != nil {
+		if isMissing(err) {
+			return nil
+		}
+		return objErr("list", prefix, err)
+	}
+	defer func() { _ = root.Close() }()
 	w := &walker{ctx: ctx, prefix: p, loc: l, fn: fn}
-	err := w.walk(dir)
+	err = w.walk(root, dir)
 	var ce callbackError
 	if errors.As(err, &ce) {
 		return ce.err
@@ -216,17 +509,19 @@ type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
 
-// walk visits dir, whose path ends in "/".
-func (w *walker) walk(dir string) error {
+// walk visits root, the directory at dir, whose path ends in "/".
+func (w *walker) walk(root *os.Root, dir string) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(dir)
+	d, err := root.Open(".")
 	if err != nil {
-		if isMissing(err) {
-			return nil
-		}
-		return err
+		return &fs.PathError{Op: "open", Path: dir, Err: unwrapPathErr(err)}
+	}
+	entries, err := d.ReadDir(-1)
+	_ = d.Close()
+	if err != nil {
+		return &fs.PathError{Op: "readdir", Path: dir, Err: unwrapPathErr(err)}
 	}
 	type entry struct {
 		name  string // with "/" appended for directories
@@ -234,6 +529,7 @@ func (w *walker) walk(dir string) error {
 	}
 	list := make([]entry, 0, len(entries))
 	for _, e := range entries {
+		// Links are neither directories nor regular files here.
 		switch {
 		case e.IsDir():
 			list = append(list, entry{e.Name() + "/", true})
@@ -247,7 +543,7 @@ func (w *walker) walk(dir string) error {
 		if e.isDir {
 			// Descend only where the prefix can still match.
 			if strings.HasPrefix(full, w.prefix) || strings.HasPrefix(w.prefix, full) {
-				if err := w.walk(full); err != nil {
+				if err := w.descend(root, full, strings.TrimSuffix(e.name, "/")); err != nil {
 					return err
 				}
 			}
@@ -261,4 +557,19 @@ func (w *walker) walk(dir string) error {
 		}
 	}
 	return nil
+}
+
+// descend walks the subdirectory name of parent, whose path full ends in
+// "/". A subdirectory that disappeared or became a link since it was read is
+// skipped.
+func (w *walker) descend(parent *os.Root, full, name string) error {
+	child, err := openChild(parent, strings.TrimSuffix(full, "/"), name, false)
+	if err != nil {
+		if isMissing(err) || errors.Is(err, ErrSymlink) {
+			return nil
+		}
+		return err
+	}
+	defer func() { _ = child.Close() }()
+	return w.walk(child, full)
 }

@@ -17,6 +17,17 @@
 // reported with an error wrapping ErrNotFound, an unknown scheme with one
 // wrapping ErrUnsupportedScheme and a malformed URI with one wrapping
 // ErrInvalidURI. The package does not log.
+//
+// Local paths never follow symbolic links. IsWithin compares paths as
+// written, so a link inside a table's directory (data -> /etc, or -> another
+// table) would otherwise let a purge delete, or a write create, files outside
+// the location it was checked against. Every local operation therefore
+// resolves its path one component at a time without following links: a link
+// in any directory component (the warehouse path included, which must be
+// given in its resolved form) fails the operation with an error wrapping
+// ErrSymlink, and so do Read and Exists of a file that is itself a link.
+// Delete of such a file removes the link, never its target; Write replaces
+// it with a regular file; List skips links.
 package storage
 
 import (
