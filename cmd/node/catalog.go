@@ -17,6 +17,7 @@ import (
 func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger) (http.Handler, error) {
 	srv, err := catalog.New(catalog.Config{
 		Warehouse:           cfg.Warehouse,
+		AllowedLocations:    cfg.allowedLocations(),
 		Prefix:              cfg.Prefix,
 		Logger:              logger,
 		Registerer:          reg,

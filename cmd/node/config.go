@@ -26,6 +26,7 @@ type config struct {
 	HTTPAddr          string
 	ClusterAddr       string
 	Warehouse         string
+	AllowedLocations  string
 	S3Endpoint        string
 	S3Region          string
 	S3AccessKeyID     string
@@ -71,6 +72,38 @@ func (c config) joinAddrs() []string {
 	return out
 }
 
+// allowedLocations returns --allowed-locations as a list; the warehouse
+// alone when it is empty.
+func (c config) allowedLocations() []string {
+	var out []string
+	for _, l := range strings.Split(c.AllowedLocations, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 && c.Warehouse != "" {
+		out = []string{c.Warehouse}
+	}
+	return out
+}
+
+// resolveExisting resolves symbolic links in the longest existing prefix
+// of the absolute path p, keeping the rest as it is.
+func resolveExisting(p string) string {
+	rest := ""
+	for dir := p; ; {
+		if r, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+		dir = parent
+	}
+}
+
 // tls returns the cluster TLS files, nil when TLS is off.
 func (c config) tls() *transport.TLSFiles {
 	if c.TLSCert == "" {
@@ -108,6 +141,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address of the HTTP API (/v1/...), /healthz, /readyz and /metrics")
 	fs.StringVar(&c.ClusterAddr, "cluster-addr", defaultClusterAddr, "address Raft binds and advertises to the other nodes")
 	fs.StringVar(&c.Warehouse, "warehouse", "", "root URI of table data and metadata: file:///abs/path or s3://bucket/prefix (default: file://<abs data-dir>/warehouse)")
+	fs.StringVar(&c.AllowedLocations, "allowed-locations", "", "comma-separated URI prefixes every table location must lie strictly inside, checked at create, register and set-location and by the purge worker (default: the warehouse)")
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", "", "S3 API endpoint URL for S3-compatible servers (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", "", "S3 signing region (default: the AWS SDK's, else us-east-1)")
 	fs.StringVar(&c.S3AccessKeyID, "s3-access-key-id", "", "S3 access key ID; set with --s3-secret-access-key (default: the AWS SDK's credential chain)")
@@ -237,7 +271,10 @@ func (c *config) validate() error {
 		}
 	}
 	if c.Warehouse == "" {
-		c.Warehouse = "file://" + filepath.ToSlash(filepath.Join(c.DataDir, "warehouse"))
+		// The local store never crosses a symbolic link, so the default
+		// warehouse names the data directory by its resolved path (a data
+		// directory under a linked folder, /tmp on macOS say, still works).
+		c.Warehouse = "file://" + filepath.ToSlash(filepath.Join(resolveExisting(c.DataDir), "warehouse"))
 	}
 	scheme, _, _, err := storage.ParseURI(c.Warehouse)
 	if err != nil {
@@ -245,6 +282,15 @@ func (c *config) validate() error {
 	}
 	if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(c.Warehouse, "://") {
 		return usagef("--warehouse %q: want file:// or s3://", c.Warehouse)
+	}
+	for _, loc := range c.allowedLocations() {
+		scheme, _, _, err := storage.ParseURI(loc)
+		if err != nil {
+			return usagef("--allowed-locations %q: %v", loc, err)
+		}
+		if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(loc, "://") {
+			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", loc)
+		}
 	}
 	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {
 		return usagef("--s3-access-key-id and --s3-secret-access-key must be set together")
@@ -345,6 +391,7 @@ func (c config) logAttrs() []any {
 		"http_addr", c.HTTPAddr,
 		"cluster_addr", c.ClusterAddr,
 		"warehouse", c.Warehouse,
+		"allowed_locations", c.allowedLocations(),
 		"s3_endpoint", c.S3Endpoint,
 		"s3_region", c.S3Region,
 		"s3_access_key_id", c.S3AccessKeyID,

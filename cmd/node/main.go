@@ -124,6 +124,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		NodeID:           node.ID(),
 		Store:            node,
 		Storage:          purge.StorageFor(objects, objects.ClientConfig(cfg.Warehouse), cfg.PurgeDeleteBatchSize),
+		AllowedLocations: cfg.allowedLocations(),
 		WorkerThreads:    cfg.PurgeWorkerThreads,
 		DeleteThreads:    cfg.PurgeDeleteThreads,
 		DeleteBatchSize:  cfg.PurgeDeleteBatchSize,

@@ -226,7 +226,7 @@ func TestBinaryHelp(t *testing.T) {
 	out, err := cmd.Output()
 	require.NoError(t, err, "--help exits 0")
 	for _, name := range []string{"node-id", "data-dir", "http-addr", "cluster-addr", "warehouse", "s3-endpoint", "s3-region",
-		"s3-access-key-id", "s3-secret-access-key", "s3-path-style", "log-level", "log-format", "prefix", "max-body-bytes"} {
+		"s3-access-key-id", "s3-secret-access-key", "s3-path-style", "log-level", "log-format", "prefix", "max-body-bytes", "allowed-locations", "rejoin-as-nonvoter"} {
 		assert.Contains(t, string(out), "--"+name)
 		assert.Contains(t, string(out), envName(name))
 	}
@@ -240,7 +240,14 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.Equal(t, filepath.Join(wd, "floe-data"), c.DataDir)
 	assert.Equal(t, "127.0.0.1:8181", c.HTTPAddr)
 	assert.Equal(t, "127.0.0.1:8182", c.ClusterAddr)
+	wd, err = filepath.EvalSymlinks(wd)
+	require.NoError(t, err)
 	assert.Equal(t, "file://"+filepath.Join(wd, "floe-data", "warehouse"), c.Warehouse)
+	assert.Equal(t, []string{c.Warehouse}, c.allowedLocations(), "the warehouse alone by default")
+
+	c, err = parseConfig([]string{"--warehouse=s3://b/w", "--allowed-locations= s3://b/w , s3://other/t"}, nil, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s3://b/w", "s3://other/t"}, c.allowedLocations())
 	assert.Equal(t, "floe", c.Prefix)
 	assert.Equal(t, int64(8<<20), c.MaxBodyBytes)
 	assert.Equal(t, "info", c.LogLevel)
@@ -285,6 +292,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--warehouse=gs://b/p"}, want: "--warehouse"},
 		{args: []string{"--warehouse=/abs/path"}, want: "want file:// or s3://"},
 		{args: []string{"--warehouse=file://relative"}, want: "--warehouse"},
+		{args: []string{"--allowed-locations=s3://b/w,gs://x/y"}, want: "--allowed-locations"},
+		{args: []string{"--allowed-locations=/abs/path"}, want: "want file:// or s3://"},
 		{args: []string{"--s3-access-key-id=AK"}, want: "set together"},
 		{args: []string{"--prefix=a/b"}, want: "--prefix"},
 		{args: []string{"--data-dir="}, want: "--data-dir"},
