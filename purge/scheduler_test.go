@@ -136,3 +136,44 @@ func counter(t *testing.T, reg *prometheus.Registry, name, kind string) float64 
 	}
 	return 0
 }
+
+// Lead runs until its context ends or the service stops, and Stop waits
+// for it: no scheduler outlives its service.
+func TestLeadStopsWithTheService(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	s, err := New(Config{NodeID: "n1", Store: &fsmStore{f: f}, HeartbeatTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+	require.NoError(t, err)
+
+	led := make(chan struct{})
+	go func() {
+		defer close(led)
+		s.Lead(context.Background()) // a leadership that never ends by itself
+	}()
+	time.Sleep(50 * time.Millisecond) // let it start ticking
+	stopped := make(chan struct{})
+	go func() {
+		s.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-led:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lead did not return after Stop")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+	// A Lead started after Stop returns at once.
+	done := make(chan struct{})
+	go func() { s.Lead(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lead after Stop did not return")
+	}
+}
