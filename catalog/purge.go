@@ -41,11 +41,11 @@ type Purger interface {
 func (s *Server) purger() (Purger, error) {
 	s.purgerMu.Lock()
 	defer s.purgerMu.Unlock()
-	if s.purgerSvc != nil {
-		return s.purgerSvc, nil
-	}
 	if s.closed {
 		return nil, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", msg: "the catalog is shutting down", retryAfter: "1"}
+	}
+	if s.purgerSvc != nil {
+		return s.purgerSvc, nil
 	}
 	svc, err := purge.New(purge.Config{
 		NodeID:           "inline-" + uuid.NewString(),
