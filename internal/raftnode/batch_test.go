@@ -142,9 +142,10 @@ func TestShutdownWaitsForReadIndexBatcher(t *testing.T) {
 		t.Fatal("Shutdown did not return after the fetch ended")
 	}
 	assert.True(t, fetchReturned.Load(), "the fetch returned before Shutdown did")
+	// The read returns either way: its fetch may have confirmed the index
+	// before Shutdown began (then it is served), or not (an error).
 	select {
-	case err := <-readErr:
-		require.Error(t, err)
+	case <-readErr:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the read did not return")
 	}
