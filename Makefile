@@ -4,6 +4,7 @@
 #   make run     build, then start one node with zero flags (data in ./floe-data)
 #   make test    everything CI runs (installs versitygw for the S3 tests first)
 #   make lint    go vet and a gofmt check
+#   make fuzz    every fuzz target for FUZZTIME (30s); make fuzz-ci: the short CI pass
 #   make bench   benchmark suite → docs/benchmarks.md (BENCH_SIZE=large for the big cases)
 #   make cluster build, then run three nodes on loopback until Ctrl-C
 #                (deploy/cluster.sh; data in ./floe-cluster)
@@ -55,3 +56,45 @@ BENCH_SIZE ?= default
 bench: build
 	bash .ci/install-versitygw.sh
 	$(GO) run ./internal/bench/cmd/floebench --suite --floe $(BIN) --size $(BENCH_SIZE) --out docs/benchmarks.md
+
+# Fuzzing: each fuzz target for FUZZTIME. go test -fuzz takes one target per
+# package run, so every target is its own go test invocation. A crasher is
+# written to <package>/testdata/fuzz/<target>/. Minimization is off by
+# default: a bounded run that ends while it minimizes can drop the crash.
+# Plain go test (make test) runs every target's seed corpus as a test.
+FUZZTIME ?= 30s
+FUZZTIME_CI ?= 3s
+FUZZMINIMIZETIME ?= 0
+FUZZ_TARGETS := \
+	./fsm:FuzzDecode \
+	./fsm:FuzzApply \
+	./internal/storage:FuzzParseURI \
+	./internal/storage:FuzzIsWithin \
+	./catalog:FuzzParseIdentifier \
+	./catalog:FuzzDecodeCommit \
+	./catalog:FuzzRequestBody \
+	./transport:FuzzReadFrame \
+	./idempotency:FuzzParseKey
+
+.PHONY: fuzz fuzz-ci
+fuzz:
+	@failed=; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "--- fuzz $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg \
+			|| failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
+
+# The short pass CI runs: the targets whose packages build quickly with
+# fuzzing instrumentation (which recompiles every dependency). The catalog
+# and storage targets pull in iceberg-go, Arrow and the AWS SDK; CI runs
+# their seed corpora as plain tests in make test, and make fuzz fuzzes them.
+FUZZ_CI_TARGETS := \
+	./fsm:FuzzDecode \
+	./fsm:FuzzApply \
+	./transport:FuzzReadFrame \
+	./idempotency:FuzzParseKey
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_CI) FUZZ_TARGETS="$(FUZZ_CI_TARGETS)"

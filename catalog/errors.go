@@ -96,6 +96,8 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: msg}
 	case errors.Is(err, fsm.ErrKeyReused):
 		return &apiError{status: http.StatusUnprocessableEntity, typ: "UnprocessableEntityException", msg: msg}
+	case errors.Is(err, fsm.ErrInvalidCommand):
+		return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: msg}
 	case errors.Is(err, fsm.ErrNoSuchJob):
 		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: msg}
 	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrShutdown):

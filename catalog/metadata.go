@@ -158,11 +158,35 @@ func (s *Server) defaultLocation(id fsm.Ident) string {
 	return s.cfg.Warehouse + "/" + strings.Join(id.Namespace, "/") + "/" + id.Name
 }
 
+// Location limits: S3 keys end at 1024 bytes and file names at 255, and a
+// table's files add their own names below its location.
+const (
+	maxLocationBytes = 2048
+	maxSegmentBytes  = 255
+	maxKeyBytes      = 768
+)
+
 // checkLocation refuses a location that does not lie strictly inside one of
 // the allowed locations (by default the warehouse).
 func (s *Server) checkLocation(loc string) error {
-	if _, _, _, err := storage.ParseURI(loc); err != nil {
+	if len(loc) > maxLocationBytes {
+		return badRequest("location is %d bytes long, the limit is %d", len(loc), maxLocationBytes)
+	}
+	_, _, key, err := storage.ParseURI(loc)
+	if err != nil {
 		return badRequest("invalid location %q: %v", loc, err)
+	}
+	// Files go below the location (metadata/<version>-<uuid>.metadata.json,
+	// data/...): a segment a file system cannot name, or a key S3 cannot
+	// hold once those are added, is refused here rather than failing the
+	// write with a 5xx.
+	for seg := range strings.SplitSeq(key, "/") {
+		if len(seg) > maxSegmentBytes {
+			return badRequest("location %q has a path segment of %d bytes, the limit is %d", loc, len(seg), maxSegmentBytes)
+		}
+	}
+	if len(key) > maxKeyBytes {
+		return badRequest("location %q is %d bytes below its bucket or root, the limit is %d", loc, len(key), maxKeyBytes)
 	}
 	for _, allowed := range s.cfg.AllowedLocations {
 		if storage.IsWithin(allowed, loc) && fsm.LocationKey(allowed) != fsm.LocationKey(loc) {

@@ -214,3 +214,32 @@ func TestReplayEqualsFirstAnswer(t *testing.T) {
 		})
 	}
 }
+
+// Locations and namespaces the storage or the state machine cannot hold
+// are refused with 400 and change nothing: never a 5xx, which a client
+// would take for an unknown commit outcome.
+func TestOverlongNamesAndLocationsAre400(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/ns/tables", withName("t")).status)
+	before := n.state(t)
+	long := strings.Repeat("a", 256)
+	r := n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("x", n.warehouse+"/ns/"+long))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/t", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": n.warehouse + "/ns/" + long}},
+	})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Equal(t, "BadRequestException", r.errorType(t))
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("y", n.warehouse+"/ns/"+strings.Repeat("b/", 600)))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+
+	levels := make([]string, 20)
+	for i := range levels {
+		levels[i] = strings.Repeat("n", 250)
+	}
+	r = n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": levels})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Equal(t, before, n.state(t))
+}

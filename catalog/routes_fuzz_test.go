@@ -135,6 +135,10 @@ type routeServer struct {
 	srv       *Server
 	store     *localStore
 	warehouse string
+	fixtures  int // how many fixture locations were used
+
+	cached      string // state at cachedIndex
+	cachedIndex uint64
 }
 
 func newRouteServer(f *testing.F) *routeServer {
@@ -168,7 +172,10 @@ func (rs *routeServer) do(method, path string, body []byte) *httptest.ResponseRe
 }
 
 // ensureFixtures (re)creates namespace db and table db.t, which earlier
-// requests may have renamed away, and returns db.t's metadata location.
+// requests may have renamed away, and returns db.t's metadata location ("" if
+// it could not be recreated). Each db.t gets a fresh top-level directory of
+// the warehouse: the old one, renamed, keeps its location, and a fuzzed
+// table may have claimed any directory below the warehouse.
 func (rs *routeServer) ensureFixtures(t testing.TB) string {
 	t.Helper()
 	var meta string
@@ -193,20 +200,26 @@ func (rs *routeServer) ensureFixtures(t testing.TB) string {
 			t.Fatalf("create namespace db: %d %s", rec.Code, rec.Body)
 		}
 	}
-	if meta == "" {
-		body := []byte(`{"name":"t","schema":` + fuzzSchema + `}`)
-		if rec := rs.do("POST", "/v1/namespaces/db/tables", body); rec.Code != http.StatusOK {
-			t.Fatalf("create table db.t: %d %s", rec.Code, rec.Body)
+	for attempt := 0; meta == "" && attempt < 3; attempt++ {
+		rs.fixtures++
+		loc := fmt.Sprintf("%s/fixture-%d/t", rs.warehouse, rs.fixtures)
+		body := []byte(`{"name":"t","location":"` + loc + `","schema":` + fuzzSchema + `}`)
+		if rec := rs.do("POST", "/v1/namespaces/db/tables", body); rec.Code == http.StatusOK {
+			read()
 		}
-		read()
 	}
 	return meta
 }
 
 // state renders every namespace and table entry: what a refused request
-// must leave as it was.
+// must leave as it was. The rendering is cached by applied index, since
+// only an applied entry can change it.
 func (rs *routeServer) state(t testing.TB) string {
 	t.Helper()
+	index := rs.store.sm.AppliedIndex()
+	if rs.cached != "" && rs.cachedIndex == index {
+		return rs.cached
+	}
 	var b bytes.Buffer
 	err := rs.store.Read(context.Background(), func(r *fsm.Reader) error {
 		var walk func(parent []string)
@@ -230,7 +243,8 @@ func (rs *routeServer) state(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.String()
+	rs.cached, rs.cachedIndex = b.String(), index
+	return rs.cached
 }
 
 // FuzzRequestBody sends fuzzed bodies to every mutating route of an
@@ -246,7 +260,9 @@ func FuzzRequestBody(f *testing.F) {
 		f.Add(uint8(s.route), []byte(s.body))
 	}
 	rs := newRouteServer(f)
-	rs.ensureFixtures(f)
+	if rs.ensureFixtures(f) == "" {
+		f.Fatal("cannot create table db.t")
+	}
 
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]

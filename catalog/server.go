@@ -127,6 +127,9 @@ const (
 	nsSeparatorEncoded = "%2E"
 	unitSeparator      = "\x1f"
 	maxNameLength      = 255
+	// maxNamespaceBytes bounds a namespace, its levels joined: keys the
+	// state machine stores stay far below bbolt's limit.
+	maxNamespaceBytes = 4096
 )
 
 var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "config": true, "oauth": true}
@@ -352,6 +355,9 @@ func splitNamespace(decoded string) ([]string, error) {
 func validateNamespace(levels []string) error {
 	if len(levels) == 0 {
 		return badRequest("namespace must have at least one level")
+	}
+	if n := len(strings.Join(levels, unitSeparator)); n > maxNamespaceBytes {
+		return badRequest("namespace is %d bytes long, the limit is %d", n, maxNamespaceBytes)
 	}
 	for _, l := range levels {
 		if err := validateName("namespace level", l); err != nil {

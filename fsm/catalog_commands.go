@@ -56,6 +56,9 @@ const (
 	// StatusLocationInUse: the location is equal to, inside or around the
 	// location of another live table.
 	StatusLocationInUse
+	// StatusInvalid: the command is malformed (an empty or over-long key
+	// the state machine cannot store); nothing was applied.
+	StatusInvalid
 )
 
 var statusErrors = map[Status]error{
@@ -69,6 +72,7 @@ var statusErrors = map[Status]error{
 	StatusKeyReused:         ErrKeyReused,
 	StatusNoSuchJob:         ErrNoSuchJob,
 	StatusLocationInUse:     ErrLocationInUse,
+	StatusInvalid:           ErrInvalidCommand,
 }
 
 // Err returns nil for StatusOK, else an *OutcomeError that matches the

@@ -63,6 +63,17 @@ func register(t CommandType, r registration) {
 	if _, ok := registry[t]; ok {
 		panic(fmt.Sprintf("fsm: command type %d registered twice", t))
 	}
+	// A malformed command (see validate.go) is refused before it is
+	// applied, wherever it is applied from (a batch or inside Keyed).
+	apply := r.apply
+	r.apply = func(tx *txn, c Command) Result {
+		if v, ok := c.(checker); ok {
+			if res, bad := v.check(); bad {
+				return res
+			}
+		}
+		return apply(tx, c)
+	}
 	registry[t] = r
 }
 

@@ -50,6 +50,9 @@ var (
 	// ErrLocationInUse: the location is equal to, inside or around the
 	// location of another live table.
 	ErrLocationInUse = errors.New("location belongs to another table")
+	// ErrInvalidCommand: a command the state machine cannot store (an
+	// empty or over-long key); refused before anything was written.
+	ErrInvalidCommand = errors.New("invalid command")
 )
 
 // Ident names a table: its namespace levels and its name.
