@@ -341,8 +341,8 @@ func TestStaleReadOptIn(t *testing.T) {
 	assert.Equal(t, 400, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "eventually").errorStatus(t))
 	// Cut off from the cluster, the follower still answers a stale read
 	// from its replica, but not a linearizable one.
-	f.raft.Isolate(true)
-	defer f.raft.Isolate(false)
+	f.net.Isolate(true)
+	defer f.net.Isolate(false)
 	assert.Equal(t, 200, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "stale").status)
 	r := f.do(t, "GET", "/v1/namespaces/s", nil)
 	assert.Equal(t, 503, r.status)

@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/floe-catalog/floe/fsm"
-	"github.com/floe-catalog/floe/internal/raftnode"
+	"github.com/floe-catalog/floe/internal/replica"
 )
 
 // apiError is an error with its place in the Iceberg error model: the HTTP
@@ -100,11 +100,11 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: msg}
 	case errors.Is(err, fsm.ErrNoSuchJob):
 		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: msg}
-	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrShutdown):
+	case errors.Is(err, replica.ErrNotLeader), errors.Is(err, replica.ErrNoLeader), errors.Is(err, replica.ErrShutdown):
 		// Nothing was proposed: the client may retry, here or elsewhere.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "no leader available: " + msg, retryAfter: "1"}
-	case errors.Is(err, raftnode.ErrUnknownOutcome):
+	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/internal/raftnode"
+	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
 	"github.com/floe-catalog/floe/internal/spectest"
 	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/internal/testenv"
@@ -66,6 +67,7 @@ type node struct {
 	scfg      storage.Config
 	now       func() time.Time // catalog clock; nil: time.Now
 	raft      *raftnode.Node
+	net       *raftfault.Network // cuts raft off from the cluster (Isolate)
 	srv       *catalog.Server
 	objects   *storage.Mux
 	http      *httptest.Server
@@ -127,9 +129,10 @@ func follower(t *testing.T, nodes []*node) *node {
 func (n *node) start() {
 	t := n.t
 	t.Helper()
+	faults := raftfault.New()
 	rn, err := raftnode.Open(raftnode.Config{
 		DataDir: n.dir, ClusterAddr: n.addr, Bootstrap: len(n.join) == 0, Join: n.join, BootstrapExpect: n.expect,
-		Logger: quietLogger(),
+		Logger: quietLogger(), Faults: faults,
 	})
 	require.NoError(t, err)
 	if len(n.join) == 0 {
@@ -144,7 +147,7 @@ func (n *node) start() {
 		Now: n.now,
 	}, rn, objects)
 	require.NoError(t, err)
-	n.raft, n.objects, n.srv = rn, objects, srv
+	n.raft, n.net, n.objects, n.srv = rn, faults, objects, srv
 	n.http = httptest.NewServer(srv.Handler())
 	n.URL = n.http.URL
 	n.client = &http.Client{Transport: spectest.Wrap(t, nil), Timeout: 30 * time.Second}

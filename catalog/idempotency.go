@@ -3,11 +3,9 @@ package catalog
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -28,68 +26,25 @@ var keyedOps = map[string]bool{
 // no authentication yet, so every request is the same principal.
 const principal = "anonymous"
 
-// keyInfo is the Idempotency-Key of the request being served.
-type keyInfo struct {
-	key       string
-	binding   fsm.Binding
-	atMs      int64
-	expiresMs int64
-	// recorded is set once a command of this request stored its outcome
-	// under the key.
-	recorded atomic.Bool
-}
-
-type keyCtx struct{}
-
-func keyFrom(ctx context.Context) *keyInfo {
-	ki, _ := ctx.Value(keyCtx{}).(*keyInfo)
-	return ki
-}
-
-// replayedError carries a stored outcome out of a handler whose proposal
-// found its key already used for the same request (a concurrent or earlier
-// duplicate). The handler cleans up as for any failure; wrap then answers
-// with the replay.
-type replayedError struct{ res fsm.Result }
-
-func (e *replayedError) Error() string { return "idempotent replay" }
-
-// keyedStore wraps every proposal of a keyed request into fsm.Keyed, so the
-// record is written by the same log entry as the mutation.
+// keyedStore sends every proposal through idempotency.Propose: inside a
+// keyed request it is wrapped into fsm.Keyed, so the record is written by the
+// same log entry as the mutation.
 type keyedStore struct {
 	Store
 }
 
 func (k keyedStore) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	ki := keyFrom(ctx)
-	if ki == nil {
-		return k.Store.Propose(ctx, cmd)
-	}
-	inner, err := fsm.Encode(cmd)
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	res, err := k.Store.Propose(ctx, fsm.Keyed{
-		Key: ki.key, Binding: ki.binding, AtMs: ki.atMs, ExpiresMs: ki.expiresMs, Command: inner,
-	})
-	if err != nil {
-		return res, err
-	}
-	if res.Replayed {
-		return fsm.Result{}, &replayedError{res: res}
-	}
-	if res.Recorded {
-		ki.recorded.Store(true)
-	}
-	return res, nil
+	return idempotency.Propose(ctx, k.Store, cmd)
 }
 
 // keyed runs h for a request that may carry an Idempotency-Key: it
-// validates the key (400), binds it to this request, answers a retry from
-// the stored outcome (or 422 when the key was used for another request),
-// and after a deterministic failure decided before any mutation records it
-// so the retry sees the same answer. 5xx outcomes are never stored.
+// validates the key (400), binds it to this request and runs it through
+// idempotency.Keys.Run, which answers a retry from the stored outcome (or
+// 422 when the key was used for another request) and, after a deterministic
+// failure decided before any mutation, records it so the retry sees the
+// same answer. 5xx outcomes are never stored.
 func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	kind := opKindOf(op)
 	return func(w http.ResponseWriter, r *http.Request) error {
 		raw := r.Header.Get(idempotency.Header)
 		if s.cfg.IdempotencyDisabled || raw == "" {
@@ -114,68 +69,16 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 				route = append(route, val)
 			}
 		}
-		b := idempotency.NewBinding(op, route, principal, body)
-		now := s.cfg.Now().UnixMilli()
-		ki := &keyInfo{
-			key:       key,
-			binding:   fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest},
-			atMs:      now,
-			expiresMs: now + (s.cfg.IdempotencyLifetime + idempotency.Grace).Milliseconds(),
-		}
-		// A retry of a finished request is answered from its record
-		// without doing anything again.
-		var rec fsm.IdempotencyRecord
-		var found bool
-		if err := s.store.Read(r.Context(), func(rd *fsm.Reader) error {
-			rec, found = rd.IdempotencyRecord(key)
-			return nil
-		}); err != nil {
-			return err
-		}
-		if found && rec.Live(now) {
-			if rec.Binding != ki.binding {
-				s.metrics.idemConflicts.Inc()
-				return unprocessable("Idempotency-Key %s was already used for %s on another request (%s)",
-					key, rec.Binding.Operation, idempotency.Binding{Operation: rec.Binding.Operation, Route: rec.Binding.Route,
-						Principal: rec.Binding.Principal, BodyDigest: rec.Binding.BodyDigest}.Describe(b))
-			}
-			return s.replay(op, w, r, rec.Result)
-		}
-		r = r.WithContext(context.WithValue(r.Context(), keyCtx{}, ki))
-		err = h(w, r)
-		var re *replayedError
-		if errors.As(err, &re) {
-			return s.replay(op, w, r, re.res)
-		}
-		if err == nil {
-			if ki.recorded.Load() {
-				s.metrics.idemStored.Inc()
-			}
-			return nil
-		}
-		if ki.recorded.Load() {
+		run := func(ctx context.Context) error { return h(w, r.WithContext(ctx)) }
+		replay := func(ctx context.Context, res fsm.Result) error { return s.replay(op, w, r.WithContext(ctx), res) }
+		decided := func(err error) (fsm.Result, bool) { return deterministicOutcome(err, kind) }
+		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, principal, body), run, replay, decided)
+		switch outcome {
+		case idempotency.Recorded:
 			s.metrics.idemStored.Inc()
-			return err
+		case idempotency.Refused:
+			s.metrics.idemConflicts.Inc()
 		}
-		res, ok := deterministicOutcome(err, opKindOf(op))
-		if !ok {
-			return err
-		}
-		// Record the failure so a retry gets the same answer; if the record
-		// cannot be written the client still gets the original answer.
-		// Proposed directly, not through the keyed store: RecordOutcome is
-		// itself the key's record.
-		out, perr := s.direct.Propose(context.WithoutCancel(r.Context()), fsm.RecordOutcome{
-			Key: key, Binding: ki.binding, AtMs: ki.atMs, ExpiresMs: ki.expiresMs, Result: res,
-		})
-		if perr != nil {
-			s.log.Warn("could not record idempotent outcome", "key", key, "op", op, "error", perr)
-			return err
-		}
-		if out.Replayed {
-			return s.replay(op, w, r, out)
-		}
-		s.metrics.idemStored.Inc()
 		return err
 	}
 }

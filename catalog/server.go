@@ -138,9 +138,9 @@ var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "tran
 type Server struct {
 	cfg   Config
 	store Store
-	// direct is the store without the keyed wrapper, for commands that
-	// are themselves an Idempotency-Key's record.
-	direct  Store
+	// keys runs keyed requests (see keyed); its store is the one passed to
+	// New, without the keyed wrapper.
+	keys    *idempotency.Keys
 	objects Objects
 	log     *slog.Logger
 	cache   *metadataCache
@@ -194,7 +194,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		store:     keyedStore{Store: store},
-		direct:    store,
+		keys:      idempotency.New(store, idempotency.Config{Lifetime: cfg.IdempotencyLifetime, Now: cfg.Now, Logger: cfg.Logger}),
 		objects:   objects,
 		log:       cfg.Logger,
 		cache:     newMetadataCache(cfg.MetadataCacheSize),

@@ -53,6 +53,21 @@ type FSM struct {
 	// onSnapshot, if set, learns how long each snapshot took to persist
 	// and how large it was.
 	onSnapshot func(d time.Duration, bytes int64)
+	// onPurgeWork, if set, is called after a batch that made a purge job
+	// claimable has committed.
+	onPurgeWork atomic.Pointer[func()]
+}
+
+// OnPurgeWork registers fn to be called, on the applying goroutine, after
+// each batch that added a claimable purge job (an asynchronous purging
+// drop, a retried job). fn must not block: it is a wake-up, not work. It
+// may be set at any time; nil clears it.
+func (f *FSM) OnPurgeWork(fn func()) {
+	if fn == nil {
+		f.onPurgeWork.Store(nil)
+		return
+	}
+	f.onPurgeWork.Store(&fn)
 }
 
 // OnSnapshot registers fn to be told the duration and size of every
@@ -202,10 +217,12 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	last := logs[len(logs)-1]
+	purgeWork := false
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		rb := tx.Bucket(bucketRaft)
 		stored := getUint64(rb, keyAppliedIndex)
 		t := &txn{tx: tx}
+		defer func() { purgeWork = t.purgeWork }()
 		for i, l := range logs {
 			if l.Index <= stored || cmds[i] == nil {
 				continue
@@ -226,6 +243,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	}
 	if last.Index > f.applied.Load() {
 		f.setApplied(last.Index)
+	}
+	if fn := f.onPurgeWork.Load(); purgeWork && fn != nil {
+		(*fn)()
 	}
 	return results
 }

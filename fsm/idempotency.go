@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Idempotency records: Idempotency-Key → the binding it was first used with
@@ -30,13 +31,36 @@ func init() {
 	register(TypePruneIdempotency, registration{1, jsonCodec[PruneIdempotency](1), applyPruneIdempotency})
 }
 
-// Binding ties a key to one request: the operation, the route's
-// identifiers, the principal and a digest of the body.
+// Binding ties a key to the request it was first used with: the operation,
+// the route's identifiers, the principal and a digest of the body. A key
+// reused with another binding is refused. Package idempotency builds
+// bindings from requests (NewBinding).
 type Binding struct {
-	Operation  string `json:"op"`
-	Route      string `json:"route"`
-	Principal  string `json:"principal"`
+	Operation string `json:"op"`
+	// Route is the route's identifiers (namespace, table), canonical.
+	Route     string `json:"route"`
+	Principal string `json:"principal"`
+	// BodyDigest is the SHA-256 of the request body, hex.
 	BodyDigest string `json:"body"`
+}
+
+// Describe says how other differs from b, the binding a key was first used
+// with, for the message that refuses the reused key.
+func (b Binding) Describe(other Binding) string {
+	var diffs []string
+	if b.Operation != other.Operation {
+		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", other.Operation, b.Operation))
+	}
+	if b.Route != other.Route {
+		diffs = append(diffs, "another resource")
+	}
+	if b.Principal != other.Principal {
+		diffs = append(diffs, "another principal")
+	}
+	if b.BodyDigest != other.BodyDigest {
+		diffs = append(diffs, "a different request body")
+	}
+	return strings.Join(diffs, ", ")
 }
 
 // IdempotencyRecord is a stored key.
@@ -125,35 +149,11 @@ func (t *txn) checkKey(key string, b Binding, atMs int64) (Result, bool) {
 	}
 	if rec.Binding != b {
 		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s on %q; this request differs (%s)",
-			key, rec.Binding.Operation, rec.Binding.Route, describeBinding(rec.Binding, b)), true
+			key, rec.Binding.Operation, rec.Binding.Route, rec.Binding.Describe(b)), true
 	}
 	res := rec.Result
 	res.Replayed = true
 	return res, true
-}
-
-func describeBinding(first, now Binding) string {
-	var diffs []string
-	if first.Operation != now.Operation {
-		diffs = append(diffs, "operation "+now.Operation)
-	}
-	if first.Route != now.Route {
-		diffs = append(diffs, "another resource")
-	}
-	if first.Principal != now.Principal {
-		diffs = append(diffs, "another principal")
-	}
-	if first.BodyDigest != now.BodyDigest {
-		diffs = append(diffs, "a different request body")
-	}
-	if len(diffs) == 0 {
-		return "unknown difference"
-	}
-	out := diffs[0]
-	for _, d := range diffs[1:] {
-		out += ", " + d
-	}
-	return out
 }
 
 func applyKeyed(t *txn, c Command) Result {

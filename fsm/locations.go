@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/location"
 )
 
 // Location ownership: a location belongs to one table. Every live table is
@@ -28,7 +28,7 @@ func init() {
 }
 
 // LocationKey is the normalised form locations are compared in: scheme,
-// bucket and key as storage.ParseURI normalises them (s3a:// and s3n:// are
+// bucket and key as location.ParseURI normalises them (s3a:// and s3n:// are
 // s3://, file:/x and file:///x are /x), with exactly one trailing slash, so
 // "equal, inside or containing" become string-prefix tests on whole path
 // segments: s3://b/t1/ never prefixes s3://b/t10/. A location ParseURI
@@ -38,7 +38,7 @@ func LocationKey(uri string) string {
 	if uri == "" {
 		return "" // no location: owns nothing
 	}
-	scheme, bucket, key, err := storage.ParseURI(uri)
+	scheme, bucket, key, err := location.ParseURI(uri)
 	if err != nil {
 		raw := strings.TrimRight(uri, "/")
 		raw = strings.ReplaceAll(raw, "\x00", "%00")

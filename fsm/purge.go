@@ -402,6 +402,8 @@ func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
 	if spec.LeaseNode != "" {
 		j.State = JobRunning
 		j.Lease = &PurgeLease{Node: spec.LeaseNode, Token: t.index, ExpiresMs: spec.LeaseExpiresMs}
+	} else {
+		t.purgeWork = true
 	}
 	t.putJob(j, "")
 	t.putEmpty(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
@@ -543,6 +545,7 @@ func applyRetryPurgeJob(t *txn, c Command) Result {
 	j.NotBeforeMs = 0
 	j.UpdatedMs = cmd.AtMs
 	t.putJob(j, JobFailed)
+	t.purgeWork = true
 	return Result{}
 }
 

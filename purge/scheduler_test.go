@@ -177,3 +177,37 @@ func TestLeadStopsWithTheService(t *testing.T) {
 		t.Fatal("Lead after Stop did not return")
 	}
 }
+
+// An asynchronous purge is assigned as soon as its drop is applied: the
+// state machine wakes the leader's scheduler, whose own poll here would
+// not come for an hour.
+func TestDropWakesTheScheduler(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	f.OnPurgeWork(s.Wake)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Lead(ctx)
+	// The first look (at start) notes n2's heartbeat; a later one must see
+	// it move before n2 counts as live. A wake taken off the channel means
+	// the first look is done.
+	s.Wake()
+	require.Eventually(t, func() bool { return len(s.wake) == 0 }, 10*time.Second, time.Millisecond)
+	st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
+	st.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-t"}})
+	require.Eventually(t, func() bool {
+		l := st.lease(t, "job-t")
+		return l != nil && l.Node == "n2"
+	}, 10*time.Second, 5*time.Millisecond, "the drop woke the scheduler")
+}

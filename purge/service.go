@@ -156,6 +156,9 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// wake tells a running scheduler (Lead) to look for work now.
+	wake chan struct{}
+
 	mu      sync.Mutex
 	runs    map[string]*run // by job id
 	busy    int             // scheduler-leased runs (bounded by WorkerThreads)
@@ -191,9 +194,22 @@ func New(cfg Config) (*Service, error) {
 		m:    m,
 		pool: newDeletePool(cfg.DeleteThreads),
 		runs: map[string]*run{},
+		wake: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// Wake tells the scheduler, if it runs here (this node leads), to assign
+// claimable jobs now instead of at its next poll: a node wires it to the
+// state machine's OnPurgeWork, so an asynchronous purge starts as soon as
+// its drop is applied. It never blocks; wakes that arrive while one is
+// pending merge into it.
+func (s *Service) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // NodeID is the node this service runs jobs for.

@@ -138,6 +138,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer purger.Stop() // before the node's Shutdown (deferred earlier, runs later)
+	// An asynchronous purge starts as soon as its drop is applied: the
+	// state machine wakes the leader's scheduler.
+	node.FSM().OnPurgeWork(purger.Wake)
+	defer node.FSM().OnPurgeWork(nil)
 	node.OnLeadership(purger.Lead)
 	purger.Start()
 	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, purger)

@@ -19,51 +19,24 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
-// Member is one server in the Raft configuration, as seen from the node
-// answering, plus what that server reports about itself when reachable.
-type Member struct {
-	ID          string `json:"id"`
-	ClusterAddr string `json:"cluster-address"`
-	HTTPAddr    string `json:"http-address,omitempty"`
-	Suffrage    string `json:"suffrage"`
-	Leader      bool   `json:"leader"`
-	Reachable   bool   `json:"reachable"`
-	State       string `json:"state,omitempty"`
-	Term        uint64 `json:"term,omitempty"`
-	CommitIndex uint64 `json:"commit-index,omitempty"`
-	// AppliedIndex is the member's state machine applied index.
-	AppliedIndex uint64 `json:"applied-index,omitempty"`
-	// LastContact is how long ago the member last heard from the leader
-	// ("0s" on the leader itself), as the member reports it.
-	LastContact string `json:"last-contact,omitempty"`
-	Error       string `json:"error,omitempty"`
-}
-
-// Status is the cluster as seen from one node.
-type Status struct {
-	Self         string   `json:"self"`
-	LeaderID     string   `json:"leader-id"`
-	LeaderAddr   string   `json:"leader-address"`
-	Term         uint64   `json:"term"`
-	CommitIndex  uint64   `json:"commit-index"`
-	AppliedIndex uint64   `json:"applied-index"`
-	Members      []Member `json:"members"`
-}
-
-// Cluster is what the operator API needs from the node. Mutations run on the
-// leader (the node forwards them); their errors wrap ErrBadRequest,
-// ErrNotFound or ErrConflict for the operator's mistakes.
+// Cluster is what the operator API needs from the node (a raftnode.Node).
+// Mutations run on the leader (the node forwards them); their errors wrap
+// raftnode.ErrInvalidMember or raftnode.ErrNoSuchMember for the operator's
+// mistakes and raftnode.ErrUnavailable when no leader could take them.
 type Cluster interface {
-	Status(ctx context.Context) (Status, error)
+	Status(ctx context.Context) (raftnode.Status, error)
 	AddVoter(ctx context.Context, id, addr string) error
 	AddNonvoter(ctx context.Context, id, addr string) error
 	Remove(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
 }
 
-// Errors a Cluster returns for operator mistakes.
+var _ Cluster = (*raftnode.Node)(nil)
+
+// Errors the operator API answers with: 400, 404, 409 and 503.
 var (
 	ErrBadRequest = errors.New("bad request")
 	ErrNotFound   = errors.New("not found")
@@ -76,7 +49,8 @@ var (
 // (a raftnode.Node): Propose goes through the Raft log, Read is
 // linearizable. Membership changes are Raft configuration changes, not
 // state machine commands, so their record cannot ride in the change's log
-// entry; see runOnce for how a keyed change still runs once.
+// entry; they run through idempotency.Keys.Once, which claims the key
+// first.
 type Records interface {
 	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	Read(ctx context.Context, fn func(*fsm.Reader) error) error
@@ -96,12 +70,12 @@ type Config struct {
 
 // Server is the operator API handler.
 type Server struct {
-	cluster  Cluster
-	records  Records
-	now      func() time.Time
-	lifetime time.Duration
-	log      *slog.Logger
-	router   *mux.Router
+	cluster Cluster
+	// keys runs the keyed membership changes; nil without records.
+	keys   *idempotency.Keys
+	cfg    Config
+	log    *slog.Logger
+	router *mux.Router
 }
 
 // newServer applies cfg's defaults; it serves no routes.
@@ -115,7 +89,17 @@ func newServer(c Cluster, records Records, cfg Config) *Server {
 	if cfg.IdempotencyLifetime <= 0 {
 		cfg.IdempotencyLifetime = idempotency.DefaultLifetime
 	}
-	return &Server{cluster: c, records: records, now: cfg.Now, lifetime: cfg.IdempotencyLifetime, log: cfg.Logger}
+	s := &Server{cluster: c, cfg: cfg, log: cfg.Logger}
+	if records != nil {
+		s.keys = s.keysOver(records)
+	}
+	return s
+}
+
+// keysOver returns the keyed-request flow over store, with the server's
+// clock and idempotency lifetime.
+func (s *Server) keysOver(store idempotency.Store) *idempotency.Keys {
+	return idempotency.New(store, idempotency.Config{Lifetime: s.cfg.IdempotencyLifetime, Now: s.cfg.Now, Logger: s.log})
 }
 
 // New returns the operator API. With records non-nil the membership
@@ -161,13 +145,15 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 		switch {
 		case errors.As(err, &direct):
 			se = direct
-		case errors.Is(err, ErrBadRequest):
+		case errors.Is(err, ErrBadRequest), errors.Is(err, raftnode.ErrInvalidMember):
 			se = &statusError{http.StatusBadRequest, "BadRequestException", err.Error()}
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrNotFound), errors.Is(err, raftnode.ErrNoSuchMember):
 			se = &statusError{http.StatusNotFound, "NotFoundException", err.Error()}
 		case errors.Is(err, ErrConflict):
 			se = &statusError{http.StatusConflict, "AlreadyExistsException", err.Error()}
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, fsm.ErrKeyReused):
+			se = &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException", err.Error()}
+		case errors.Is(err, ErrUnavailable), errors.Is(err, raftnode.ErrUnavailable), errors.Is(err, idempotency.ErrUnavailable):
 			se = &statusError{http.StatusServiceUnavailable, "ServiceUnavailableException", err.Error()}
 			w.Header().Set("Retry-After", "1")
 		}
@@ -184,11 +170,13 @@ type memberChange func(ctx context.Context) error
 
 // membership serves a membership change: prepare validates the request
 // (400 before anything else happens) and returns the change; a success
-// answers 204. With an Idempotency-Key the change runs through runOnce.
+// answers 204. With an Idempotency-Key the change runs through
+// idempotency.Keys.Once, which claims the key through the log so that the
+// change runs once however many duplicates arrive, on any node.
 func (s *Server) membership(op string, prepare func(r *http.Request) (memberChange, error)) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		raw := r.Header.Get(idempotency.Header)
-		if raw == "" || s.records == nil {
+		if raw == "" || s.keys == nil {
 			change, err := prepare(r)
 			if err != nil {
 				return err
@@ -212,9 +200,7 @@ func (s *Server) membership(op string, prepare func(r *http.Request) (memberChan
 		if err != nil {
 			return err
 		}
-		b := idempotency.NewBinding(op, []string{mux.Vars(r)["id"]}, operatorPrincipal, body)
-		binding := fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest}
-		replayed, err := s.runOnce(r.Context(), op, key, binding, change)
+		replayed, err := s.keys.Once(r.Context(), s.keys.Bind(key, op, []string{mux.Vars(r)["id"]}, operatorPrincipal, body), change)
 		if err != nil {
 			return err
 		}
@@ -224,161 +210,6 @@ func (s *Server) membership(op string, prepare func(r *http.Request) (memberChan
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-}
-
-// Keyed membership changes. A change is claimed before it runs: a record
-// under claimKey(key), proposed with fsm.RecordOutcome, whose Apply creates
-// it only when no live record holds that key (a duplicate gets Replayed, a
-// request with another binding StatusKeyReused). The log orders concurrent
-// claims, on this node or any other, so exactly one request runs the
-// change; the others wait for its outcome, stored under the key itself
-// once the change succeeded, and replay it.
-//
-// The claim is a lease: it expires claimLifetime after it was taken. The
-// request holding it gives the look-up and the change changeTimeout and the
-// outcome's record recordTimeout, whether or not its client is still there; the rest
-// of the lease absorbs clock skew between nodes (a lease's expiry is judged
-// by the clock of the node proposing the next claim). If the node crashes
-// after claiming, or the change fails, no outcome is stored: waiting
-// duplicates and retries take the claim over once it expired and run the
-// change again. For these operations that is harmless — adding a member
-// that is already there is a no-op, a transfer moves leadership again, a
-// second removal answers 404 — and it beats the alternative, a key stuck
-// for its whole lifetime with no answer to give.
-const (
-	changeTimeout   = 20 * time.Second
-	recordTimeout   = 5 * time.Second
-	claimLifetime   = changeTimeout + recordTimeout + 5*time.Second
-	claimKeyPrefix  = "membership-claim/"
-	pollMinInterval = 10 * time.Millisecond
-	pollMaxInterval = 250 * time.Millisecond
-)
-
-// claimKey is where the claim on key is recorded. Keys are UUIDs, so no
-// client key can be a claim key.
-func claimKey(key string) string { return claimKeyPrefix + key }
-
-// keyState is what the state machine holds for a key: its outcome and its
-// claim, each when present.
-type keyState struct {
-	outcome, claim         fsm.IdempotencyRecord
-	hasOutcome, hasClaimed bool
-}
-
-func (s *Server) lookup(ctx context.Context, key string) (keyState, error) {
-	var ks keyState
-	err := s.records.Read(ctx, func(rd *fsm.Reader) error {
-		ks.outcome, ks.hasOutcome = rd.IdempotencyRecord(key)
-		ks.claim, ks.hasClaimed = rd.IdempotencyRecord(claimKey(key))
-		return nil
-	})
-	if err != nil {
-		return ks, fmt.Errorf("%w: reading Idempotency-Key %s: %v", ErrUnavailable, key, err)
-	}
-	return ks, nil
-}
-
-func keyReused(key string, rec fsm.IdempotencyRecord) error {
-	return &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException",
-		fmt.Sprintf("Idempotency-Key %s was already used for %s on another request", key, rec.Binding.Operation)}
-}
-
-// runOnce runs change for the first request with key and binding, and
-// answers every other one with its outcome (replayed true): see the
-// comment on claimLifetime. Only successes are stored.
-//
-// Errors: a 422 statusError when the key is bound to another request;
-// ErrUnavailable when the records cannot be read or the claim cannot be
-// proposed (nothing ran), or when ctx ends while another request holds the
-// claim (the change may still happen; a retry gets its outcome); the
-// change's own error when this request ran it and it failed (nothing is
-// stored, and a retry runs the change again once the claim expired).
-func (s *Server) runOnce(ctx context.Context, op, key string, b fsm.Binding, change memberChange) (replayed bool, err error) {
-	wait := pollMinInterval
-	for {
-		at := s.now()
-		ks, err := s.lookup(ctx, key)
-		if err != nil {
-			return false, err
-		}
-		if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
-			if ks.outcome.Binding != b {
-				return false, keyReused(key, ks.outcome)
-			}
-			return true, nil
-		}
-		if ks.hasClaimed && ks.claim.Live(at.UnixMilli()) {
-			if ks.claim.Binding != b {
-				return false, keyReused(key, ks.claim)
-			}
-		} else {
-			res, err := s.records.Propose(ctx, fsm.RecordOutcome{
-				Key: claimKey(key), Binding: b,
-				AtMs: at.UnixMilli(), ExpiresMs: at.Add(claimLifetime).UnixMilli(),
-			})
-			if err != nil {
-				return false, fmt.Errorf("%w: claiming Idempotency-Key %s: %v", ErrUnavailable, key, err)
-			}
-			if res.Status == fsm.StatusOK && !res.Replayed {
-				return s.runClaimed(ctx, op, key, b, at, change)
-			}
-			// Another request claimed the key first: the next look-up
-			// says whether it is a duplicate (wait) or another request
-			// (422).
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false, fmt.Errorf("%w: Idempotency-Key %s: the first request with it is still in progress (%v); retry to get its outcome",
-				ErrUnavailable, key, context.Cause(ctx))
-		case <-t.C:
-		}
-		wait = min(2*wait, pollMaxInterval)
-	}
-}
-
-// runClaimed runs change for the request that holds the claim on key
-// (taken at time at) and stores its success under key. The change and the
-// record do not depend on ctx: duplicates wait for this outcome even if
-// this request's client went away. A record that cannot be written is
-// logged; the change happened, so the answer is still a success.
-func (s *Server) runClaimed(ctx context.Context, op, key string, b fsm.Binding, at time.Time, change memberChange) (replayed bool, err error) {
-	changeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), changeTimeout)
-	defer cancel()
-	// An earlier holder whose claim expired may have stored its outcome
-	// after this request's look-up; the claim is in the log now, so this
-	// read sees it.
-	ks, err := s.lookup(changeCtx, key)
-	if err != nil {
-		return false, err
-	}
-	if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
-		if ks.outcome.Binding != b {
-			return false, keyReused(key, ks.outcome)
-		}
-		return true, nil
-	}
-	if err := change(changeCtx); err != nil {
-		return false, err
-	}
-	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancelRecord()
-	res, err := s.records.Propose(recordCtx, fsm.RecordOutcome{
-		Key: key, Binding: b,
-		AtMs: at.UnixMilli(), ExpiresMs: at.Add(s.lifetime + idempotency.Grace).UnixMilli(),
-		Result: fsm.Result{Status: fsm.StatusOK},
-	})
-	switch {
-	case err != nil:
-		s.log.Warn("could not record the Idempotency-Key of a membership change", "key", key, "op", op, "error", err)
-	case res.Status == fsm.StatusKeyReused:
-		s.log.Warn("the Idempotency-Key of a membership change was taken by another request meanwhile", "key", key, "op", op)
-	case res.Replayed:
-		// A holder whose claim expired finished first: answer as it did.
-		return true, nil
-	}
-	return false, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

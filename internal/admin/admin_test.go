@@ -17,6 +17,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
 type fakeCluster struct {
@@ -51,10 +52,10 @@ func (f *fakeCluster) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeCluster) Status(context.Context) (Status, error) {
+func (f *fakeCluster) Status(context.Context) (raftnode.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Status{Self: "a", LeaderID: "a", Members: []Member{{ID: "a", Suffrage: "Voter", Leader: true, Reachable: true}}}, f.err
+	return raftnode.Status{Self: "a", LeaderID: "a", Members: []raftnode.Member{{ID: "a", Suffrage: "Voter", Leader: true, Reachable: true}}}, f.err
 }
 func (f *fakeCluster) AddVoter(_ context.Context, id, addr string) error {
 	return f.record("voter " + id + " " + addr)
@@ -111,11 +112,11 @@ func TestOperatorAPI(t *testing.T) {
 	}
 	assert.Len(t, fc.Calls(), 4)
 
-	fc.setErr(fmt.Errorf("%w: no member", ErrNotFound))
+	fc.setErr(fmt.Errorf("%w: no member", raftnode.ErrNoSuchMember))
 	rec, body = do(t, h, "DELETE", "/management/v1/cluster/members/zz", "")
 	assert.Equal(t, 404, rec.Code)
 	assert.EqualValues(t, 404, body["error"].(map[string]any)["code"])
-	fc.setErr(fmt.Errorf("%w: no leader", ErrUnavailable))
+	fc.setErr(fmt.Errorf("%w: no leader", raftnode.ErrUnavailable))
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`)
 	assert.Equal(t, 503, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
@@ -232,7 +233,7 @@ func TestDuplicateWaitsForTheClaimThenTakesOverWhenItExpires(t *testing.T) {
 
 	// The first request claims the key; its change fails, so nothing is
 	// recorded (as when its node crashes after claiming).
-	fc.setErr(fmt.Errorf("%w: no leader", ErrUnavailable))
+	fc.setErr(fmt.Errorf("%w: no leader", raftnode.ErrUnavailable))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
 	require.Equal(t, 503, rec.Code, rec.Body.String())
@@ -255,7 +256,7 @@ func TestDuplicateWaitsForTheClaimThenTakesOverWhenItExpires(t *testing.T) {
 	assert.Equal(t, 422, rec.Code, rec.Body.String())
 
 	// Once the claim expired, a retry takes it over and runs the change.
-	clock.Add(claimLifetime)
+	clock.Add(idempotency.ClaimLifetime)
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
 	require.Equal(t, 204, rec.Code, rec.Body.String())

@@ -60,7 +60,7 @@ func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) h
 // Reads are linearizable. Retry and release of a job in any other state
 // answer 409; an unknown job 404. FileIO secrets are never shown.
 func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
-	p := &purgeAPI{store: store, now: s.now, lifetime: s.lifetime, log: s.log}
+	p := &purgeAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, log: s.log}
 	r := mux.NewRouter()
 	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET")
 	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET")
@@ -77,10 +77,10 @@ func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
 }
 
 type purgeAPI struct {
-	store    PurgeStore
-	now      func() time.Time
-	lifetime time.Duration
-	log      *slog.Logger
+	store PurgeStore
+	keys  *idempotency.Keys
+	now   func() time.Time
+	log   *slog.Logger
 }
 
 // PurgeJobView is a purge job as the operator API shows it.
@@ -263,74 +263,63 @@ func (p *purgeAPI) release(w http.ResponseWriter, r *http.Request) error {
 }
 
 // change proposes a retry or release and answers with the job after it.
+// With an Idempotency-Key it runs through idempotency.Keys.Run: the command
+// is wrapped in fsm.Keyed, so the operator's retry of a retry or release
+// takes effect once and gets the first answer; the record is written by the
+// same log entry as the change. A malformed key is a 400.
 func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, cmd func(string, int64) fsm.Command) error {
 	id, err := jobID(r)
 	if err != nil {
 		return err
 	}
-	c, err := p.keyed(r, what, id, cmd(id, p.now().UnixMilli()))
-	if err != nil {
-		return err
-	}
-	res, err := p.store.Propose(r.Context(), c)
-	if err != nil {
-		// Not a decision: no leader, or the answer was lost. The operator
-		// reads the job and tries again.
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	if err := res.Err(); err != nil {
-		switch {
-		case errors.Is(err, fsm.ErrNoSuchJob):
-			return fmt.Errorf("%w: %v", ErrNotFound, err)
-		case errors.Is(err, fsm.ErrCommitFailed):
-			return &statusError{http.StatusConflict, "ConflictException", err.Error()}
-		case errors.Is(err, fsm.ErrKeyReused):
-			return &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException", err.Error()}
+	answer := func(ctx context.Context, res fsm.Result, replayed bool) error {
+		if err := res.Err(); err != nil {
+			switch {
+			case errors.Is(err, fsm.ErrNoSuchJob):
+				return fmt.Errorf("%w: %v", ErrNotFound, err)
+			case errors.Is(err, fsm.ErrCommitFailed):
+				return &statusError{http.StatusConflict, "ConflictException", err.Error()}
+			}
+			return err
 		}
-		return err
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		p.log.Info("purge job "+what+" by operator", "job_id", id, "by", operatorPrincipal)
+		j, err := p.job(ctx, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, viewOf(j))
+		return nil
 	}
-	if res.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
+	propose := func(ctx context.Context) error {
+		res, err := idempotency.Propose(ctx, p.store, cmd(id, p.now().UnixMilli()))
+		switch {
+		case errors.Is(err, idempotency.ErrReplayed):
+			return err // answered from the key's record
+		case err != nil:
+			// Not a decision: no leader, or the answer was lost. The
+			// operator reads the job and tries again.
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return answer(ctx, res, false)
 	}
-	p.log.Info("purge job "+what+" by operator", "job_id", id, "by", operatorPrincipal)
-	j, err := p.job(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, viewOf(j))
-	return nil
-}
-
-// keyed wraps cmd in fsm.Keyed when the request carries an
-// Idempotency-Key, so that the operator's retry of a retry or release takes
-// effect once and gets the first answer; the record is written by the same
-// log entry as the change. A malformed key is a 400.
-func (p *purgeAPI) keyed(r *http.Request, op, id string, cmd fsm.Command) (fsm.Command, error) {
 	raw := r.Header.Get(idempotency.Header)
 	if raw == "" {
-		return cmd, nil
+		return propose(r.Context())
 	}
 	key, _, err := idempotency.ParseKey(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
 	}
-	inner, err := fsm.Encode(cmd)
-	if err != nil {
-		return nil, err
-	}
-	b := idempotency.NewBinding("purge-job-"+op, []string{id}, operatorPrincipal, body)
-	at := p.now()
-	return fsm.Keyed{
-		Key:       key,
-		Binding:   fsm.Binding{Operation: b.Operation, Route: b.Route, Principal: b.Principal, BodyDigest: b.BodyDigest},
-		AtMs:      at.UnixMilli(),
-		ExpiresMs: at.Add(p.lifetime + idempotency.Grace).UnixMilli(),
-		Command:   inner,
-	}, nil
+	replay := func(ctx context.Context, res fsm.Result) error { return answer(ctx, res, true) }
+	_, err = p.keys.Run(r.Context(), p.keys.Bind(key, "purge-job-"+what, []string{id}, operatorPrincipal, body), propose, replay, nil)
+	return err
 }
 
 func (p *purgeAPI) job(ctx context.Context, id string) (fsm.PurgeJob, error) {

@@ -13,11 +13,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/floe-catalog/floe/fsm"
-	"github.com/floe-catalog/floe/internal/admin"
 	"github.com/floe-catalog/floe/transport"
 )
-
-var _ admin.Cluster = (*Node)(nil)
 
 // RPC methods served on the cluster port. The set is fixed (method names
 // are metric labels).
@@ -61,9 +58,9 @@ func toRemote(err error) error {
 		code = codeShutdown
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code = codeNotAccepted
-	case errors.Is(err, admin.ErrBadRequest):
+	case errors.Is(err, ErrInvalidMember):
 		code = codeBadRequest
-	case errors.Is(err, admin.ErrNotFound):
+	case errors.Is(err, ErrNoSuchMember):
 		code = codeNotFound
 	}
 	return &transport.RemoteError{Code: code, Message: err.Error()}
@@ -86,9 +83,9 @@ func fromRemote(err error, write bool) error {
 		case codeNotAccepted:
 			return fmt.Errorf("raftnode: leader did not accept the command in time: %w: %s", context.DeadlineExceeded, re.Message)
 		case codeBadRequest:
-			return &remoteErr{sentinel: admin.ErrBadRequest, msg: re.Message}
+			return &remoteErr{sentinel: ErrInvalidMember, msg: re.Message}
 		case codeNotFound:
-			return &remoteErr{sentinel: admin.ErrNotFound, msg: re.Message}
+			return &remoteErr{sentinel: ErrNoSuchMember, msg: re.Message}
 		case codeRejoinRefused:
 			return &remoteErr{sentinel: ErrRejoinRefused, msg: re.Message}
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
@@ -119,10 +116,10 @@ type remoteErr struct {
 func (e *remoteErr) Error() string { return e.msg }
 func (e *remoteErr) Unwrap() error { return e.sentinel }
 
-// call sends one RPC to addr, unless this node is isolated.
+// call sends one RPC to addr, unless Config.Faults cuts it.
 func (n *Node) call(ctx context.Context, addr, method string, req, resp any) error {
-	if n.layer.isolated.Load() {
-		return fmt.Errorf("%w: %w", ErrNoLeader, errIsolated)
+	if err := n.cut(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoLeader, err)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -310,8 +307,8 @@ type memberRequest struct {
 
 // handleRPC serves the cluster RPC methods.
 func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byte, error) {
-	if n.layer.isolated.Load() {
-		return nil, &transport.RemoteError{Code: codeNoLeader, Message: errIsolated.Error()}
+	if err := n.cut(); err != nil {
+		return nil, &transport.RemoteError{Code: codeNoLeader, Message: err.Error()}
 	}
 	var (
 		out any
@@ -388,13 +385,13 @@ func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, r
 	}
 	addr, err := n.leaderAddr()
 	if err != nil {
-		return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	req.Forwarded = true
 	if err := n.call(ctx, addr, method, req, resp); err != nil {
 		err = fromRemote(err, true)
 		if errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) {
-			return fmt.Errorf("%w: %w", admin.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
 	}
@@ -417,7 +414,7 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // removed first; a member with the ID under another address is re-addressed.
 func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
 	if id == "" || addr == "" {
-		return fmt.Errorf("%w: id and address are required", admin.ErrBadRequest)
+		return fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
 	if n.raft.State() != raft.Leader {
 		if !forward {
@@ -497,7 +494,7 @@ func (n *Node) admit(ctx context.Context, req memberRequest, forward bool) (admi
 // these changes may have been made; the node asks again.
 func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse, error) {
 	if req.ID == "" || req.Addr == "" {
-		return admitResponse{}, fmt.Errorf("%w: id and address are required", admin.ErrBadRequest)
+		return admitResponse{}, fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
 	if n.raft.State() != raft.Leader {
 		return admitResponse{}, ErrNotLeader
@@ -566,7 +563,7 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 		return err
 	}
 	if !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
-		return fmt.Errorf("%w: no member with id %q", admin.ErrNotFound, id)
+		return fmt.Errorf("%w: no member with id %q", ErrNoSuchMember, id)
 	}
 	if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.enqueueTimeout(ctx))); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
@@ -595,7 +592,7 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 		}
 		i := slices.IndexFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id })
 		if i < 0 {
-			return fmt.Errorf("%w: no member with id %q", admin.ErrNotFound, id)
+			return fmt.Errorf("%w: no member with id %q", ErrNoSuchMember, id)
 		}
 		s := cf.Configuration().Servers[i]
 		if s.ID == n.id {
@@ -604,7 +601,7 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 		f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
 	}
 	if err := n.await(ctx, f); err != nil {
-		return fmt.Errorf("%w: leadership transfer: %w", admin.ErrUnavailable, err)
+		return fmt.Errorf("%w: leadership transfer: %w", ErrUnavailable, err)
 	}
 	n.logger.Info("leadership transferred", "to", id)
 	return nil
@@ -660,19 +657,19 @@ func (n *Node) readdress() {
 
 // Status reports the configuration as this node knows it, with what each
 // reachable member says about itself.
-func (n *Node) Status(ctx context.Context) (admin.Status, error) {
+func (n *Node) Status(ctx context.Context) (Status, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return admin.Status{}, err
+		return Status{}, err
 	}
 	leaderAddr, leaderID := n.raft.LeaderWithID()
-	st := admin.Status{
+	st := Status{
 		Self: string(n.id), LeaderID: string(leaderID), LeaderAddr: string(leaderAddr),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex(),
-		Members: []admin.Member{},
+		Members: []Member{},
 	}
 	for _, s := range cf.Configuration().Servers {
-		m := admin.Member{ID: string(s.ID), ClusterAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID}
+		m := Member{ID: string(s.ID), ClusterAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID}
 		var info nodeInfo
 		var err error
 		if s.ID == n.id {
@@ -758,7 +755,7 @@ func (n *Node) formCluster() {
 			}
 		}
 		if leader != "" {
-			if n.layer.held.Load() {
+			if n.hold.held.Load() {
 				member, err := n.askAdmission(leader)
 				switch {
 				case errors.Is(err, ErrRejoinRefused):
@@ -788,7 +785,7 @@ func (n *Node) formCluster() {
 		if n.cfg.BootstrapExpect <= 0 {
 			continue
 		}
-		if n.layer.held.Load() && stillForming(peers) {
+		if n.hold.held.Load() && stillForming(peers) {
 			n.openRaft(log, "a cluster is forming")
 		}
 		if len(peers)+1 < n.cfg.BootstrapExpect {
@@ -851,7 +848,7 @@ func (n *Node) announceFormed(log *slog.Logger, servers []raft.Server) {
 // this node's ID has cast no vote to forget.
 func (n *Node) formed(req formedRequest) {
 	// A held node has no state: it is opened before it can get any.
-	if !n.layer.held.Load() || !slices.Contains(req.Servers, string(n.id)) {
+	if !n.hold.held.Load() || !slices.Contains(req.Servers, string(n.id)) {
 		return
 	}
 	n.openRaft(n.logger, "bootstrapped by "+req.By)
@@ -876,7 +873,7 @@ func (n *Node) askAdmission(via string) (member bool, err error) {
 
 // openRaft opens this node's Raft port (see Config.Join).
 func (n *Node) openRaft(log *slog.Logger, why string) {
-	if n.layer.held.Swap(false) {
+	if n.hold.held.Swap(false) {
 		log.Info("raft port open", "reason", why)
 	}
 }

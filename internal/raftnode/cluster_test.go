@@ -74,7 +74,7 @@ func TestPartitionedLeaderCannotAckOrRead(t *testing.T) {
 	old := waitOneLeader(t, nodes)
 	require.NoError(t, mustPropose(t, old, createNS("before")).Err())
 
-	old.Isolate(true)
+	isolate(old, true)
 	rest := others(nodes, old)
 	leader := waitOneLeader(t, rest)
 	require.NoError(t, mustPropose(t, leader, createNS("after")).Err())
@@ -88,7 +88,7 @@ func TestPartitionedLeaderCannotAckOrRead(t *testing.T) {
 	err = old.Read(ctxTimeout(t, 2*time.Second), func(*fsm.Reader) error { return nil })
 	require.Error(t, err)
 
-	old.Isolate(false)
+	isolate(old, false)
 	require.Eventually(t, func() bool {
 		return old.Read(ctxTimeout(t, time.Second), func(*fsm.Reader) error { return nil }) == nil
 	}, 15*time.Second, 50*time.Millisecond)
@@ -103,7 +103,7 @@ func TestNewNodeCatchesUpBySnapshotAndRestartKeepsState(t *testing.T) {
 		require.NoError(t, mustPropose(t, nodes[i%3], createNS(fmt.Sprintf("n%02d", i))).Err())
 	}
 	// Make sure the log was compacted, so the newcomer must take a snapshot.
-	require.NoError(t, leader.Raft().Snapshot().Error())
+	require.NoError(t, leader.raft.Snapshot().Error())
 
 	cfg := testConfig(t, t.TempDir(), freeAddr(t))
 	cfg.NodeID = "node3"
@@ -239,7 +239,7 @@ func loseData(t *testing.T, nodes []*Node, cfgs []Config) (*Node, Config, int) {
 // suffrages returns each member's suffrage in n's configuration.
 func suffrages(t *testing.T, n *Node) map[string]raft.ServerSuffrage {
 	t.Helper()
-	cf := n.Raft().GetConfiguration()
+	cf := n.raft.GetConfiguration()
 	require.NoError(t, cf.Error())
 	out := map[string]raft.ServerSuffrage{}
 	for _, s := range cf.Configuration().Servers {
@@ -259,8 +259,8 @@ func awaitRefused(t *testing.T, n *Node) {
 	}
 	require.ErrorIs(t, n.Err(), ErrRejoinRefused)
 	assert.Contains(t, n.Err().Error(), n.ID())
-	assert.Zero(t, n.Raft().LastIndex(), "the refused node received no log")
-	assert.Zero(t, n.Raft().CurrentTerm(), "the refused node learned no term, so it cannot have voted")
+	assert.Zero(t, n.raft.LastIndex(), "the refused node received no log")
+	assert.Zero(t, n.raft.CurrentTerm(), "the refused node learned no term, so it cannot have voted")
 	has, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
 	require.NoError(t, err)
 	assert.False(t, has)
@@ -279,7 +279,7 @@ func TestRejoinAfterDataLossIsRefused(t *testing.T) {
 	awaitRefused(t, refused)
 	// Not admitted after a while either: the answer is final.
 	time.Sleep(time.Second)
-	assert.Zero(t, refused.Raft().LastIndex())
+	assert.Zero(t, refused.raft.LastIndex())
 	assert.Equal(t, before, suffrages(t, leader), "the cluster's configuration is unchanged")
 	assert.Equal(t, raft.Voter, before[cfg.NodeID])
 	require.NoError(t, refused.Shutdown())

@@ -25,19 +25,22 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/raftlog"
+	"github.com/floe-catalog/floe/internal/replica"
 	"github.com/floe-catalog/floe/transport"
 )
 
 // Errors returned by Node. Each says what the caller can know about the
-// command or read it was returned for.
+// command or read it was returned for. The first four are package replica's
+// values, so that the layers above the node classify them without importing
+// it.
 var (
 	// ErrNotLeader: this node is not the leader. For Propose, nothing was
 	// appended to the log: the command will never be applied, and it is safe
 	// to send it to another node. For Read, nothing was read.
-	ErrNotLeader = errors.New("raftnode: not the leader")
+	ErrNotLeader = replica.ErrNotLeader
 	// ErrNoLeader: no leader is known to this node (an election is under way
 	// or this node cannot reach a quorum).
-	ErrNoLeader = errors.New("raftnode: no leader")
+	ErrNoLeader = replica.ErrNoLeader
 	// ErrUnknownOutcome: the command was handed to Raft but the node cannot
 	// tell whether it was committed: leadership was lost mid-commit, the
 	// context ended while waiting, or the node shut down. It may or may not
@@ -46,11 +49,11 @@ var (
 	//
 	// An error wrapping ErrUnknownOutcome never also wraps ErrNotLeader,
 	// ErrNoLeader or ErrShutdown, so callers may test for those in any order.
-	ErrUnknownOutcome = errors.New("raftnode: outcome unknown")
+	ErrUnknownOutcome = replica.ErrUnknownOutcome
 	// ErrShutdown: the node is shut down or shutting down, and for Propose
 	// nothing was appended to the log. (A command appended before the
 	// shutdown gets ErrUnknownOutcome instead.)
-	ErrShutdown = errors.New("raftnode: shut down")
+	ErrShutdown = replica.ErrShutdown
 	// ErrCatchingUp is wrapped by Ready while a leader is known but the
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.
@@ -178,6 +181,11 @@ type Config struct {
 	// A node whose ID is not a member (a new node, or one whose old member
 	// an operator removed first) is unaffected.
 	RejoinAsNonvoter bool
+
+	// Faults, when set, wraps the node's Raft connections and gates its
+	// cluster RPC (see Faults). It is for tests that cut nodes off from each
+	// other inside one process; production nodes leave it nil.
+	Faults Faults
 }
 
 func (c *Config) setDefaults() {
@@ -215,7 +223,7 @@ type Node struct {
 	snaps   *raft.FileSnapshotStore
 	mux     *transport.Mux
 	rpc     *transport.Client
-	layer   *faultLayer
+	hold    *holdLayer
 	trans   *raft.NetworkTransport
 	raft    *raft.Raft
 	metrics *metrics
@@ -354,7 +362,11 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: cluster client: %w", err)
 	}
 	undo = append(undo, func() { n.rpc.Close() })
-	n.layer = newFaultLayer(n.mux.RaftLayer())
+	n.hold = newHoldLayer(n.mux.RaftLayer())
+	var layer raft.StreamLayer = n.hold
+	if cfg.Faults != nil {
+		layer = cfg.Faults.WrapStreamLayer(layer)
+	}
 	if !hasState && len(cfg.Join) > 0 && !cfg.Bootstrap {
 		// A node without state that joins may be a voter that lost its
 		// data directory, and with it its vote record: the leader would
@@ -362,9 +374,9 @@ func Open(cfg Config) (*Node, error) {
 		// its vote, and it would answer as a voter with no memory of the
 		// votes it cast. Its Raft port stays shut until formCluster knows
 		// whether its ID is a member (see Config.RejoinAsNonvoter).
-		n.layer.held.Store(true)
+		n.hold.held.Store(true)
 	}
-	n.trans = raft.NewNetworkTransportWithLogger(n.layer, transportMaxPool, transportTimeout, hlog)
+	n.trans = raft.NewNetworkTransportWithLogger(layer, transportMaxPool, transportTimeout, hlog)
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
 		cfg.NodeID = string(n.trans.LocalAddr())
@@ -577,10 +589,6 @@ func (n *Node) fail(err error) {
 		close(n.failed)
 	})
 }
-
-// Raft returns the underlying Raft instance (for membership changes,
-// snapshots, stats and tests).
-func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // FSM returns the state machine.
 func (n *Node) FSM() *fsm.FSM { return n.fsm }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
 )
 
 // testLogger discards logs unless FLOE_TEST_LOG=1.
@@ -50,7 +51,14 @@ func testConfig(t *testing.T, dir, addr string) Config {
 		ElectionTimeout:    300 * time.Millisecond,
 		LeaderLeaseTimeout: 150 * time.Millisecond,
 		CommitTimeout:      10 * time.Millisecond,
+		Faults:             raftfault.New(),
 	}
+}
+
+// isolate cuts n off from the rest of its cluster (on) or reconnects it
+// (off); n must have been opened with a testConfig.
+func isolate(n *Node, on bool) {
+	n.cfg.Faults.(*raftfault.Network).Isolate(on)
 }
 
 func mustOpen(t *testing.T, cfg Config) *Node {
@@ -77,11 +85,23 @@ func createNS(name string) fsm.CreateNamespace {
 	return fsm.CreateNamespace{Namespace: []string{name}, AtMs: 1700000000000}
 }
 
+// mustPropose proposes cmd through n. An answer saying nothing was applied
+// (no leader yet, or leadership moved under the request, as it may right
+// after a cluster forms on a busy machine) is retried, as a client would;
+// any other error fails the test.
 func mustPropose(t *testing.T, n *Node, cmd fsm.Command) fsm.Result {
 	t.Helper()
-	res, err := n.Propose(ctxTimeout(t, 10*time.Second), cmd)
-	require.NoError(t, err)
-	return res
+	ctx := ctxTimeout(t, 20*time.Second)
+	for {
+		res, err := n.Propose(ctx, cmd)
+		if err == nil {
+			return res
+		}
+		if (!errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader)) || errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
+			require.NoError(t, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func hasNamespace(t *testing.T, read func(func(*fsm.Reader) error) error, name string) bool {
@@ -161,7 +181,7 @@ func TestRestartKeepsStateAndAppliesNothingTwice(t *testing.T) {
 		require.NoError(t, mustPropose(t, n, createNS(fmt.Sprintf("ns%d", i))).Err())
 	}
 	applied := n.FSM().AppliedIndex()
-	confIndex := n.Raft().GetConfiguration().Index()
+	confIndex := n.raft.GetConfiguration().Index()
 	require.NoError(t, n.Shutdown())
 
 	n2 := mustOpen(t, cfg) // Bootstrap still set: must be ignored
@@ -170,8 +190,8 @@ func TestRestartKeepsStateAndAppliesNothingTwice(t *testing.T) {
 	assert.GreaterOrEqual(t, n2.FSM().AppliedIndex(), applied)
 	waitLeaderOf(t, n2)
 	require.Eventually(t, func() bool { return n2.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
-	assert.Equal(t, confIndex, n2.Raft().GetConfiguration().Index(), "configuration was not bootstrapped again")
-	assert.Len(t, n2.Raft().GetConfiguration().Configuration().Servers, 1)
+	assert.Equal(t, confIndex, n2.raft.GetConfiguration().Index(), "configuration was not bootstrapped again")
+	assert.Len(t, n2.raft.GetConfiguration().Configuration().Servers, 1)
 	for i := range 5 {
 		assert.True(t, hasNamespace(t, linearRead(t, n2), fmt.Sprintf("ns%d", i)))
 	}
@@ -195,7 +215,7 @@ func TestRestartRestoresLostStateMachineFromSnapshot(t *testing.T) {
 	for i := range 5 {
 		require.NoError(t, mustPropose(t, n, createNS(fmt.Sprintf("ns%d", i))).Err())
 	}
-	require.NoError(t, n.Raft().Snapshot().Error())
+	require.NoError(t, n.raft.Snapshot().Error())
 	require.NoError(t, n.Shutdown())
 	require.NoError(t, os.Remove(filepath.Join(dir, "fsm.db")))
 

@@ -38,17 +38,20 @@ import (
 	"strconv"
 
 	iceio "github.com/apache/iceberg-go/io"
+
+	loc "github.com/floe-catalog/floe/internal/location"
 )
 
 var (
 	// ErrNotFound is wrapped by errors for objects that do not exist.
 	ErrNotFound = errors.New("object not found")
 	// ErrUnsupportedScheme is wrapped by errors for URIs whose scheme is
-	// neither file nor s3 (s3a, s3n).
-	ErrUnsupportedScheme = errors.New("unsupported URI scheme")
+	// neither file nor s3 (s3a, s3n): location.ErrUnsupportedScheme.
+	ErrUnsupportedScheme = loc.ErrUnsupportedScheme
 	// ErrInvalidURI is wrapped by errors for URIs that cannot be parsed or are
-	// not allowed (relative paths, "." or ".." segments, bad bucket names).
-	ErrInvalidURI = errors.New("invalid URI")
+	// not allowed (relative paths, "." or ".." segments, bad bucket names):
+	// location.ErrInvalidURI.
+	ErrInvalidURI = loc.ErrInvalidURI
 )
 
 // Storage reads, writes and deletes whole objects addressed by absolute URIs:

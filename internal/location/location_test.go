@@ -1,4 +1,4 @@
-package storage_test
+package location_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/location"
 )
 
 func TestParseURI(t *testing.T) {
@@ -42,7 +42,7 @@ func TestParseURI(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.uri, func(t *testing.T) {
-			scheme, bucket, key, err := storage.ParseURI(tt.uri)
+			scheme, bucket, key, err := location.ParseURI(tt.uri)
 			require.NoError(t, err)
 			assert.Equal(t, tt.scheme, scheme, "scheme")
 			assert.Equal(t, tt.bucket, bucket, "bucket")
@@ -91,16 +91,16 @@ func TestParseURIErrors(t *testing.T) {
 	}
 	for _, uri := range invalid {
 		t.Run(uri, func(t *testing.T) {
-			_, _, _, err := storage.ParseURI(uri)
-			require.ErrorIs(t, err, storage.ErrInvalidURI)
-			assert.NotErrorIs(t, err, storage.ErrUnsupportedScheme)
+			_, _, _, err := location.ParseURI(uri)
+			require.ErrorIs(t, err, location.ErrInvalidURI)
+			assert.NotErrorIs(t, err, location.ErrUnsupportedScheme)
 		})
 	}
 
 	for _, uri := range []string{"gs://b/k", "abfs://c@a.dfs.core.windows.net/k", "http://host/x", "hdfs://nn/x", "c:/windows"} {
 		t.Run(uri, func(t *testing.T) {
-			_, _, _, err := storage.ParseURI(uri)
-			require.ErrorIs(t, err, storage.ErrUnsupportedScheme)
+			_, _, _, err := location.ParseURI(uri)
+			require.ErrorIs(t, err, location.ErrUnsupportedScheme)
 			assert.ErrorContains(t, err, uri)
 		})
 	}
@@ -180,7 +180,7 @@ func TestIsWithin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.parent+" > "+tt.child, func(t *testing.T) {
-			assert.Equal(t, tt.want, storage.IsWithin(tt.parent, tt.child))
+			assert.Equal(t, tt.want, location.IsWithin(tt.parent, tt.child))
 		})
 	}
 }

@@ -1,0 +1,38 @@
+// Package replica names the failures of a replicated store that are not
+// domain outcomes: the errors a Propose or a linearizable Read returns when
+// the store could not decide, each saying what the caller can know about
+// whether a command was applied.
+//
+// The Raft node (internal/raftnode) returns these values, wrapped; the
+// layers above it (catalog, purge, the operator API) classify them with
+// errors.Is without importing the node. The package has no dependencies.
+package replica
+
+import "errors"
+
+// The messages keep the text the Raft node reports them with: clients see
+// it in 503 bodies and operators on /readyz.
+var (
+	// ErrNotLeader: the node asked is not the leader. For a proposal,
+	// nothing was appended to the log: the command will never be applied,
+	// and it is safe to send it to another node. For a read, nothing was
+	// read.
+	ErrNotLeader = errors.New("raftnode: not the leader")
+	// ErrNoLeader: no leader is known (an election is under way or the node
+	// cannot reach a quorum). Nothing was appended or read.
+	ErrNoLeader = errors.New("raftnode: no leader")
+	// ErrUnknownOutcome: the command was handed to the log but the store
+	// cannot tell whether it was committed: leadership was lost mid-commit,
+	// the caller's context ended while waiting, or the node shut down. It
+	// may or may not be applied, now or later. Do not retry blindly and
+	// never report it as a conflict: the commit state is unknown.
+	//
+	// An error wrapping ErrUnknownOutcome never also wraps ErrNotLeader,
+	// ErrNoLeader or ErrShutdown, so callers may test for those in any
+	// order.
+	ErrUnknownOutcome = errors.New("raftnode: outcome unknown")
+	// ErrShutdown: the node is shut down or shutting down and, for a
+	// proposal, nothing was appended to the log. (A command appended before
+	// the shutdown gets ErrUnknownOutcome instead.)
+	ErrShutdown = errors.New("raftnode: shut down")
+)
