@@ -48,6 +48,19 @@ jepsen-ci: build
 	bash .ci/install-versitygw.sh
 	$(GO) run ./jepsen-lite --floe $(BIN) --ci
 
+# A sweep: one run per seed (5 nodes, every fault on the CI run's faster
+# schedule, the mixed workload, which includes overlap), one line per seed,
+# non-zero exit if any seed fails. SWEEP_SEEDS is a list or range of seeds,
+# SWEEP_DURATION each seed's run.
+SWEEP_SEEDS ?= 1001-1020
+SWEEP_DURATION ?= 60s
+.PHONY: jepsen-sweep
+jepsen-sweep: build
+	bash .ci/install-versitygw.sh
+	$(GO) run ./jepsen-lite --floe $(BIN) --nodes 5 --nemesis all --workload mixed \
+		--fault-gap-min 1s --fault-gap-max 2s --fault-max 4s \
+		--duration $(SWEEP_DURATION) --seeds $(SWEEP_SEEDS) $(JEPSEN_FLAGS)
+
 # Benchmark suite: writes docs/benchmarks.md and docs/benchmarks-drop.png,
 # every figure a ratio against a baseline measured in the same run.
 # BENCH_SIZE=large: 500K-file purge, 100K tables, 1M idempotency records.

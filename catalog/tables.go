@@ -687,6 +687,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(req.MetadataLocation); err != nil {
 		return err
 	}
+	// From storage, not the cache: a cached copy can outlive its file (a
+	// purge on any node deletes the files of a dropped table).
+	s.cache.remove(req.MetadataLocation)
 	tm, err := s.readMetadata(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
@@ -703,6 +706,14 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	if err := s.checkOwner(r.Context(), id, tm.meta.Location()); err != nil {
 		return err
+	}
+	// The file must still be there after that check. The location was
+	// neither owned nor being purged then, so no purge can delete the file
+	// between now and the commit (a table claiming the location first
+	// would make the commit refuse); but a purge that finished just before
+	// the check may have deleted it after the first read.
+	if _, err := s.objects.Read(r.Context(), tm.location); err != nil {
+		return badRequest("cannot read metadata-location %s: %v", tm.location, err)
 	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{

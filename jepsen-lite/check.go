@@ -308,12 +308,14 @@ func firstFound(finals []tableState) []tableState {
 // droppedTable is one incarnation of a table the purge workload dropped
 // with purgeRequested=true.
 type droppedTable struct {
+	Namespace string   `json:"namespace,omitempty"`
 	Name      string   `json:"name"`
 	UUID      string   `json:"uuid"`
 	Location  string   `json:"location"`
 	Reachable []string `json:"reachable"` // files reachable from its last metadata, as loaded before the drop
 	Async     bool     `json:"async"`
-	Outcome   string   `json:"outcome"` // of the drop request
+	Query     string   `json:"query,omitempty"` // e.g. purgeRequested=True
+	Outcome   string   `json:"outcome"`         // of the drop request
 	Status    int      `json:"status,omitempty"`
 	Key       string   `json:"key,omitempty"`
 	Call      int64    `json:"call,omitempty"` // ns since the run started
@@ -338,6 +340,8 @@ type purgeJob struct {
 	State     string `json:"state"`
 	TableUUID string `json:"table-uuid"`
 	LastError string `json:"last-error,omitempty"`
+	Released  bool   `json:"released,omitempty"`
+	UpdatedMs int64  `json:"updated-ms,omitempty"` // the proposer's clock at the job's last change
 }
 
 // checkPurge checks the warehouse listing taken after every purge job

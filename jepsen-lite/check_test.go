@@ -260,3 +260,153 @@ func TestDecodeJobs(t *testing.T) {
 	_, _, err = decodeJobs([]byte(`{"other":1}`))
 	assert.Error(t, err)
 }
+
+// Overlap: a register on a live table's metadata file (witness uuid W,
+// never dropped), answered as floe must answer it, and a control.
+func overlapCase() []overlapAttempt {
+	wit := tableRef{Namespace: purgeNamespace, Name: "c0_t0", UUID: "W", Location: "s3://b/wh/jepsen_purge/c0_t0",
+		MetadataLocation: "s3://b/wh/jepsen_purge/c0_t0/metadata/00001-a.metadata.json"}
+	return []overlapAttempt{
+		{Kind: ovRegisterOther, Table: "x0_1", MetadataLocation: wit.MetadataLocation, Witness: wit,
+			Request: `POST /v1/namespaces/jepsen_overlap/register {"metadata-location":"` + wit.MetadataLocation + `","name":"x0_1"}`,
+			Outcome: outcomeFail, Status: 409, ErrType: "AlreadyExistsException", Call: 10 * ms, Return: 20 * ms},
+		{Kind: ovControl, Table: "o0_2", Location: "s3://b/wh/jepsen_overlap/o0/g2/t", Outcome: outcomeOK, Status: 200},
+	}
+}
+
+func TestOverlapCheckerPassesRefusals(t *testing.T) {
+	res := checkOverlap(overlapCase(), nil, nil, false)
+	assert.Equal(t, verdictPass, res.Verdict, res.Violations)
+}
+
+func TestOverlapCheckerCatchesAcceptedRegister(t *testing.T) {
+	// floe registered a second table on a live table's metadata file: two
+	// tables now share every file, and a purge of either destroys the other.
+	attempts := overlapCase()
+	attempts[0].Outcome, attempts[0].Status, attempts[0].ErrType = outcomeOK, 200, ""
+	res := checkOverlap(attempts, nil, nil, false)
+	assert.Equal(t, verdictFail, res.Verdict)
+	require.Len(t, res.Violations, 1)
+	assert.Contains(t, res.Violations[0], "register-other")
+	assert.Contains(t, res.Violations[0], "the witness was never dropped")
+	assert.Contains(t, res.Violations[0], attempts[0].Witness.MetadataLocation, "the violation carries the request")
+
+	// The witness's drop was sent after the answer: still a violation.
+	dropped := []droppedTable{{Name: "c0_t0", UUID: "W", Call: 30 * ms, Outcome: outcomeOK}}
+	res = checkOverlap(attempts, dropped, nil, false)
+	assert.Equal(t, verdictFail, res.Verdict)
+	assert.Contains(t, res.Violations[0], "after the answer")
+
+	// Sent before the answer, and its purge job finished before the answer
+	// too: the witness may have been gone; a note only.
+	dropped[0].Call = 15 * ms
+	attempts[0].ReturnMs = 5000
+	job := purgeJob{ID: "j", State: "SUCCEEDED", TableUUID: "W", UpdatedMs: 4990}
+	res = checkOverlap(attempts, dropped, []purgeJob{job}, false)
+	assert.Equal(t, verdictPass, res.Verdict, res.Violations)
+	require.Len(t, res.Notes, 1)
+	assert.Contains(t, res.Notes[0], "may have been gone")
+	res = checkOverlap(attempts, dropped, nil, false)
+	assert.Equal(t, verdictPass, res.Verdict, "no job to judge by: a note")
+
+	// The job finished after the answer: the location was held (live,
+	// then tombstoned) all along.
+	job.UpdatedMs = 5010
+	res = checkOverlap(attempts, dropped, []purgeJob{job}, false)
+	assert.Equal(t, verdictFail, res.Verdict)
+	assert.Contains(t, res.Violations[0], "after the answer arrived")
+}
+
+func TestOverlapCheckerUnknownOutcomes(t *testing.T) {
+	attempts := overlapCase()
+	attempts[0].Outcome, attempts[0].Status = outcomeUnknown, 0
+	attempts[0].Applied = appliedNo
+	assert.Equal(t, verdictPass, checkOverlap(attempts, nil, nil, false).Verdict, "not applied: nothing happened")
+
+	attempts[0].Applied = appliedYes
+	res := checkOverlap(attempts, nil, nil, false)
+	assert.Equal(t, verdictFail, res.Verdict, "found applied after healing, the witness never dropped")
+	assert.Contains(t, res.Violations[0], "found applied after healing")
+
+	// Applied some time after its call, and the witness was dropped at some
+	// point: it may have been applied after the purge.
+	res = checkOverlap(attempts, []droppedTable{{UUID: "W", Call: 500 * ms}}, nil, false)
+	assert.Equal(t, verdictPass, res.Verdict, res.Violations)
+}
+
+func TestOverlapCheckerUnconditional(t *testing.T) {
+	// A stray metadata file copied outside its declared location must be
+	// refused even when the table it came from is long gone.
+	attempts := overlapCase()
+	attempts[0].Kind, attempts[0].Unconditional = ovRegisterStray, true
+	attempts[0].MetadataLocation = "s3://b/wh/jepsen_overlap/stray/00001-x.metadata.json"
+	attempts[0].Outcome, attempts[0].Status = outcomeOK, 200
+	res := checkOverlap(attempts, []droppedTable{{UUID: "W", Call: 0}}, nil, false)
+	assert.Equal(t, verdictFail, res.Verdict)
+	assert.Contains(t, res.Violations[0], "invalid whatever the other tables do")
+}
+
+func TestOverlapCheckerBeingPurged(t *testing.T) {
+	wit := tableRef{Namespace: overlapNamespace, Name: "o0_1", UUID: "P", Location: "s3://b/wh/jepsen_overlap/o0/g1/t"}
+	a := overlapAttempt{Kind: ovPurging, Variant: "around", Table: "x0_2", Location: "s3://b/wh/jepsen_overlap/o0/g1",
+		Witness: wit, WitnessPurging: true, Outcome: outcomeOK, Status: 200, CallMs: 1000, ReturnMs: 1010}
+	judge := func(j purgeJob) checkResult {
+		j.TableUUID = "P"
+		return checkOverlap([]overlapAttempt{a}, nil, []purgeJob{j}, false)
+	}
+	assert.Equal(t, verdictFail, judge(purgeJob{ID: "j", State: "RUNNING"}).Verdict, "job still active")
+	assert.Equal(t, verdictFail, judge(purgeJob{ID: "j", State: "FAILED"}).Verdict, "FAILED keeps the tombstones")
+	assert.Equal(t, verdictFail, judge(purgeJob{ID: "j", State: "SUCCEEDED", UpdatedMs: 1020}).Verdict, "finished after the answer")
+	res := judge(purgeJob{ID: "j", State: "SUCCEEDED", UpdatedMs: 1005})
+	assert.Equal(t, verdictPass, res.Verdict, "finished before the answer: may have been free")
+	assert.Len(t, res.Notes, 1)
+	assert.Equal(t, verdictPass, judge(purgeJob{ID: "j", State: "FAILED", Released: true, UpdatedMs: 900}).Verdict)
+
+	// A register of the purged table's metadata file, accepted once the
+	// purge had finished, made a live table whose metadata file is gone.
+	a.Variant, a.Location, a.MetadataLocation = "register", "", "s3://b/wh/jepsen_overlap/o0/g1/t/metadata/00001-a.metadata.json"
+	a.MetadataMissing = true
+	res = judge(purgeJob{ID: "j", State: "SUCCEEDED", UpdatedMs: 1005})
+	assert.Equal(t, verdictFail, res.Verdict)
+	require.Len(t, res.Violations, 1)
+	assert.Contains(t, res.Violations[0], "not in the bucket")
+}
+
+func TestOverlapCheckerControls(t *testing.T) {
+	attempts := overlapCase()
+	attempts[1].Outcome, attempts[1].Status = outcomeFail, 409
+	attempts[1].Answer = `{"error":{"message":"location s3://b/wh/jepsen_overlap/o0/g2/t overlaps s3://b/wh/jepsen_overlap/o0/g1/t, the location of table jepsen_overlap.o0_1"}}`
+	res := checkOverlap(attempts, nil, nil, false)
+	assert.Equal(t, verdictFail, res.Verdict, "a fresh location refused")
+	assert.Contains(t, res.Violations[0], "fresh location")
+
+	// Refused because of a table an attempt with an unknown outcome may
+	// have made: a note.
+	attempts = append(attempts, overlapAttempt{Kind: ovCreateAround, Table: "x0_7", Outcome: outcomeUnknown, Applied: appliedNo})
+	attempts[1].Answer = `{"error":{"message":"location … overlaps s3://b/wh/jepsen_overlap/o0, the location of table jepsen_overlap.x0_7; a location belongs to one table"}}`
+	res = checkOverlap(attempts, nil, nil, false)
+	assert.Equal(t, verdictPass, res.Verdict, res.Violations)
+}
+
+func TestOverlapCheckerRequiresEveryKindInCI(t *testing.T) {
+	res := checkOverlap(overlapCase(), nil, nil, true)
+	assert.Equal(t, verdictFail, res.Verdict)
+	assert.Contains(t, res.Violations[0], "never answered")
+	var all []overlapAttempt
+	for _, k := range overlapKinds {
+		all = append(all, overlapAttempt{Kind: k, Outcome: outcomeFail, Status: 409})
+	}
+	assert.Equal(t, verdictPass, checkOverlap(all, nil, nil, true).Verdict)
+}
+
+func TestOverlapLocations(t *testing.T) {
+	c := &ovClient{w: &overlapWorkload{warehouse: "s3://b/wh"}}
+	assert.Equal(t, []string{"s3://b/wh/jepsen_overlap/o0/g1", "s3://b/wh/jepsen_overlap/o0", "s3://b/wh/jepsen_overlap"},
+		c.ancestors("s3://b/wh/jepsen_overlap/o0/g1/t", ""))
+	assert.Equal(t, []string{"s3://b/wh/jepsen_purge"}, c.ancestors("s3://b/wh/jepsen_purge/c0_t0", ""))
+	// Never a directory holding the table that would move there.
+	assert.Equal(t, []string{"s3://b/wh/jepsen_overlap/o0/g1"},
+		c.ancestors("s3://b/wh/jepsen_overlap/o0/g1/t", "s3://b/wh/jepsen_overlap/o0/g2/t"))
+	assert.True(t, sameLocation("s3a://b/wh/t/", "s3://b/wh/t"))
+	assert.False(t, sameLocation("s3://b/wh/t1", "s3://b/wh/t"))
+}

@@ -50,6 +50,11 @@ type purgeWorkload struct {
 
 	mu      sync.Mutex
 	dropped []droppedTable
+	// live holds the purge workload's tables known to exist: added when a
+	// create is acknowledged (or a load finds the table), refreshed after
+	// each append, removed before the drop is sent. The overlap workload
+	// picks its targets here.
+	live map[string]tableRef
 
 	created, refused, appends, appendFailed, appendUnknown, drops, dropsAsync, dropsUnknown atomic.Int64
 }
@@ -65,6 +70,21 @@ type incarnation struct {
 	tbl  *table.Table
 }
 
+// tableRef names one incarnation of a table and where it lives.
+type tableRef struct {
+	Namespace        string `json:"namespace"`
+	Name             string `json:"name"`
+	UUID             string `json:"uuid"`
+	Location         string `json:"location"`
+	MetadataLocation string `json:"metadata-location"`
+}
+
+func refOf(tbl *table.Table) tableRef {
+	id := tbl.Identifier()
+	return tableRef{Namespace: id[0], Name: id[len(id)-1], UUID: tbl.Metadata().TableUUID().String(),
+		Location: tbl.Location(), MetadataLocation: tbl.MetadataLocation()}
+}
+
 var errUnknownOutcome = errors.New("commit outcome unknown")
 
 // keyedCatalog is the table.CatalogIO iceberg-go commits through: every
@@ -75,7 +95,7 @@ type keyedCatalog struct {
 }
 
 func (c *keyedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
-	tbl, status, err := c.w.load(ctx, c.rng, ident[len(ident)-1], c)
+	tbl, status, err := c.w.load(ctx, c.rng, ident[0], ident[len(ident)-1], c)
 	if err == nil && tbl == nil {
 		err = fmt.Errorf("load %v: %d", ident, status)
 	}
@@ -83,7 +103,7 @@ func (c *keyedCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*
 }
 
 func (c *keyedCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error) {
-	name := ident[len(ident)-1]
+	ns, name := ident[0], ident[len(ident)-1]
 	body, err := json.Marshal(struct {
 		Requirements []table.Requirement `json:"requirements"`
 		Updates      []table.Update      `json:"updates"`
@@ -91,7 +111,7 @@ func (c *keyedCatalog) CommitTable(ctx context.Context, ident table.Identifier, 
 	if err != nil {
 		return nil, "", err
 	}
-	m := c.w.api.mutate(ctx, c.rng, newKey(), http.MethodPost, tablePath(purgeNamespace, name), body, nil)
+	m := c.w.api.mutate(ctx, c.rng, newKey(), http.MethodPost, tablePath(ns, name), body, nil)
 	switch {
 	case !m.definite:
 		return nil, "", fmt.Errorf("%w: %d %v", errUnknownOutcome, m.last.status, m.last.err)
@@ -105,7 +125,7 @@ func (c *keyedCatalog) CommitTable(ctx context.Context, ident table.Identifier, 
 	case m.last.status == http.StatusConflict:
 		return nil, "", fmt.Errorf("%w: %s", table.ErrCommitFailed, truncate(string(m.last.body), 200))
 	default:
-		c.w.anomalies.add("commit %s.%s: %d %s", purgeNamespace, name, m.last.status, truncate(string(m.last.body), 200))
+		c.w.anomalies.add("commit %s.%s: %d %s", ns, name, m.last.status, truncate(string(m.last.body), 200))
 		return nil, "", fmt.Errorf("commit %s: %d", name, m.last.status)
 	}
 }
@@ -115,20 +135,20 @@ func (w *purgeWorkload) fsF(location string) table.FSysF {
 	return func(ctx context.Context) (iceio.IO, error) { return iceio.LoadFS(ctx, props, location) }
 }
 
-func (w *purgeWorkload) incarnationFrom(name string, pl purgeLoad, cat table.CatalogIO) (*table.Table, error) {
+func (w *purgeWorkload) incarnationFrom(ns, name string, pl purgeLoad, cat table.CatalogIO) (*table.Table, error) {
 	meta, err := table.ParseMetadataBytes(pl.Metadata)
 	if err != nil {
 		return nil, err
 	}
-	return table.New(table.Identifier{purgeNamespace, name}, meta, pl.MetadataLocation, w.fsF(meta.Location()), cat), nil
+	return table.New(table.Identifier{ns, name}, meta, pl.MetadataLocation, w.fsF(meta.Location()), cat), nil
 }
 
-// load reads name from a random node: the table, or nil with the status
+// load reads ns.name from a random node: the table, or nil with the status
 // (404: not there).
-func (w *purgeWorkload) load(ctx context.Context, rng *rand.Rand, name string, cat table.CatalogIO) (*table.Table, int, error) {
+func (w *purgeWorkload) load(ctx context.Context, rng *rand.Rand, ns, name string, cat table.CatalogIO) (*table.Table, int, error) {
 	var r reply
 	for range 4 {
-		r = w.api.read(ctx, rng, tablePath(purgeNamespace, name))
+		r = w.api.read(ctx, rng, tablePath(ns, name))
 		if !r.unknown() {
 			break
 		}
@@ -140,8 +160,40 @@ func (w *purgeWorkload) load(ctx context.Context, rng *rand.Rand, name string, c
 	if err := json.Unmarshal(r.body, &pl); err != nil {
 		return nil, r.status, err
 	}
-	tbl, err := w.incarnationFrom(name, pl, cat)
+	tbl, err := w.incarnationFrom(ns, name, pl, cat)
 	return tbl, r.status, err
+}
+
+// setLive records tbl as an existing table of the purge workload (nil: no
+// change).
+func (w *purgeWorkload) setLive(tbl *table.Table) {
+	if tbl == nil {
+		return
+	}
+	ref := refOf(tbl)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live == nil {
+		w.live = map[string]tableRef{}
+	}
+	w.live[ref.Name] = ref
+}
+
+func (w *purgeWorkload) unsetLive(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.live, name)
+}
+
+// pickLive returns a random table of the purge workload known to exist.
+func (w *purgeWorkload) pickLive(rng *rand.Rand) (tableRef, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.live) == 0 {
+		return tableRef{}, false
+	}
+	names := sortedKeys(w.live)
+	return w.live[names[rng.IntN(len(names))]], true
 }
 
 func (w *purgeWorkload) setup(ctx context.Context, rng *rand.Rand) error {
@@ -173,11 +225,12 @@ func (w *purgeWorkload) worker(ctx, opCtx context.Context, client int, rng *rand
 			cur[name] = w.appendRows(opCtx, rng, tbl)
 		default:
 			cur[name] = nil
-			w.drop(opCtx, rng, name, cat)
+			w.drop(opCtx, rng, purgeNamespace, name, cat, rng.IntN(2) == 0)
 			if rng.Float64() < 0.7 {
 				cur[name] = w.create(opCtx, rng, name, cat)
 			}
 		}
+		w.setLive(cur[name])
 	}
 }
 
@@ -189,7 +242,7 @@ func (w *purgeWorkload) create(ctx context.Context, rng *rand.Rand, name string,
 	if m.definite && m.last.status == http.StatusOK {
 		var pl purgeLoad
 		if err := json.Unmarshal(m.last.body, &pl); err == nil {
-			if tbl, err := w.incarnationFrom(name, pl, cat); err == nil {
+			if tbl, err := w.incarnationFrom(purgeNamespace, name, pl, cat); err == nil {
 				w.created.Add(1)
 				return tbl
 			}
@@ -204,7 +257,7 @@ func (w *purgeWorkload) create(ctx context.Context, rng *rand.Rand, name string,
 	if m.definite && m.last.status != http.StatusConflict {
 		w.anomalies.add("create %s.%s: %d %s", purgeNamespace, name, m.last.status, truncate(string(m.last.body), 200))
 	}
-	tbl, _, _ := w.load(ctx, rng, name, cat)
+	tbl, _, _ := w.load(ctx, rng, purgeNamespace, name, cat)
 	return tbl
 }
 
@@ -243,28 +296,37 @@ func (w *purgeWorkload) appendRows(ctx context.Context, rng *rand.Rand, tbl *tab
 	default:
 		w.appendFailed.Add(1)
 	}
-	name := tbl.Identifier()[len(tbl.Identifier())-1]
-	if t, _, _ := w.load(ctx, rng, name, &keyedCatalog{w: w, rng: rng}); t != nil {
+	id := tbl.Identifier()
+	if t, _, _ := w.load(ctx, rng, id[0], id[len(id)-1], &keyedCatalog{w: w, rng: rng}); t != nil {
 		return t
 	}
 	return tbl
 }
 
-// drop loads name (linearizably, so it is the last metadata: this worker is
-// the only writer), walks every file reachable from it, then drops it with
-// purgeRequested=true, asynchronously or not at random.
-func (w *purgeWorkload) drop(ctx context.Context, rng *rand.Rand, name string, cat table.CatalogIO) {
-	tbl, status, err := w.load(ctx, rng, name, cat)
+// purgeQueryValues are the spellings of purgeRequested=true the drops use:
+// query booleans are case-insensitive, so each must purge.
+var purgeQueryValues = []string{"true", "True", "TRUE"}
+
+// drop loads ns.name (linearizably, so it is the last metadata: the caller
+// is the only writer), walks every file reachable from it, then drops it
+// with purgeRequested=true (spelt in any case), asynchronously when async.
+// It returns the drop's record, or false when no drop was sent (the table
+// could not be loaded).
+func (w *purgeWorkload) drop(ctx context.Context, rng *rand.Rand, ns, name string, cat table.CatalogIO, async bool) (droppedTable, bool) {
+	if ns == purgeNamespace {
+		w.unsetLive(name)
+	}
+	tbl, status, err := w.load(ctx, rng, ns, name, cat)
 	if tbl == nil {
 		if err != nil || (status != 0 && status < 500 && status != http.StatusNotFound) {
-			w.anomalies.add("load %s.%s before drop: %d %v", purgeNamespace, name, status, err)
+			w.anomalies.add("load %s.%s before drop: %d %v", ns, name, status, err)
 		}
-		return
+		return droppedTable{}, false
 	}
 	files, err := reachableFiles(ctx, tbl)
 	if err != nil {
-		w.anomalies.add("harness: walk %s before drop: %v", name, err)
-		return
+		w.anomalies.add("harness: walk %s.%s before drop: %v", ns, name, err)
+		return droppedTable{}, false
 	}
 	// The catalog serves loads from its cache: check in the bucket itself
 	// that the live table's files are all there.
@@ -274,18 +336,18 @@ func (w *purgeWorkload) drop(ctx context.Context, rng *rand.Rand, name string, c
 			missing = append(missing, f)
 		}
 	}
-	async := rng.IntN(2) == 0
 	var hdr http.Header
 	if async {
 		hdr = http.Header{asyncPurgeHeader: {"true"}}
 		w.dropsAsync.Add(1)
 	}
+	query := "purgeRequested=" + purgeQueryValues[rng.IntN(len(purgeQueryValues))]
 	w.drops.Add(1)
 	call := w.hist.now()
-	m := w.api.mutate(ctx, rng, newKey(), http.MethodDelete, tablePath(purgeNamespace, name)+"?purgeRequested=true", nil, hdr)
+	m := w.api.mutate(ctx, rng, newKey(), http.MethodDelete, tablePath(ns, name)+"?"+query, nil, hdr)
 	d := droppedTable{
-		Name: name, UUID: tbl.Metadata().TableUUID().String(), Location: tbl.Location(),
-		Reachable: files, Async: async, Status: m.last.status,
+		Namespace: ns, Name: name, UUID: tbl.Metadata().TableUUID().String(), Location: tbl.Location(),
+		Reachable: files, Async: async, Query: query, Status: m.last.status,
 		Key: m.key, Call: call, Return: w.hist.now(), Attempts: m.tries, Replayed: m.replayed,
 		MissingAtDrop: missing,
 	}
@@ -297,11 +359,12 @@ func (w *purgeWorkload) drop(ctx context.Context, rng *rand.Rand, name string, c
 		d.Outcome = outcomeOK
 	default:
 		d.Outcome = outcomeFail
-		w.anomalies.add("drop %s.%s: %d %s", purgeNamespace, name, m.last.status, truncate(string(m.last.body), 200))
+		w.anomalies.add("drop %s.%s (%s): %d %s", ns, name, query, m.last.status, truncate(string(m.last.body), 200))
 	}
 	w.mu.Lock()
 	w.dropped = append(w.dropped, d)
 	w.mu.Unlock()
+	return d, true
 }
 
 // reachableFiles lists every file reachable from the table's metadata: the
@@ -345,18 +408,30 @@ func reachableFiles(ctx context.Context, tbl *table.Table) ([]string, error) {
 	return out, nil
 }
 
-// liveTables lists the purge namespace and walks every table in it.
-func (w *purgeWorkload) liveTables(ctx context.Context) ([]liveTable, error) {
+// liveTables lists the namespaces and walks every table in them.
+func (w *purgeWorkload) liveTables(ctx context.Context, namespaces ...string) ([]liveTable, error) {
+	var out []liveTable
+	for _, ns := range namespaces {
+		tables, err := w.liveTablesIn(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tables...)
+	}
+	return out, nil
+}
+
+func (w *purgeWorkload) liveTablesIn(ctx context.Context, ns string) ([]liveTable, error) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	var r reply
 	for range 5 {
-		if r = w.api.read(ctx, rng, "/v1/namespaces/"+purgeNamespace+"/tables?pageSize=1000"); r.status == http.StatusOK {
+		if r = w.api.read(ctx, rng, "/v1/namespaces/"+ns+"/tables?pageSize=1000"); r.status == http.StatusOK {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 	if r.status != http.StatusOK {
-		return nil, fmt.Errorf("list tables: %d %v", r.status, r.err)
+		return nil, fmt.Errorf("list tables of %s: %d %v", ns, r.status, r.err)
 	}
 	var lr struct {
 		Identifiers []struct {
@@ -368,27 +443,31 @@ func (w *purgeWorkload) liveTables(ctx context.Context) ([]liveTable, error) {
 		return nil, err
 	}
 	if lr.NextPageToken != nil && *lr.NextPageToken != "" {
-		return nil, errors.New("list tables: more than one page")
+		return nil, fmt.Errorf("list tables of %s: more than one page", ns)
 	}
 	var out []liveTable
 	cat := &keyedCatalog{w: w, rng: rng}
 	for _, id := range lr.Identifiers {
-		tbl, status, err := w.load(ctx, rng, id.Name, cat)
+		tbl, status, err := w.load(ctx, rng, ns, id.Name, cat)
 		if err != nil || tbl == nil {
 			if status == http.StatusNotFound {
 				continue
 			}
-			return nil, fmt.Errorf("load %s: %d %v", id.Name, status, err)
+			return nil, fmt.Errorf("load %s.%s: %d %v", ns, id.Name, status, err)
+		}
+		name := id.Name
+		if ns != purgeNamespace {
+			name = ns + "." + id.Name
 		}
 		files, err := reachableFiles(ctx, tbl)
 		if err != nil {
 			// A live table whose files cannot be read lost some: report
 			// it as such rather than failing the harness.
-			out = append(out, liveTable{Name: id.Name, UUID: tbl.Metadata().TableUUID().String(),
+			out = append(out, liveTable{Name: name, UUID: tbl.Metadata().TableUUID().String(),
 				Reachable: []string{"(unreadable: " + err.Error() + ")"}})
 			continue
 		}
-		out = append(out, liveTable{Name: id.Name, UUID: tbl.Metadata().TableUUID().String(), Reachable: files})
+		out = append(out, liveTable{Name: name, UUID: tbl.Metadata().TableUUID().String(), Reachable: files})
 	}
 	return out, nil
 }

@@ -33,6 +33,11 @@ func (r *runner) report() int {
 	} else if r.purgeSkip != "" {
 		fmt.Fprintf(tw, "  purge\tskipped\n")
 	}
+	if r.ovl != nil {
+		o := r.ovl
+		fmt.Fprintf(tw, "  overlap\t%d attempts (%d refused, %d accepted, %d unknown, %d skipped: no target); own tables: %d created, %d dropped with purge\n",
+			o.tried.Load(), o.refused.Load(), o.accepted.Load(), o.unknown.Load(), o.skipped.Load(), o.ownCreated.Load(), o.ownDrops.Load())
+	}
 	fmt.Fprintf(tw, "  log padding\t%d entries\n", r.padded.Load())
 	tw.Flush()
 

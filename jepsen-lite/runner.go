@@ -48,9 +48,11 @@ type runner struct {
 	nem   *nemesis
 	reg   *registerWorkload
 	purge *purgeWorkload
+	ovl   *overlapWorkload
 
-	purgeSkip string // why the purge workload did not run, "" if it did
-	noted     bool   // a check left notes (e.g. a FAILED purge job): keep the run directory
+	purgeSkip string     // why the purge workload did not run, "" if it did
+	jobs      []purgeJob // the purge jobs after quiescence
+	noted     bool       // a check left notes (e.g. a FAILED purge job): keep the run directory
 	checks    []checkResult
 	padded    atomic.Int64
 }
@@ -150,25 +152,35 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 	if err := createNamespace(ctx, r.api, rng, padNamespace); err != nil {
 		return exitHarness, err
 	}
-	if cfg.workload != "purge" {
+	if cfg.runsRegister() {
 		r.reg = newRegisterWorkload(r.api, r.hist, r.anom, cfg.tables, cfg.maxWrites)
 		if err := r.reg.setup(ctx, rng); err != nil {
 			return exitHarness, err
 		}
 	}
-	if cfg.workload != "register" {
+	if cfg.runsPurge() {
 		_, found, err := purgeJobs(ctx, r.api, rng)
 		switch {
 		case err != nil:
 			return exitHarness, err
 		case !found && !cfg.purgeForce:
 			r.purgeSkip = "GET /management/v1/purge-jobs answered 404: this floe build has no purge-job API (async purge), so the purge workload and checker are skipped (--purge-without-jobs runs them against synchronous purge only)"
+			if cfg.runsOverlap() {
+				r.purgeSkip += "; the overlap workload, which races purges, is skipped too"
+			}
 			r.log.Warn("purge workload skipped", "reason", r.purgeSkip)
 		default:
 			r.purge = &purgeWorkload{api: r.api, hist: r.hist, s3: r.s3, anomalies: r.anom, names: 3, jobsAPI: found}
 			if err := r.purge.setup(ctx, rng); err != nil {
 				return exitHarness, err
 			}
+		}
+	}
+	if cfg.runsOverlap() && r.purge != nil {
+		r.ovl = &overlapWorkload{api: r.api, hist: r.hist, s3: r.s3, purge: r.purge, anomalies: r.anom,
+			warehouse: "s3://" + r.s3.Bucket + "/" + warehousePrefix}
+		if err := r.ovl.setup(ctx, rng); err != nil {
+			return exitHarness, err
 		}
 	}
 	r.nem = &nemesis{
@@ -193,6 +205,9 @@ func (r *runner) exercise(ctx context.Context) int {
 	}
 	if r.purge != nil {
 		wg.Go(func() { r.purge.run(wctx, ctx, cfg.purgeClients, cfg.seed) })
+	}
+	if r.ovl != nil {
+		wg.Go(func() { r.ovl.run(wctx, ctx, cfg.overlapClients, cfg.seed) })
 	}
 	wg.Go(func() { r.nem.run(wctx) })
 	progressDone := make(chan struct{})
@@ -248,6 +263,9 @@ func (r *runner) progress(ctx context.Context, done chan struct{}) {
 			if r.purge != nil {
 				attrs = append(attrs, "drops", r.purge.drops.Load())
 			}
+			if r.ovl != nil {
+				attrs = append(attrs, "overlap-tried", r.ovl.tried.Load(), "overlap-accepted", r.ovl.accepted.Load())
+			}
 			r.log.Info("progress", attrs...)
 		}
 	}
@@ -284,6 +302,19 @@ func (r *runner) finalChecks(ctx context.Context) {
 	if pr.Name != "" {
 		r.checks = append(r.checks, pr)
 	}
+	if r.ovl != nil {
+		r.log.Info("reading whether the overlap attempts with unknown outcomes took effect")
+		r.ovl.resolve(ctx)
+		r.purge.mu.Lock()
+		dropped := append([]droppedTable(nil), r.purge.dropped...)
+		r.purge.mu.Unlock()
+		attempts := r.ovl.allAttempts()
+		r.checks = append(r.checks, checkOverlap(attempts, dropped, r.jobs, cfg.ci))
+		if purgeExtra == nil {
+			purgeExtra = map[string]any{}
+		}
+		purgeExtra["overlap"] = attempts
+	}
 	r.checks = append(r.checks, r.anom.result(), r.nemesisCheck())
 	extra := map[string]any{"finals": finals, "checks": r.checks, "seed": cfg.seed, "command": cfg.commandLine()}
 	for k, v := range purgeExtra {
@@ -318,13 +349,26 @@ func (r *runner) checkPurge(ctx context.Context) (checkResult, map[string]any) {
 			r.log.Warn("purge jobs did not settle", "error", err)
 		}
 	}
-	live, err := r.purge.liveTables(ctx)
+	r.jobs = jobs
+	// The overlap workload's tables are live tables like the purge
+	// workload's: every file reachable from them must be there.
+	namespaces := []string{purgeNamespace}
+	if r.ovl != nil {
+		namespaces = append(namespaces, overlapNamespace)
+	}
+	live, err := r.purge.liveTables(ctx, namespaces...)
 	if err != nil {
 		return checkResult{Name: "purge", Verdict: verdictFail, Summary: "could not read the live tables", Violations: []string{err.Error()}}, nil
 	}
-	listing, err := r.s3.list(ctx, warehousePrefix+"/"+purgeNamespace+"/")
-	if err != nil {
-		return checkResult{Name: "purge", Verdict: verdictFail, Summary: "could not list the warehouse", Violations: []string{err.Error()}}, nil
+	listing := map[string]bool{}
+	for _, ns := range namespaces {
+		l, err := r.s3.list(ctx, warehousePrefix+"/"+ns+"/")
+		if err != nil {
+			return checkResult{Name: "purge", Verdict: verdictFail, Summary: "could not list the warehouse", Violations: []string{err.Error()}}, nil
+		}
+		for k := range l {
+			listing[k] = true
+		}
 	}
 	r.purge.mu.Lock()
 	dropped := append([]droppedTable(nil), r.purge.dropped...)

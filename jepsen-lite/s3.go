@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -221,6 +222,29 @@ func (s *s3Server) list(ctx context.Context, prefix string) (map[string]bool, er
 		token = out.NextContinuationToken
 	}
 	return nil, errors.New("listing has more than 1000 pages")
+}
+
+// copy copies the object at src to dst (both s3://bucket/key of this
+// server's bucket), straight through versitygw.
+func (s *s3Server) copy(ctx context.Context, src, dst string) error {
+	srcKey, ok1 := strings.CutPrefix(src, "s3://"+s.Bucket+"/")
+	dstKey, ok2 := strings.CutPrefix(dst, "s3://"+s.Bucket+"/")
+	if !ok1 || !ok2 {
+		return fmt.Errorf("copy %s to %s: not both in bucket %s", src, dst, s.Bucket)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := s.client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(srcKey)})
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil {
+		return err
+	}
+	_, err = s.client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(dstKey), Body: bytes.NewReader(b)})
+	return err
 }
 
 // exists reports whether the object at uri (s3://bucket/key of this

@@ -32,6 +32,7 @@ func TestPurge(t *testing.T) {
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
+			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
 		})
 	}
 }
@@ -325,4 +326,24 @@ func gatheredOwned(t *testing.T, c *cluster) float64 {
 		sum += gathered(t, n.reg, "floe_purge_files_skipped_guarded_total")
 	}
 	return sum
+}
+
+// After an asynchronous purge has deleted a table's files, registering a
+// table on its old metadata file is refused by every node, although each
+// of them read (and cached) that file while the table was live.
+func testRegisterPurgedMetadata(t *testing.T, c *cluster) {
+	n := c.follower()
+	tt := c.makeTable(n, "cached", "t", nil, 1, 2)
+	for _, x := range c.live() {
+		require.Equal(t, 200, x.do(t, "GET", "/v1/namespaces/cached/tables/t", "").status)
+	}
+	r := n.do(t, "DELETE", "/v1/namespaces/cached/tables/t?purgeRequested=True", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	c.waitJob("cached", "t", 30*time.Second, isState(fsm.JobSucceeded))
+	require.Empty(t, c.list(tt.tbl.Location()))
+	for _, x := range c.live() {
+		r := x.do(t, "POST", "/v1/namespaces/cached/register", `{"name":"again","metadata-location":"`+tt.tbl.MetadataLocation()+`"}`)
+		assert.Equal(t, 400, r.status, r.body)
+	}
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/cached/tables/again", "").status)
 }
