@@ -1,21 +1,24 @@
 # floe — see README.md.
 #
-#   make build   build bin/floe from cmd/node
+#   make build   build bin/floe from cmd/node and bin/floebench from bench/cmd/floebench
 #   make run     build, then start one node with zero flags (data in ./floe-data)
 #   make test    everything CI runs (installs versitygw for the S3 tests first)
 #   make lint    go vet and a gofmt check
 #   make fuzz    every fuzz target for FUZZTIME (30s); make fuzz-ci: the short CI pass
-#   make bench   benchmark suite → docs/benchmarks.md (BENCH_SIZE=large for the big cases)
+#   make bench   benchmark suite → docs/benchmarks.md (BENCH_SIZE=large for the big cases);
+#                without a go command it runs the prebuilt bin/floe and bin/floebench
 #   make cluster build, then run three nodes on loopback until Ctrl-C
 #                (deploy/cluster.sh; data in ./floe-cluster)
 
 GO ?= go
 BIN := bin/floe
+FLOEBENCH := bin/floebench
 
 .PHONY: build run test lint cluster jepsen jepsen-ci bench
 
 build:
 	$(GO) build -o $(BIN) ./cmd/node
+	$(GO) build -o $(FLOEBENCH) ./bench/cmd/floebench
 
 run: build
 	./$(BIN)
@@ -64,11 +67,26 @@ jepsen-sweep: build
 # Benchmark suite: writes docs/benchmarks.md and docs/benchmarks-drop.png,
 # every figure a ratio against a baseline measured in the same run.
 # BENCH_SIZE=large: 500K-file purge, 100K tables, 1M idempotency records.
+#
+# It runs the binaries bin/floebench and bin/floe. With a go command it
+# rebuilds both first (make build). Without one (a benchmark machine with
+# no Go toolchain) it runs them as they are: build them elsewhere with
+# make build and copy bin/ over, with versitygw at $FLOE_VERSITYGW or
+# ${FLOE_TOOLS:-$HOME/.cache/floe-tools}/versitygw, where
+# .ci/install-versitygw.sh finds it without needing Go.
 BENCH_SIZE ?= default
 
-bench: build
+bench:
+	@if command -v $(GO) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory build; \
+	elif [ -x $(BIN) ] && [ -x $(FLOEBENCH) ]; then \
+		echo "bench: no $(GO) command; running the prebuilt $(FLOEBENCH) and $(BIN)"; \
+	else \
+		echo "bench: no $(GO) command and no prebuilt $(FLOEBENCH) and $(BIN); run make build where Go is installed and copy bin/ here" >&2; \
+		exit 1; \
+	fi
 	bash .ci/install-versitygw.sh
-	$(GO) run ./internal/bench/cmd/floebench --suite --floe $(BIN) --size $(BENCH_SIZE) --out docs/benchmarks.md
+	./$(FLOEBENCH) --suite --floe $(BIN) --size $(BENCH_SIZE) --out docs/benchmarks.md
 
 # Fuzzing: each fuzz target for FUZZTIME. go test -fuzz takes one target per
 # package run, so every target is its own go test invocation. A crasher is

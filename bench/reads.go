@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // readTimeout bounds one loadTable request.
@@ -52,7 +54,7 @@ func (r ReadResult) PerSecond() float64 {
 
 // SetupTable creates namespace ns and table t with one long column through
 // the given node, then checks that every node serves loadTable for it.
-func (c *Cluster) SetupTable(ctx context.Context, cl *http.Client, via *Node, ns, table string) error {
+func (c *Cluster) SetupTable(ctx context.Context, cl *http.Client, via *harness.Node, ns, table string) error {
 	if st, body, err := createNamespace(ctx, cl, via, ns); err != nil || st != http.StatusOK {
 		return fmt.Errorf("create namespace %s via %s: status %d, body %s, error %v", ns, via.ID, st, body, err)
 	}
@@ -85,7 +87,7 @@ func tablePath(ns, table string) string { return "/v1/namespaces/" + ns + "/tabl
 
 // loadTable sends one GET for path to n and reads the whole body. Any answer
 // other than 200 is an error naming the node, the status and the body.
-func loadTable(ctx context.Context, cl *http.Client, n *Node, path string) (time.Duration, error) {
+func loadTable(ctx context.Context, cl *http.Client, n *harness.Node, path string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.BaseURL()+path, nil)
@@ -113,7 +115,7 @@ func loadTable(ctx context.Context, cl *http.Client, n *Node, path string) (time
 // targets[(client+i) % len(targets)]. Before the clock starts every client
 // sends one request to every target (warming its connections); a failure
 // there is an error. Failures during the measurement are counted, not fatal.
-func Reads(ctx context.Context, targets []*Node, path string, clients int, duration time.Duration) (ReadResult, error) {
+func Reads(ctx context.Context, targets []*harness.Node, path string, clients int, duration time.Duration) (ReadResult, error) {
 	res := ReadResult{Clients: clients}
 	for _, n := range targets {
 		res.Targets = append(res.Targets, n.ID)
@@ -138,7 +140,7 @@ func Reads(ctx context.Context, targets []*Node, path string, clients int, durat
 		go func() {
 			defer done.Done()
 			cr := &results[i]
-			cl := newClient(2, 0)
+			cl := harness.NewHTTPClient(2, 0)
 			defer cl.CloseIdleConnections()
 			for _, n := range targets {
 				if _, err := loadTable(ctx, cl, n, path); err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // CommitResult is the latency of table commits, with and without an
@@ -21,7 +23,7 @@ type CommitResult struct {
 
 // commit sends one table commit (set a property) through n, with an
 // Idempotency-Key when key is not empty.
-func commit(ctx context.Context, cl *http.Client, n *Node, path, key string, i int) (int, string, error) {
+func commit(ctx context.Context, cl *http.Client, n *harness.Node, path, key string, i int) (int, string, error) {
 	return commitURL(ctx, cl, n.BaseURL()+path, key, i)
 }
 

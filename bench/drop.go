@@ -16,6 +16,8 @@ import (
 	"github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/io/gocloud/s3" // S3 FileIO for the iceberg-go client that writes the manifests
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // PurgeUnavailable is what item 5 prints when the floe binary has no
@@ -103,7 +105,7 @@ type purgeJobView struct {
 
 // purgeJobs lists the jobs of ns.name; status 404 means the build has no
 // purge-jobs API.
-func purgeJobs(ctx context.Context, cl *http.Client, n *Node, ns, name string) (int, []purgeJobView, error) {
+func purgeJobs(ctx context.Context, cl *http.Client, n *harness.Node, ns, name string) (int, []purgeJobView, error) {
 	q := url.Values{"namespace": {ns}, "table": {name}}
 	st, rb, err := doRequest(ctx, cl, http.MethodGet, n.BaseURL()+"/management/v1/purge-jobs?"+q.Encode(), nil)
 	if err != nil || st != http.StatusOK {
@@ -157,7 +159,7 @@ func (s *rssSampler) finish() (int64, int) {
 // client, writes files tiny data-file objects under its location through
 // floe's storage layer and commits one append listing them all (one
 // manifest, one manifest list, a new metadata file), as an engine would.
-func buildTable(ctx context.Context, n *Node, s3 *S3Server, ns, name string, files int) (string, error) {
+func buildTable(ctx context.Context, n *harness.Node, s3 *S3Server, ns, name string, files int) (string, error) {
 	cat, err := rest.NewCatalog(ctx, "floe", n.BaseURL())
 	if err != nil {
 		return "", err
@@ -215,11 +217,14 @@ func s3Key(uri string) string {
 func runDropBench(ctx context.Context, o *SuiteOptions, dir string) (*DropBench, error) {
 	log := o.log()
 	db := &DropBench{}
-	bin, err := findVersitygw(o.Versitygw)
-	if err != nil {
-		db.Skipped = err.Error()
-		log.Warn("item 5 skipped", "reason", db.Skipped)
-		return db, nil
+	bin := o.Versitygw
+	if bin == "" {
+		var err error
+		if bin, err = harness.FindVersitygw(); err != nil {
+			db.Skipped = err.Error() + "; install it with .ci/install-versitygw.sh"
+			log.Warn("item 5 skipped", "reason", db.Skipped)
+			return db, nil
+		}
 	}
 	s3, err := StartS3(ctx, bin, filepath.Join(dir, "s3"))
 	if err != nil {
@@ -227,7 +232,7 @@ func runDropBench(ctx context.Context, o *SuiteOptions, dir string) (*DropBench,
 	}
 	defer s3.Stop()
 	log.Info("item 5: versitygw started", "endpoint", s3.Endpoint, "bucket", s3.Bucket)
-	c, err := StartClusterWith(ctx, ClusterConfig{Bin: o.Floe, Dir: filepath.Join(dir, "floe"), Size: ClusterSize,
+	c, err := startCluster(ctx, harness.ClusterConfig{Bin: o.Floe, Dir: filepath.Join(dir, "floe"), Size: ClusterSize,
 		Warehouse: s3.Warehouse(), Args: s3.NodeArgs()}, log)
 	if err != nil {
 		return nil, err
@@ -237,7 +242,7 @@ func runDropBench(ctx context.Context, o *SuiteOptions, dir string) (*DropBench,
 	if err != nil {
 		return nil, err
 	}
-	cl := newClient(4, 0)
+	cl := harness.NewHTTPClient(4, 0)
 	defer cl.CloseIdleConnections()
 	if st, _, err := purgeJobs(ctx, cl, leader, "none", "none"); err != nil {
 		return nil, err
@@ -300,7 +305,7 @@ func runDropBench(ctx context.Context, o *SuiteOptions, dir string) (*DropBench,
 // dropCase builds one table and drops it with purge, async or sync, through
 // the leader, then waits for its job to succeed. It sets db.Unavailable
 // (and returns a zero case) when the drop shows purge is not there.
-func dropCase(ctx context.Context, c *Cluster, via *Node, s3 *S3Server, cl *http.Client, ns string, files int, mode string, db *DropBench, largest bool) (DropCase, error) {
+func dropCase(ctx context.Context, c *Cluster, via *harness.Node, s3 *S3Server, cl *http.Client, ns string, files int, mode string, db *DropBench, largest bool) (DropCase, error) {
 	dc := DropCase{Files: files, Mode: mode, Node: via.ID}
 	name := fmt.Sprintf("t%d_%s", files, mode)
 	loc, err := buildTable(ctx, via, s3, ns, name, files)
@@ -339,23 +344,25 @@ func dropCase(ctx context.Context, c *Cluster, via *Node, s3 *S3Server, cl *http
 	// The job, polled until it ends.
 	var job purgeJobView
 	first := true
-	err = poll(ctx, purgeWait, 20*time.Millisecond, func(ctx context.Context) (bool, error) {
+	err = harness.Poll(ctx, purgeWait, 20*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, harness.ControlTimeout)
+		defer cancel()
 		st, jobs, err := purgeJobs(ctx, cl, via, ns, name)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if st == http.StatusNotFound {
 			db.Unavailable = "GET /management/v1/purge-jobs answered 404 after the drop"
-			return true, nil
+			return nil
 		}
 		if len(jobs) == 0 {
 			db.Unavailable = "the drop with purgeRequested=true created no purge job"
-			return true, nil
+			return nil
 		}
 		job = jobs[len(jobs)-1]
 		if first && mode == "async" && largest && files >= 10_000 && job.State == "SUCCEEDED" {
 			db.Unavailable = fmt.Sprintf("the %s header had no effect: the %d-file purge had finished when the async drop answered", asyncPurgeHeader, files)
-			return true, nil
+			return nil
 		}
 		first = false
 		switch job.State {
@@ -364,11 +371,11 @@ func dropCase(ctx context.Context, c *Cluster, via *Node, s3 *S3Server, cl *http
 			if mode == "sync" {
 				dc.Purged = dc.Latency
 			}
-			return true, nil
+			return nil
 		case "FAILED":
-			return false, fmt.Errorf("purge job %s FAILED: %s", job.ID, job.LastError)
+			return fmt.Errorf("purge job %s FAILED: %s", job.ID, job.LastError)
 		}
-		return false, fmt.Errorf("purge job %s is %s", job.ID, job.State)
+		return fmt.Errorf("purge job %s is %s", job.ID, job.State)
 	})
 	if err != nil || db.Unavailable != "" {
 		return DropCase{}, err

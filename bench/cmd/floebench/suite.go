@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/floe-catalog/floe/internal/bench"
+	"github.com/floe-catalog/floe/bench"
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 type suiteArgs struct {
@@ -40,14 +41,14 @@ func runSuite(log *slog.Logger, a suiteArgs, timeout time.Duration) int {
 	if a.out != "" && a.plot == "" {
 		a.plot = filepath.Join(filepath.Dir(a.out), "benchmarks-drop.png")
 	}
-	args := []string{"go", "run", "./internal/bench/cmd/floebench", "--suite", "--floe", a.floe, "--size", sizes.Name}
+	args := []string{"go", "run", "./bench/cmd/floebench", "--suite", "--floe", a.floe, "--size", sizes.Name}
 	if a.items != "" {
 		args = append(args, "--items", a.items)
 	}
 	if a.out != "" {
 		args = append(args, "--out", a.out)
 	}
-	command := "go build -o " + bench.ShellJoin([]string{a.floe}) + " ./cmd/node && " + bench.ShellJoin(args)
+	command := "go build -o " + harness.ShellJoin([]string{a.floe}) + " ./cmd/node && " + harness.ShellJoin(args)
 
 	var rep *bench.SuiteReport
 	if a.render != "" {

@@ -6,14 +6,14 @@
 // stderr.
 //
 //	go build -o /tmp/floe ./cmd/node
-//	go run ./internal/bench/cmd/floebench --floe /tmp/floe --out docs/benchmarks-cluster.md
+//	go run ./bench/cmd/floebench --floe /tmp/floe --out docs/benchmarks-cluster.md
 //
 // With --suite it runs the whole benchmark suite (items 1–8 of issue 7,
 // what make bench runs) and writes docs/benchmarks.md and the drop-latency
 // plot next to it; --size smoke|default|large (env BENCH_SIZE) picks the
 // sizes and --items runs a subset:
 //
-//	go run ./internal/bench/cmd/floebench --suite --floe /tmp/floe --out docs/benchmarks.md
+//	go run ./bench/cmd/floebench --suite --floe /tmp/floe --out docs/benchmarks.md
 package main
 
 import (
@@ -29,7 +29,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/floe-catalog/floe/internal/bench"
+	"github.com/floe-catalog/floe/bench"
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 func main() { os.Exit(run()) }
@@ -86,7 +87,7 @@ func run() int {
 
 	// The reproduce line spells out every flag that shapes the figures, so
 	// it means the same thing if the defaults change.
-	args := []string{"go", "run", "./internal/bench/cmd/floebench",
+	args := []string{"go", "run", "./bench/cmd/floebench",
 		"--floe", *floe,
 		"--failovers", strconv.Itoa(*failovers),
 		"--writes", strconv.Itoa(*writes),
@@ -96,7 +97,7 @@ func run() int {
 	if *out != "" {
 		args = append(args, "--out", *out)
 	}
-	command := "go build -o " + bench.ShellJoin([]string{*floe}) + " ./cmd/node && " + bench.ShellJoin(args)
+	command := "go build -o " + harness.ShellJoin([]string{*floe}) + " ./cmd/node && " + harness.ShellJoin(args)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

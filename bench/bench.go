@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // ClusterSize is the number of nodes Run starts.
@@ -111,7 +113,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	runID := randomID()
 
 	log.Info("starting cluster", "nodes", ClusterSize, "dir", dir, "floe", o.Floe)
-	c, err := StartCluster(ctx, o.Floe, dir, ClusterSize, log)
+	c, err := startCluster(ctx, harness.ClusterConfig{Bin: o.Floe, Dir: dir, Size: ClusterSize}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +130,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	log.Info("cluster healthy", "leader", leader.ID)
 
-	writer := newClient(4, 0)
+	writer := harness.NewHTTPClient(4, 0)
 	defer writer.CloseIdleConnections()
 
 	// Baseline: acknowledged writes on the healthy cluster.
@@ -147,7 +149,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, err
 	}
 	cpu0, drv0, m0 := c.clusterCPU(), procCPU(0), readMachineCPU()
-	if rep.ReadsLeader, err = Reads(ctx, []*Node{leader}, path, o.Clients, o.ReadDuration); err != nil {
+	if rep.ReadsLeader, err = Reads(ctx, []*harness.Node{leader}, path, o.Clients, o.ReadDuration); err != nil {
 		return nil, err
 	}
 	rep.ReadsLeader.ServerCPU, rep.ReadsLeader.DriverCPU, rep.ReadsLeader.Machine = c.clusterCPU()-cpu0, procCPU(0)-drv0, machineLoadSince(m0)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/harness"
 	"github.com/floe-catalog/floe/internal/raftlog"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/transport"
@@ -148,21 +149,21 @@ func StartRawCluster(ctx context.Context, dir string, size int, kind RawFSM, log
 	return rc, nil
 }
 
-// Leader waits up to healthyTimeout for a node that leads.
+// Leader waits up to harness.HealthyTimeout for a node that leads.
 func (rc *RawCluster) Leader(ctx context.Context) (*raft.Raft, error) {
 	var leader *raft.Raft
-	err := poll(ctx, healthyTimeout, pollInterval, func(context.Context) (bool, error) {
+	err := harness.Poll(ctx, harness.HealthyTimeout, harness.PollInterval, func(context.Context) error {
 		for _, n := range rc.Nodes {
 			if n.raft != nil && n.raft.State() == raft.Leader {
 				// A leader's first entries wait for its term's no-op.
-				if err := n.raft.Barrier(controlTimeout).Error(); err != nil {
-					return false, err
+				if err := n.raft.Barrier(harness.ControlTimeout).Error(); err != nil {
+					return err
 				}
 				leader = n.raft
-				return true, nil
+				return nil
 			}
 		}
-		return false, errors.New("no raw raft leader yet")
+		return errors.New("no raw raft leader yet")
 	})
 	return leader, err
 }

@@ -32,7 +32,7 @@ var commitProfileFrames = []ProfileShare{
 	{Label: "bbolt (Raft log store and state machine)", Frame: "go.etcd.io/bbolt."},
 	{Label: "encoding/json (anywhere)", Frame: "encoding/json."},
 	{Label: "iceberg-go (metadata builder, parsing)", Frame: "github.com/apache/iceberg-go"},
-	{Label: "the driver's load clients (not floe)", Frame: "internal/bench.commitLoad"},
+	{Label: "the driver's load clients (not floe)", Frame: "floe/bench.commitLoad"},
 	{Label: "the driver's load clients (not floe)", Frame: "net/http.(*persistConn)"},
 	{Label: "garbage collector (background mark)", Frame: "runtime.gcBgMarkWorker"},
 }

@@ -83,7 +83,7 @@ func (r *SuiteReport) Markdown(plot string) string {
 	o := r.Options
 
 	w("# floe benchmarks\n\n")
-	w("Measured by `floebench --suite` (internal/bench) on %s, sizes **%s**, in %s. ",
+	w("Measured by `floebench --suite` (bench/) on %s, sizes **%s**, in %s. ",
 		r.Date.Format("2006-01-02 15:04 MST"), o.Sizes.Name, r.Duration.Round(time.Second))
 	w("Every figure sits next to a baseline measured in the same run on the same machine, and the ratio between them is the number to compare across runs: the machine is shared and noisy, and no absolute time here is a pass/fail bar.\n\n")
 	if len(r.Failures) > 0 {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // Settings of the growth cluster (items 7 and 8). Snapshots are what item
@@ -58,7 +60,7 @@ type GrowthBench struct {
 	RecordsStep int
 }
 
-func nodeMemory(n *Node) (NodeMemory, error) {
+func nodeMemory(n *harness.Node) (NodeMemory, error) {
 	pid := n.Pid()
 	if pid == 0 {
 		return NodeMemory{}, fmt.Errorf("node %s is not running", n.ID)
@@ -107,7 +109,7 @@ func (c *Cluster) memory() (map[string]NodeMemory, error) {
 }
 
 // metricValue scrapes one unlabelled metric from n's /metrics.
-func metricValue(ctx context.Context, cl *http.Client, n *Node, name string) (float64, error) {
+func metricValue(ctx context.Context, cl *http.Client, n *harness.Node, name string) (float64, error) {
 	st, rb, err := doRequest(ctx, cl, http.MethodGet, n.BaseURL()+"/metrics", nil)
 	if err := expect("GET /metrics on "+n.ID, http.StatusOK, st, rb, err); err != nil {
 		return 0, err
@@ -129,7 +131,7 @@ type snapshotMeta struct {
 
 // newestSnapshot returns the snapshot with the highest index in n's data
 // directory (raft.FileSnapshotStore layout), ok false when there is none.
-func newestSnapshot(n *Node) (snapshotMeta, bool, error) {
+func newestSnapshot(n *harness.Node) (snapshotMeta, bool, error) {
 	var best snapshotMeta
 	found := false
 	dirs, err := os.ReadDir(filepath.Join(n.DataDir, "snapshots"))
@@ -165,7 +167,7 @@ func growthTable(i int) string {
 
 func runGrowth(ctx context.Context, o *SuiteOptions, dir string) (*GrowthBench, error) {
 	log := o.log()
-	c, err := StartClusterWith(ctx, ClusterConfig{Bin: o.Floe, Dir: dir, Size: ClusterSize, Args: []string{
+	c, err := startCluster(ctx, harness.ClusterConfig{Bin: o.Floe, Dir: dir, Size: ClusterSize, Args: []string{
 		"--snapshot-threshold", strconv.Itoa(o.Sizes.SnapshotThreshold), "--snapshot-interval", growthSnapshotInterval.String(),
 	}}, log)
 	if err != nil {
@@ -180,7 +182,7 @@ func runGrowth(ctx context.Context, o *SuiteOptions, dir string) (*GrowthBench, 
 	if g.Empty, err = c.memory(); err != nil {
 		return nil, err
 	}
-	cl := newClient(growthFillWorkers, 0)
+	cl := harness.NewHTTPClient(growthFillWorkers, 0)
 	defer cl.CloseIdleConnections()
 
 	have := 0
@@ -248,7 +250,7 @@ func logStep(o *SuiteOptions, s GrowthStep) {
 // tables, through the leader), waits for a snapshot that holds the whole
 // step (writing more commits if Raft has not taken one yet), and reads
 // every node's memory.
-func measureStep(ctx context.Context, c *Cluster, leader *Node, cl *http.Client, tables int, step *GrowthStep, o *SuiteOptions) error {
+func measureStep(ctx context.Context, c *Cluster, leader *harness.Node, cl *http.Client, tables int, step *GrowthStep, o *SuiteOptions) error {
 	// The gauge is refreshed every 100ms by the node's monitor.
 	select {
 	case <-ctx.Done():

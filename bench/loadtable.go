@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floe-catalog/floe/catalog"
+	"github.com/floe-catalog/floe/internal/harness"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
 )
@@ -69,9 +70,8 @@ func startInProcessNodeWith(ctx context.Context, dir string, log *slog.Logger, o
 			return nil, err
 		}
 	}
-	if err := poll(ctx, healthyTimeout, pollInterval, func(context.Context) (bool, error) {
-		err := node.Ready()
-		return err == nil, err
+	if err := harness.Poll(ctx, harness.HealthyTimeout, harness.PollInterval, func(context.Context) error {
+		return node.Ready()
 	}); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("in-process node not ready: %w", err)
@@ -101,7 +101,7 @@ func startInProcessNodeWith(ctx context.Context, dir string, log *slog.Logger, o
 
 func (p *inProcessNode) stop() {
 	for _, s := range p.servers {
-		ctx, cancel := context.WithTimeout(context.Background(), exitTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), harness.ExitTimeout)
 		_ = s.Shutdown(ctx)
 		cancel()
 	}
@@ -141,7 +141,7 @@ func runLoadTableLatency(ctx context.Context, o *SuiteOptions, dir string) (*Loa
 	}
 	defer p.stop()
 	on, off := p.urls[0], p.urls[1]
-	cl := newClient(4, 0)
+	cl := harness.NewHTTPClient(4, 0)
 	defer cl.CloseIdleConnections()
 
 	res := &LoadTableLatency{N: o.Sizes.LoadTableN, Tables: loadTableTables}

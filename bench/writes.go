@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // retryPause is the pause between two write attempts while waiting for a
@@ -26,7 +28,7 @@ const writeTimeout = 5 * time.Second
 
 // createNamespace sends POST /v1/namespaces {"namespace":[name]} to n and
 // returns the HTTP status and the start of the response body.
-func createNamespace(ctx context.Context, cl *http.Client, n *Node, name string) (int, string, error) {
+func createNamespace(ctx context.Context, cl *http.Client, n *harness.Node, name string) (int, string, error) {
 	body, err := json.Marshal(map[string]any{"namespace": []string{name}})
 	if err != nil {
 		return 0, "", err
@@ -108,7 +110,7 @@ func (c *Cluster) Failover(ctx context.Context, cl *http.Client, runID string, r
 	if err != nil {
 		return r, err
 	}
-	var survivors []*Node
+	var survivors []*harness.Node
 	for _, n := range c.Nodes {
 		if n != leader {
 			survivors = append(survivors, n)
@@ -122,12 +124,14 @@ func (c *Cluster) Failover(ctx context.Context, cl *http.Client, runID string, r
 
 	// Open a connection to the surviving node before the kill so that the
 	// first attempt does not pay for the dial.
-	if _, err := c.status(ctx, via); err != nil {
+	if _, err := via.Status(ctx); err != nil {
 		return r, err
 	}
 
-	t0, err := leader.kill()
-	if err != nil {
+	// The clock starts just before the signal; the killed process is
+	// reaped later, by Restart.
+	t0 := time.Now()
+	if err := leader.Signal(syscall.SIGKILL); err != nil {
 		return r, err
 	}
 	maxAttempts := int(ackTimeout/retryPause) + 1
@@ -160,7 +164,7 @@ func (c *Cluster) Failover(ctx context.Context, cl *http.Client, runID string, r
 		return r, fmt.Errorf("round %d: no write acknowledged by %s within %s (%d attempts) after SIGKILL of leader %s; rejections %v; last: %s",
 			round, via.ID, ackTimeout, r.Attempts, leader.ID, r.Rejected, lastRejection)
 	}
-	if st, err := c.status(ctx, via); err == nil {
+	if st, err := via.Status(ctx); err == nil {
 		r.NewLeader = st.LeaderID
 	}
 

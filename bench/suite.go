@@ -95,9 +95,8 @@ type SuiteOptions struct {
 	// Items to run; empty means all. Items 2, 4 and 6 share one cluster
 	// run, as do 7 and 8.
 	Items []int
-	// Versitygw is the S3 server binary for item 5; empty: found like
-	// internal/testenv finds it. Without one, item 5 is reported as
-	// skipped.
+	// Versitygw is the S3 server binary for item 5; empty:
+	// harness.FindVersitygw. Without one, item 5 is reported as skipped.
 	Versitygw string
 	Command   string // reproduces the run; printed in the report
 	// ProfileDir, if set, receives a CPU profile of item 1's in-process

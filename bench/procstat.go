@@ -93,21 +93,6 @@ func procMemory(pid int) (ProcMemory, error) {
 	return m, nil
 }
 
-// Pid returns the node's process ID, 0 when it is not running.
-func (n *Node) Pid() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil || n.cmd.Process == nil {
-		return 0
-	}
-	select {
-	case <-n.exited:
-		return 0
-	default:
-	}
-	return n.cmd.Process.Pid
-}
-
 // clusterCPU returns the CPU time used so far by every running node.
 func (c *Cluster) clusterCPU() time.Duration {
 	var sum time.Duration

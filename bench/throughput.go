@@ -18,6 +18,7 @@ import (
 
 	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/harness"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -150,7 +151,7 @@ func commitLoad(ctx context.Context, ns string, tables []string, clients int, du
 	per := max(1, len(tables)/clients)
 	httpc := make([]*http.Client, clients)
 	for i := range httpc {
-		httpc[i] = newClient(4, 0)
+		httpc[i] = harness.NewHTTPClient(4, 0)
 		defer httpc[i].CloseIdleConnections()
 	}
 	conflicts := make([]int, clients)
@@ -178,7 +179,7 @@ func commitLoad(ctx context.Context, ns string, tables []string, clients int, du
 
 // createTables creates ns and n tables t00000… through base.
 func createTables(ctx context.Context, base, ns string, n int) ([]string, loadedTable, error) {
-	cl := newClient(16, 0)
+	cl := harness.NewHTTPClient(16, 0)
 	defer cl.CloseIdleConnections()
 	if err := ensureNamespace(ctx, cl, base, ns); err != nil {
 		return nil, loadedTable{}, err
@@ -222,7 +223,7 @@ func runCommitThroughput(ctx context.Context, o *SuiteOptions, dir string) (*Com
 	}
 
 	log.Info("item 1: starting a floe cluster to create the tables")
-	c, err := StartClusterWith(ctx, ClusterConfig{Bin: o.Floe, Dir: filepath.Join(dir, "floe"), Size: ClusterSize}, log)
+	c, err := startCluster(ctx, harness.ClusterConfig{Bin: o.Floe, Dir: filepath.Join(dir, "floe"), Size: ClusterSize}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +279,7 @@ func runCommitThroughput(ctx context.Context, o *SuiteOptions, dir string) (*Com
 	}
 
 	log.Info("item 1: resuming the floe cluster")
-	if err := c.Resume(ctx); err != nil {
+	if err := c.resume(ctx); err != nil {
 		return ct, err
 	}
 	if leader, err = c.Leader(ctx); err != nil {
@@ -335,7 +336,7 @@ func runCommitThroughput(ctx context.Context, o *SuiteOptions, dir string) (*Com
 // loadTableAt loads ns.name through base.
 func loadTableAt(ctx context.Context, base, ns, name string) (loadedTable, error) {
 	var lt loadedTable
-	cl := newClient(1, 0)
+	cl := harness.NewHTTPClient(1, 0)
 	defer cl.CloseIdleConnections()
 	st, rb, err := doRequest(ctx, cl, http.MethodGet, base+tablePath(ns, name), nil)
 	if err := expect("load "+ns+"."+name, http.StatusOK, st, rb, err); err != nil {

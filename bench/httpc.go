@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -132,4 +133,13 @@ feed:
 	close(next)
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// truncate shortens s, trimmed, to n bytes for error messages.
+func truncate(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
