@@ -168,12 +168,7 @@ type TableChange struct {
 	Overwrite   bool   `json:"overwrite,omitempty"`
 }
 
-func (ch TableChange) locKey() string {
-	if ch.LocationKey != "" {
-		return ch.LocationKey
-	}
-	return LocationKey(ch.Location)
-}
+func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Location) }
 
 // CommitTables applies one or more table changes atomically: either every
 // change's precondition holds and all are written, or nothing is written and

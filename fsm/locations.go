@@ -52,14 +52,16 @@ func LocationKey(uri string) string {
 	return n
 }
 
-// locKey returns the table's stamped location key, or this binary's
-// normalisation for records written before keys were stamped.
-func (tb Table) locKey() string {
-	if tb.LocationKey != "" {
-		return tb.LocationKey
+// stampedKey is the location key a proposer stamped, or this binary's
+// normalisation of loc for records written before keys were stamped.
+func stampedKey(stamped, loc string) string {
+	if stamped != "" {
+		return stamped
 	}
-	return LocationKey(tb.Location)
+	return LocationKey(loc)
 }
+
+func (tb Table) locKey() string { return stampedKey(tb.LocationKey, tb.Location) }
 
 func ownerKey(norm string, id Ident) []byte {
 	return append([]byte(norm+"\x00"), tableKey(id)...)

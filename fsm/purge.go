@@ -121,12 +121,7 @@ type PurgeJob struct {
 	UpdatedMs  int64  `json:"updated-ms"`
 }
 
-func (j PurgeJob) locKey() string {
-	if j.LocationKey != "" {
-		return j.LocationKey
-	}
-	return LocationKey(j.Location)
-}
+func (j PurgeJob) locKey() string { return stampedKey(j.LocationKey, j.Location) }
 
 // HoldsTombstones reports whether the job still blocks its name and location.
 func (j PurgeJob) HoldsTombstones() bool { return j.State != JobSucceeded && !j.Released }
