@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,6 +154,16 @@ func TestConcurrentDuplicatesOnTwoNodes(t *testing.T) {
 		assert.Equal(t, res[0].json(t)["metadata-location"], res[1].json(t)["metadata-location"])
 		assert.Equal(t, round+1, metadataLog(t, nodes[0], "a", "t"), "round %d applied once", round)
 	}
+	// The duplicate that lost the race deleted the metadata file it wrote:
+	// one file per applied version, no orphans.
+	loc := nodes[0].do(t, "GET", "/v1/namespaces/a/tables/t", nil).json(t)["metadata"].(map[string]any)["location"].(string)
+	var files []string
+	for _, f := range nodes[0].listFiles(t, loc+"/metadata") {
+		if strings.HasSuffix(f, ".metadata.json") {
+			files = append(files, f)
+		}
+	}
+	assert.Len(t, files, 6, "%v", files)
 }
 
 // TestRetryAfterLeaderDies kills the leader while keyed commits are in

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -596,6 +598,11 @@ func hasUpdate(updates table.Updates, action string) bool {
 }
 
 func isOutcomeUnknown(err error) bool {
+	if errors.Is(err, idempotency.ErrReplayed) {
+		// A duplicate that raced the first request: Apply changed nothing,
+		// so this request's metadata file is referenced by nothing.
+		return false
+	}
 	ae := toAPIError(err, opCommit)
 	return ae.typ == "CommitStateUnknownException"
 }
