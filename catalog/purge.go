@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -87,7 +88,9 @@ func (s *Server) purgeSpec(p Purger, async bool) (*fsm.PurgeJobSpec, error) {
 	spec := &fsm.PurgeJobSpec{
 		ID:        id.String(),
 		Warehouse: s.cfg.Warehouse,
-		FileIO:    s.objects.ClientConfig(s.cfg.Warehouse),
+		// The storage settings without credentials: the job is replicated
+		// and snapshotted; the node that runs it uses its own credentials.
+		FileIO: storage.WithoutSecrets(s.objects.ClientConfig(s.cfg.Warehouse)),
 		DroppedBy: purgePrincipal,
 	}
 	if !async {

@@ -101,11 +101,13 @@ type tnode struct {
 	http    *httptest.Server
 	URL     string
 	dead    bool
+	dataDir string
 }
 
 type cluster struct {
 	t         *testing.T
 	warehouse string
+	scfg      storage.Config
 	nodes     []*tnode
 	batch     int
 }
@@ -123,13 +125,14 @@ func freeAddr(t *testing.T) string {
 func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 	t.Helper()
 	uri, scfg := wh.uri(t)
-	c := &cluster{t: t, warehouse: uri, batch: batch}
+	c := &cluster{t: t, warehouse: uri, batch: batch, scfg: scfg}
 	addrs := make([]string, size)
 	for i := range addrs {
 		addrs[i] = freeAddr(t)
 	}
 	for i := range size {
 		cfg := raftnode.Config{DataDir: t.TempDir(), ClusterAddr: addrs[i], Logger: quietLogger()}
+		dataDir := cfg.DataDir
 		if size == 1 {
 			cfg.Bootstrap = true
 		} else {
@@ -139,7 +142,7 @@ func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 		require.NoError(t, err)
 		mux, err := storage.New(scfg)
 		require.NoError(t, err)
-		n := &tnode{raft: rn, objects: mux, store: &hooked{Mux: mux}, reg: prometheus.NewRegistry()}
+		n := &tnode{raft: rn, objects: mux, store: &hooked{Mux: mux}, reg: prometheus.NewRegistry(), dataDir: dataDir}
 		n.svc, err = purge.New(purge.Config{
 			NodeID: rn.ID(), Store: rn,
 			Storage:       func(map[string]string) (purge.Objects, error) { return n.store, nil },

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -33,6 +37,7 @@ func TestPurge(t *testing.T) {
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
+			t.Run("no storage secret in jobs, the log or snapshots", func(t *testing.T) { testNoSecretInState(t, c) })
 		})
 	}
 }
@@ -346,4 +351,39 @@ func testRegisterPurgedMetadata(t *testing.T, c *cluster) {
 		assert.Equal(t, 400, r.status, r.body)
 	}
 	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/cached/tables/again", "").status)
+}
+
+// Purge jobs name the storage settings without credentials: the job is in
+// the Raft log, the state machine and every snapshot. The node that runs
+// it uses its own credentials.
+func testNoSecretInState(t *testing.T, c *cluster) {
+	secret := c.scfg.S3SecretAccessKey
+	if secret == "" {
+		t.Skip("the warehouse has no static credentials")
+	}
+	n := c.follower()
+	c.makeTable(n, "secret", "t", nil, 1, 2)
+	r := n.do(t, "DELETE", "/v1/namespaces/secret/tables/t?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.mustJob("secret", "t")
+	assert.Equal(t, fsm.JobSucceeded, job.State)
+	for k := range job.FileIO {
+		assert.False(t, storage.IsSecretProperty(k), "job FileIO holds %s", k)
+	}
+	// fsm.db and raft.db hold every entry and record; a snapshot is a copy
+	// of fsm.db, and any snapshot taken so far is under snapshots/.
+	for _, x := range c.live() {
+		err := filepath.WalkDir(x.dataDir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			assert.NotContains(t, string(b), secret, "%s holds the storage secret", path)
+			return nil
+		})
+		require.NoError(t, err)
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 
 	iceio "github.com/apache/iceberg-go/io"
 
@@ -295,6 +296,33 @@ func (m *Mux) ClientConfig(uri string) map[string]string {
 		return map[string]string{}
 	}
 	return maps.Clone(m.s3.clientProps)
+}
+
+// secretFragments mark FileIO property names whose values are credentials.
+var secretFragments = []string{"secret", "token", "password", "credential", "access-key-id"}
+
+// IsSecretProperty reports whether the FileIO property name holds a
+// credential (s3.access-key-id, s3.secret-access-key, s3.session-token, ...).
+func IsSecretProperty(name string) bool {
+	name = strings.ToLower(name)
+	for _, f := range secretFragments {
+		if strings.Contains(name, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// WithoutSecrets returns a copy of props without its credentials: what may
+// be stored in the replicated state, logged or shown.
+func WithoutSecrets(props map[string]string) map[string]string {
+	out := make(map[string]string, len(props))
+	for k, v := range props {
+		if !IsSecretProperty(k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func s3ClientProps(cfg Config, region string) map[string]string {
