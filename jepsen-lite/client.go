@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // Client-side bounds. A mutation whose outcome is unknown (no answer, or
@@ -28,7 +30,7 @@ const (
 // api sends catalog requests straight to the nodes' HTTP addresses (the
 // link proxies only sit between nodes).
 type api struct {
-	nodes []*node
+	nodes []*harness.Node
 	hc    *http.Client
 
 	requests  atomic.Int64
@@ -37,8 +39,8 @@ type api struct {
 	replays   atomic.Int64 // answers with Idempotent-Replayed: true
 }
 
-func newAPI(nodes []*node) *api {
-	return &api{nodes: nodes, hc: newHTTPClient(16, 0)}
+func newAPI(nodes []*harness.Node) *api {
+	return &api{nodes: nodes, hc: harness.NewHTTPClient(16, 0)}
 }
 
 // reply is one HTTP exchange. status 0 means no answer (err says why).
@@ -53,7 +55,7 @@ type reply struct {
 // unknown reports whether the reply leaves a mutation's outcome unknown.
 func (r reply) unknown() bool { return r.status == 0 || r.status >= 500 }
 
-func (a *api) send(ctx context.Context, n *node, method, path string, body []byte, hdr http.Header, timeout time.Duration) reply {
+func (a *api) send(ctx context.Context, n *harness.Node, method, path string, body []byte, hdr http.Header, timeout time.Duration) reply {
 	a.requests.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -61,9 +63,9 @@ func (a *api) send(ctx context.Context, n *node, method, path string, body []byt
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, n.baseURL()+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, n.BaseURL()+path, rd)
 	if err != nil {
-		return reply{node: n.id, err: err}
+		return reply{node: n.ID, err: err}
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -74,7 +76,7 @@ func (a *api) send(ctx context.Context, n *node, method, path string, body []byt
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		a.noAnswer.Add(1)
-		return reply{node: n.id, err: err}
+		return reply{node: n.ID, err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -82,9 +84,9 @@ func (a *api) send(ctx context.Context, n *node, method, path string, body []byt
 		// The status line arrived but not the body: for a mutation the
 		// outcome is as unknown as with no answer.
 		a.noAnswer.Add(1)
-		return reply{node: n.id, err: err}
+		return reply{node: n.ID, err: err}
 	}
-	r := reply{status: resp.StatusCode, body: b, node: n.id, replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")}
+	r := reply{status: resp.StatusCode, body: b, node: n.ID, replayed: strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")}
 	if r.status >= 500 {
 		a.serverErr.Add(1)
 	}

@@ -28,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 const (
@@ -204,7 +206,7 @@ func (c config) commandLine() string {
 		args = append(args, "--purge-without-jobs")
 	}
 	args = append(args, c.tuning...)
-	return shellJoin(args)
+	return harness.ShellJoin(args)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

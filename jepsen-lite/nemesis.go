@@ -10,8 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // Nemesis kinds. "all" selects every one.
@@ -60,7 +61,7 @@ type nemesisTiming struct {
 // healthy again; a cluster that does not heal within timing.recover is a
 // violation (liveness), as is a node exiting on its own.
 type nemesis struct {
-	cl     *cluster
+	cl     *harness.Cluster
 	links  *linkNet
 	s3p    *s3Proxy
 	hist   *history
@@ -149,16 +150,16 @@ func (n *nemesis) healAndWait(after string) {
 	n.healAll()
 	ctx, cancel := context.WithTimeout(context.Background(), n.timing.recover+5*time.Second)
 	defer cancel()
-	if err := n.cl.waitHealthy(ctx, n.timing.recover); err != nil {
+	if err := waitHealthy(ctx, n.cl, n.timing.recover); err != nil {
 		n.violate("cluster did not recover within %s after %s: %v", n.timing.recover, after, err)
 		// Start whatever is down so the run can go on.
-		for _, nd := range n.cl.nodes {
-			if !nd.running() {
-				_ = nd.start()
+		for _, nd := range n.cl.Nodes {
+			if !nd.Running() {
+				_ = nd.Start()
 			}
 		}
 	}
-	for _, c := range n.cl.crashes() {
+	for _, c := range n.cl.TakeCrashes() {
 		n.violate("node crashed: %s", c)
 	}
 }
@@ -168,11 +169,11 @@ func (n *nemesis) healAndWait(after string) {
 func (n *nemesis) healAll() {
 	n.links.heal()
 	n.s3p.set(0, 0)
-	for _, nd := range n.cl.nodes {
-		if nd.running() {
-			_ = nd.signal(syscall.SIGCONT, false)
-		} else if err := nd.start(); err != nil {
-			n.violate("restart %s: %v", nd.id, err)
+	for _, nd := range n.cl.Nodes {
+		if nd.Running() {
+			_ = nd.Continue()
+		} else if err := nd.Start(); err != nil {
+			n.violate("restart %s: %v", nd.ID, err)
 		}
 	}
 }
@@ -183,48 +184,48 @@ func (n *nemesis) violate(format string, args ...any) {
 	n.violations = append(n.violations, fmt.Sprintf(format, args...))
 }
 
-func (n *nemesis) leader(ctx context.Context) (*node, error) {
-	return n.cl.waitLeader(ctx, 10*time.Second)
+func (n *nemesis) leader(ctx context.Context) (*harness.Node, error) {
+	return waitLeader(ctx, n.cl, 10*time.Second)
 }
 
 func (n *nemesis) inject(ctx context.Context, kind string) (string, error) {
 	t := n.timing
 	switch kind {
 	case faultKill, faultKillLeader:
-		var victim *node
+		var victim *harness.Node
 		if kind == faultKillLeader {
 			var err error
 			if victim, err = n.leader(ctx); err != nil {
 				return "", err
 			}
 		} else {
-			victim = n.cl.nodes[n.rng.IntN(len(n.cl.nodes))]
+			victim = n.cl.Nodes[n.rng.IntN(len(n.cl.Nodes))]
 		}
-		if err := victim.kill(); err != nil {
+		if err := victim.Kill(); err != nil {
 			return "", err
 		}
 		down := n.sleep(ctx, t.durMin/4, t.durMax/2)
-		if err := victim.start(); err != nil {
+		if err := victim.Start(); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("SIGKILL %s, restarted after %s", victim.id, down.Round(time.Millisecond)), nil
+		return fmt.Sprintf("SIGKILL %s, restarted after %s", victim.ID, down.Round(time.Millisecond)), nil
 
 	case faultPauseLeader:
 		victim, err := n.leader(ctx)
 		if err != nil {
 			return "", err
 		}
-		if err := victim.signal(syscall.SIGSTOP, false); err != nil {
+		if err := victim.Pause(); err != nil {
 			return "", err
 		}
 		d := n.sleep(ctx, t.durMin, t.durMax)
-		if err := victim.signal(syscall.SIGCONT, false); err != nil {
+		if err := victim.Continue(); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("SIGSTOP %s for %s", victim.id, d.Round(time.Millisecond)), nil
+		return fmt.Sprintf("SIGSTOP %s for %s", victim.ID, d.Round(time.Millisecond)), nil
 
 	case faultPartition:
-		size := len(n.cl.nodes)
+		size := len(n.cl.Nodes)
 		minority := 1
 		if size >= 5 && n.rng.IntN(2) == 0 {
 			minority = 2
@@ -232,7 +233,7 @@ func (n *nemesis) inject(ctx context.Context, kind string) (string, error) {
 		var cutoff []int
 		if n.rng.IntN(2) == 0 {
 			if ln, err := n.leader(ctx); err == nil {
-				cutoff = append(cutoff, ln.idx)
+				cutoff = append(cutoff, ln.Index)
 			}
 		}
 		for _, i := range n.rng.Perm(size) {
@@ -252,12 +253,12 @@ func (n *nemesis) inject(ctx context.Context, kind string) (string, error) {
 		return fmt.Sprintf("%s | %s for %s", nodeSet(n.cl, cutoff), nodeSet(n.cl, rest), d.Round(time.Millisecond)), nil
 
 	case faultDelay:
-		victim := n.cl.nodes[n.rng.IntN(len(n.cl.nodes))]
+		victim := n.cl.Nodes[n.rng.IntN(len(n.cl.Nodes))]
 		lat := n.draw(20*time.Millisecond, 250*time.Millisecond)
-		n.links.slow(victim.idx, lat)
+		n.links.slow(victim.Index, lat)
 		d := n.sleep(ctx, t.durMin, t.durMax)
 		n.links.heal()
-		return fmt.Sprintf("links of %s delayed %s for %s", victim.id, lat.Round(time.Millisecond), d.Round(time.Millisecond)), nil
+		return fmt.Sprintf("links of %s delayed %s for %s", victim.ID, lat.Round(time.Millisecond), d.Round(time.Millisecond)), nil
 
 	case faultS3:
 		rate := 0.2 + 0.5*n.rng.Float64()
@@ -296,18 +297,18 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var followers []*node
-	for _, nd := range n.cl.nodes {
+	var followers []*harness.Node
+	for _, nd := range n.cl.Nodes {
 		if nd != ln {
 			followers = append(followers, nd)
 		}
 	}
 	victim := followers[n.rng.IntN(len(followers))]
-	st, err := n.cl.status(ctx, ln)
+	st, err := ln.Status(ctx)
 	if err != nil {
 		return "", err
 	}
-	if err := victim.kill(); err != nil {
+	if err := victim.Kill(); err != nil {
 		return "", err
 	}
 	target := st.CommitIndex + raftTrailingLogs + 2*n.snapshotThreshold + 64
@@ -319,31 +320,31 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 		if check%64 != 0 {
 			return false
 		}
-		if s, err := n.cl.status(ctx, ln); err == nil {
+		if s, err := ln.Status(ctx); err == nil {
 			last = s.CommitIndex
 		}
 		return last >= target
 	})
 	if ctx.Err() != nil { // the run ended while padding: just bring it back
-		return fmt.Sprintf("SIGKILL follower %s; run ended while padding the log (%d entries); restarted", victim.id, padded), victim.start()
+		return fmt.Sprintf("SIGKILL follower %s; run ended while padding the log (%d entries); restarted", victim.ID, padded), victim.Start()
 	}
 	// The leader snapshots at most every --snapshot-interval (the harness
 	// sets 1s); give it a few, so the log is compacted past the follower.
 	n.sleep(ctx, 3*time.Second, 3*time.Second)
-	offsets := map[*node]int64{}
+	offsets := map[*harness.Node]int64{}
 	var watches []*logWatch
-	for _, nd := range n.cl.nodes {
-		offsets[nd] = nd.logSize()
+	for _, nd := range n.cl.Nodes {
+		offsets[nd] = nd.LogSize()
 		if nd != victim {
-			watches = append(watches, &logWatch{path: nd.logPath, off: offsets[nd]})
+			watches = append(watches, &logWatch{path: nd.LogPath(), off: offsets[nd]})
 		}
 	}
 	// Throttle the follower's links so that the transfer of the snapshot
 	// (a few MB) takes seconds, not milliseconds: the kill below then
 	// lands in the middle of it.
-	n.links.throttle(victim.idx, snapshotThrottle)
+	n.links.throttle(victim.Index, snapshotThrottle)
 	defer n.links.heal()
-	if err := victim.start(); err != nil {
+	if err := victim.Start(); err != nil {
 		return "", err
 	}
 	// Kill the follower as soon as a leader starts sending it the snapshot
@@ -353,7 +354,7 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 	sent := false
 	start := time.Now()
 	isSend := func(line string) bool {
-		return strings.Contains(line, `"installing snapshot on"`) && strings.Contains(line, `"peer":"`+victim.id+`"`)
+		return strings.Contains(line, `"installing snapshot on"`) && strings.Contains(line, `"peer":"`+victim.ID+`"`)
 	}
 	for range 15000 {
 		for _, w := range watches {
@@ -370,13 +371,13 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 		time.Sleep(extra)
 		killAfter += extra
 	}
-	installedBeforeKill := victim.logContains(offsets[victim], "Installed remote snapshot")
-	if err := victim.kill(); err != nil {
+	installedBeforeKill := victim.LogContains(offsets[victim], "Installed remote snapshot")
+	if err := victim.Kill(); err != nil {
 		return "", err
 	}
 	n.links.heal()
-	restartOff := victim.logSize()
-	if err := victim.start(); err != nil {
+	restartOff := victim.LogSize()
+	if err := victim.Start(); err != nil {
 		return "", err
 	}
 	// Wait until the follower has installed a snapshot after the second
@@ -386,16 +387,16 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 	restarted := time.Now()
 	waitCtx, cancel := context.WithTimeout(context.Background(), n.timing.recover+5*time.Second)
 	defer cancel()
-	rerr := poll(waitCtx, n.timing.recover, func(ctx context.Context) error {
-		if err := n.cl.ready(ctx, victim); err != nil {
+	rerr := harness.Poll(waitCtx, n.timing.recover, pollInterval, func(ctx context.Context) error {
+		if err := victim.Ready(ctx); err != nil {
 			return err
 		}
-		if victim.logContains(restartOff, "Installed remote snapshot") || time.Since(restarted) > 40*time.Second {
+		if victim.LogContains(restartOff, "Installed remote snapshot") || time.Since(restarted) > 40*time.Second {
 			return nil
 		}
 		return fmt.Errorf("no snapshot installed yet")
 	})
-	installedAfter := victim.logContains(restartOff, "Installed remote snapshot")
+	installedAfter := victim.LogContains(restartOff, "Installed remote snapshot")
 	if installedBeforeKill || installedAfter {
 		n.mu.Lock()
 		n.snapshotInstalls++
@@ -409,9 +410,9 @@ func (n *nemesis) snapshotInstall(ctx context.Context) (string, error) {
 		}
 	}
 	detail := fmt.Sprintf("SIGKILL follower %s; %d entries padded in %s (commit index %d, target %d); restarted, %s; restarted again; snapshot installed after that: %v",
-		victim.id, padded, time.Since(padStart).Round(time.Millisecond), last, target, when, installedAfter)
+		victim.ID, padded, time.Since(padStart).Round(time.Millisecond), last, target, when, installedAfter)
 	if rerr != nil {
-		return detail, fmt.Errorf("%s not ready after the snapshot install: %w", victim.id, rerr)
+		return detail, fmt.Errorf("%s not ready after the snapshot install: %w", victim.ID, rerr)
 	}
 	return detail, nil
 }
@@ -446,10 +447,10 @@ func (w *logWatch) scan(match func(line string) bool) bool {
 	return found
 }
 
-func nodeSet(cl *cluster, idx []int) string {
+func nodeSet(cl *harness.Cluster, idx []int) string {
 	var ids []string
 	for _, i := range idx {
-		ids = append(ids, cl.nodes[i].id)
+		ids = append(ids, cl.Nodes[i].ID)
 	}
 	slices.Sort(ids)
 	return "{" + strings.Join(ids, ",") + "}"

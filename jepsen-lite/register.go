@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // regNamespace holds the register workload's tables.
@@ -253,7 +255,7 @@ func (w *registerWorkload) worker(ctx, opCtx context.Context, client int, rng *r
 
 // read loads table from n (a random node when nil) and records it. A read
 // without an answer is recorded as unknown (the checker ignores it).
-func (w *registerWorkload) read(ctx context.Context, rng *rand.Rand, client int, table string, n *node, final bool) (loadResult, regOp) {
+func (w *registerWorkload) read(ctx context.Context, rng *rand.Rand, client int, table string, n *harness.Node, final bool) (loadResult, regOp) {
 	op := regOp{Client: client, Table: table, Kind: "read", Final: final, Call: w.hist.now()}
 	var r reply
 	if n == nil {
@@ -357,12 +359,12 @@ func (w *registerWorkload) cas(ctx context.Context, rng *rand.Rand, client int, 
 // finalStates reads every register table from every node (after the full
 // restart), records those reads in the history, and returns the tables'
 // states. A node that does not answer is retried a few times.
-func (w *registerWorkload) finalStates(ctx context.Context, nodes []*node, firstClient int) []tableState {
+func (w *registerWorkload) finalStates(ctx context.Context, nodes []*harness.Node, firstClient int) []tableState {
 	rng := rand.New(rand.NewPCG(7, 7))
 	var out []tableState
 	for _, t := range w.allTables() {
 		for i, n := range nodes {
-			st := tableState{Node: n.id, Table: t}
+			st := tableState{Node: n.ID, Table: t}
 			for range 5 {
 				lr, op := w.read(ctx, rng, firstClient+i, t, n, true)
 				if op.Outcome == outcomeOK && op.Value >= 0 {

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
 // Settings the nodes run with. Frequent snapshots make the snapshot-install
@@ -41,7 +42,7 @@ type runner struct {
 	s3    *s3Server
 	s3p   *s3Proxy
 	links *linkNet
-	cl    *cluster
+	cl    *harness.Cluster
 	api   *api
 	hist  *history
 	anom  *anomalies
@@ -68,9 +69,7 @@ func (r *runner) run(ctx context.Context) (code int) {
 		}
 		fmt.Fprintf(r.out, "jepsen-lite: setup failed: %v\n", err)
 		if r.cl != nil {
-			for _, n := range r.cl.nodes {
-				fmt.Fprintf(r.out, "--- %s (%s):\n%s\n", n.id, n.logPath, logTail(n.logPath, 15))
-			}
+			fmt.Fprint(r.out, r.cl.LogTails(15))
 		}
 		return exitHarness
 	}
@@ -118,36 +117,32 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 		}
 		proxyAddrs = append(proxyAddrs, addr)
 	}
-	extra := []string{
-		"--warehouse", "s3://" + r.s3.Bucket + "/" + warehousePrefix,
-		"--s3-endpoint", r.s3p.Endpoint(),
-		"--s3-region", r.s3.Region,
-		"--s3-access-key-id", r.s3.AccessKey,
-		"--s3-secret-access-key", r.s3.SecretKey,
-		"--s3-path-style",
+	// The nodes reach S3 through the fault proxy.
+	args := []string{"--log-format", "json",
 		"--snapshot-threshold", fmt.Sprint(nodeSnapshotThreshold),
-		"--snapshot-interval", nodeSnapshotInterval,
-	}
-	if r.cl, err = newCluster(bin, r.dir, cfg.nodes, proxyAddrs, extra); err != nil {
+		"--snapshot-interval", nodeSnapshotInterval}
+	args = append(args, r.s3.NodeArgsVia(r.s3p.Endpoint())...)
+	warehouse := "s3://" + r.s3.Bucket + "/" + warehousePrefix
+	if r.cl, err = newCluster(bin, r.dir, cfg.nodes, proxyAddrs, warehouse, args); err != nil {
 		return exitHarness, err
 	}
-	for i, n := range r.cl.nodes {
-		r.links.serve(i, n.clusterAddr)
+	for i, n := range r.cl.Nodes {
+		r.links.serve(i, n.ClusterAddr)
 	}
-	if err := r.cl.startAll(); err != nil {
+	if err := r.cl.Start(); err != nil {
 		return exitHarness, err
 	}
-	for _, n := range r.cl.nodes {
-		r.log.Info("node started", "node", n.id, "http", n.httpAddr, "cluster", n.clusterAddr, "proxy", n.advertise, "log", n.logPath)
+	for _, n := range r.cl.Nodes {
+		r.log.Info("node started", "node", n.ID, "http", n.HTTPAddr, "cluster", n.ClusterAddr, "proxy", n.Advertise, "log", n.LogPath())
 	}
-	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+	if err := waitHealthy(ctx, r.cl, healthyTimeout); err != nil {
 		return exitHarness, err
 	}
 	r.log.Info("cluster healthy")
 
 	r.hist = newHistory()
 	r.anom = &anomalies{}
-	r.api = newAPI(r.cl.nodes)
+	r.api = newAPI(r.cl.Nodes)
 	rng := rand.New(rand.NewPCG(cfg.seed, 1))
 	if err := createNamespace(ctx, r.api, rng, padNamespace); err != nil {
 		return exitHarness, err
@@ -178,7 +173,7 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 	}
 	if cfg.runsOverlap() && r.purge != nil {
 		r.ovl = &overlapWorkload{api: r.api, hist: r.hist, s3: r.s3, purge: r.purge, anomalies: r.anom,
-			warehouse: "s3://" + r.s3.Bucket + "/" + warehousePrefix}
+			warehouse: r.cl.Warehouse}
 		if err := r.ovl.setup(ctx, rng); err != nil {
 			return exitHarness, err
 		}
@@ -220,24 +215,24 @@ func (r *runner) exercise(ctx context.Context) int {
 
 	r.log.Info("healing")
 	r.nem.healAll()
-	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+	if err := waitHealthy(ctx, r.cl, healthyTimeout); err != nil {
 		r.nem.violate("cluster not healthy after the final heal: %v", err)
 	}
 	r.log.Info("full restart: SIGKILL every node at once, start them again")
-	for _, n := range r.cl.nodes {
-		if n.running() {
-			if err := n.kill(); err != nil {
-				r.nem.violate("final kill %s: %v", n.id, err)
+	for _, n := range r.cl.Nodes {
+		if n.Running() {
+			if err := n.Kill(); err != nil {
+				r.nem.violate("final kill %s: %v", n.ID, err)
 			}
 		}
 	}
-	if err := r.cl.startAll(); err != nil {
+	if err := r.cl.Start(); err != nil {
 		r.nem.violate("final restart: %v", err)
 	}
-	if err := r.cl.waitHealthy(ctx, healthyTimeout); err != nil {
+	if err := waitHealthy(ctx, r.cl, healthyTimeout); err != nil {
 		r.nem.violate("cluster not healthy after the full restart: %v", err)
 	}
-	for _, c := range r.cl.crashes() {
+	for _, c := range r.cl.TakeCrashes() {
 		r.nem.violate("node crashed: %s", c)
 	}
 	if ctx.Err() != nil {
@@ -277,7 +272,7 @@ func (r *runner) finalChecks(ctx context.Context) {
 	var finals []tableState
 	if r.reg != nil {
 		r.log.Info("final reads of every register table on every node")
-		finals = r.reg.finalStates(ctx, r.cl.nodes, cfg.clients)
+		finals = r.reg.finalStates(ctx, r.cl.Nodes, cfg.clients)
 		ops := r.hist.regOps()
 		r.log.Info("checking linearizability", "operations", len(ops), "tables", len(r.reg.allTables()))
 		listing, err := r.s3.list(ctx, warehousePrefix+"/"+regNamespace+"/")
@@ -332,7 +327,7 @@ func (r *runner) checkPurge(ctx context.Context) (checkResult, map[string]any) {
 	var jobs []purgeJob
 	if r.purge.jobsAPI {
 		r.log.Info("waiting for purge jobs to settle", "timeout", purgeQuiesceTimeout)
-		err := poll(ctx, purgeQuiesceTimeout, func(ctx context.Context) error {
+		err := harness.Poll(ctx, purgeQuiesceTimeout, pollInterval, func(ctx context.Context) error {
 			js, _, err := purgeJobs(ctx, r.api, rng)
 			if err != nil {
 				return err
@@ -422,8 +417,8 @@ func (r *runner) padLog(ctx context.Context, done func() bool) int {
 		wg.Go(func() {
 			for i := 0; i < 1_000_000 && ctx.Err() == nil && !stopped.Load(); i++ {
 				body, _ := json.Marshal(map[string]any{"updates": map[string]string{fmt.Sprintf("p%d", c): fmt.Sprint(i)}, "removals": []string{}})
-				n := r.cl.nodes[rng.IntN(len(r.cl.nodes))]
-				if !n.serving() {
+				n := r.cl.Nodes[rng.IntN(len(r.cl.Nodes))]
+				if !n.Serving() {
 					continue
 				}
 				res := r.api.send(ctx, n, http.MethodPost, "/v1/namespaces/"+padNamespace+"/properties", body, nil, 3*time.Second)
@@ -466,18 +461,15 @@ func buildFloe(ctx context.Context, dir string, log *slog.Logger) (string, error
 // the run directory after a passing run unless --keep or --dir.
 func (r *runner) teardown(passed bool) {
 	if r.cl != nil {
-		for _, n := range r.cl.nodes {
-			if n.running() {
-				_ = n.signal(syscall.SIGCONT, false)
-			}
-		}
-		r.cl.stopAll()
+		r.cl.Stop() // continues paused nodes first
 	}
 	if r.links != nil {
 		r.links.close()
 	}
 	r.s3p.close()
-	r.s3.stop()
+	if r.s3 != nil {
+		_ = r.s3.Stop()
+	}
 	if r.dir == "" {
 		return
 	}

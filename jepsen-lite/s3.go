@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,179 +12,46 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/floe-catalog/floe/internal/harness"
 )
 
-// s3Server is a versitygw process (posix backend) on a loopback port with
-// one bucket. It is found as internal/testenv finds it:
-// $FLOE_VERSITYGW, else ${FLOE_TOOLS:-$HOME/.cache/floe-tools}/versitygw,
-// else versitygw on PATH; .ci/install-versitygw.sh installs it.
+// s3Server is the versitygw server of a run (harness.Versitygw: posix
+// backend, a loopback port, one bucket) with the direct S3 access the
+// workloads and checkers need. Its client talks to versitygw directly,
+// never through the fault proxy: the harness's own S3 traffic (data files,
+// listings) is not under test.
 type s3Server struct {
-	Endpoint  string
-	Region    string
-	AccessKey string
-	SecretKey string
-	Bucket    string
-	Root      string
-	LogFile   string
-
-	cmd  *exec.Cmd
-	done chan struct{}
+	*harness.Versitygw
 }
 
-func findVersitygw() (string, error) {
-	if bin := os.Getenv("FLOE_VERSITYGW"); bin != "" {
-		return bin, nil
-	}
-	tools := os.Getenv("FLOE_TOOLS")
-	if tools == "" {
-		if home, err := os.UserHomeDir(); err == nil {
-			tools = filepath.Join(home, ".cache", "floe-tools")
-		}
-	}
-	if tools != "" {
-		bin := filepath.Join(tools, "versitygw")
-		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-			return bin, nil
-		}
-	}
-	if bin, err := exec.LookPath("versitygw"); err == nil {
-		return bin, nil
-	}
-	return "", errors.New("versitygw not found ($FLOE_VERSITYGW, ${FLOE_TOOLS:-$HOME/.cache/floe-tools}/versitygw, PATH); install it with bash .ci/install-versitygw.sh")
-}
-
-// startS3 starts versitygw under dir and creates the bucket. Up to three
-// tries: the free port may be taken before the server binds it.
+// startS3 starts versitygw under dir (its buckets in dir/s3, its output in
+// dir/versitygw.log) and creates the bucket.
 func startS3(ctx context.Context, dir string) (*s3Server, error) {
-	bin, err := findVersitygw()
+	bin, err := harness.FindVersitygw()
+	if err != nil {
+		return nil, fmt.Errorf("%w; install it with bash .ci/install-versitygw.sh", err)
+	}
+	gw, err := harness.StartVersitygw(ctx, harness.VersitygwConfig{
+		Bin:  bin,
+		Dir:  dir,
+		Root: filepath.Join(dir, "s3"),
+		Name: "jepsen",
+		Tool: "jepsen-lite",
+	})
 	if err != nil {
 		return nil, err
 	}
-	s := &s3Server{
-		Region:    "us-east-1",
-		AccessKey: "jepsen-" + randHex(4),
-		SecretKey: randHex(20),
-		Bucket:    "jepsen-" + randHex(4),
-		Root:      filepath.Join(dir, "s3"),
-		LogFile:   filepath.Join(dir, "versitygw.log"),
-	}
-	if err := os.MkdirAll(s.Root, 0o755); err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for range 3 {
-		if lastErr = s.start(ctx, bin); lastErr == nil {
-			break
-		}
-	}
-	if lastErr != nil {
-		return nil, fmt.Errorf("start versitygw: %w\n%s", lastErr, logTail(s.LogFile, 20))
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := s.client().CreateBucket(cctx, &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)}); err != nil {
-		s.stop()
-		return nil, fmt.Errorf("create bucket: %w", err)
-	}
-	return s, nil
-}
-
-func (s *s3Server) start(ctx context.Context, bin string) error {
-	port, err := freePort("127.0.0.1")
-	if err != nil {
-		return err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	s.Endpoint = "http://" + addr
-	logf, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(bin, "--port", addr, "--access", s.AccessKey, "--secret", s.SecretKey,
-		"--region", s.Region, "--health", "/jepsen-health", "posix", s.Root)
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "VGW_") || strings.HasPrefix(name, "ROOT_") || name == "LOGFILE" || name == "WEBHOOK" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	s.cmd, s.done = cmd, done
-	hc := &http.Client{Timeout: 2 * time.Second}
-	err = poll(ctx, 30*time.Second, func(ctx context.Context) error {
-		select {
-		case <-done:
-			return errors.New("versitygw exited")
-		default:
-		}
-		resp, err := hc.Get(s.Endpoint + "/jepsen-health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("health: %s", resp.Status)
-		}
-		return nil
-	})
-	if err != nil {
-		s.stop()
-	}
-	return err
-}
-
-func (s *s3Server) stop() {
-	if s == nil || s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// client talks to versitygw directly, never through the fault proxy: the
-// harness's own S3 traffic (data files, listings) is not under test.
-func (s *s3Server) client() *s3.Client {
-	return s3.New(s3.Options{
-		BaseEndpoint:               aws.String(s.Endpoint),
-		Region:                     s.Region,
-		Credentials:                credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-		UsePathStyle:               true,
-		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
-		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
-	})
+	return &s3Server{Versitygw: gw}, nil
 }
 
 // fileIOProps are iceberg-go FileIO properties for direct access.
@@ -194,8 +59,8 @@ func (s *s3Server) fileIOProps() map[string]string {
 	return map[string]string{
 		"s3.endpoint":                 s.Endpoint,
 		"s3.region":                   s.Region,
-		"s3.access-key-id":            s.AccessKey,
-		"s3.secret-access-key":        s.SecretKey,
+		"s3.access-key-id":            s.AccessKeyID,
+		"s3.secret-access-key":        s.SecretAccessKey,
 		"s3.force-virtual-addressing": "false",
 		"s3.path-style-access":        "true",
 	}
@@ -207,7 +72,7 @@ func (s *s3Server) list(ctx context.Context, prefix string) (map[string]bool, er
 	keys := map[string]bool{}
 	var token *string
 	for range 1000 {
-		out, err := s.client().ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+		out, err := s.Client().ListObjectsV2(ctx, &s3.ListObjectsV2Input{
 			Bucket: aws.String(s.Bucket), Prefix: aws.String(prefix), ContinuationToken: token,
 		})
 		if err != nil {
@@ -234,7 +99,7 @@ func (s *s3Server) copy(ctx context.Context, src, dst string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := s.client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(srcKey)})
+	out, err := s.Client().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(srcKey)})
 	if err != nil {
 		return err
 	}
@@ -243,7 +108,7 @@ func (s *s3Server) copy(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(dstKey), Body: bytes.NewReader(b)})
+	_, err = s.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(dstKey), Body: bytes.NewReader(b)})
 	return err
 }
 
@@ -254,7 +119,7 @@ func (s *s3Server) exists(ctx context.Context, uri string) (bool, error) {
 	if !ok {
 		return false, fmt.Errorf("%s is not in bucket %s", uri, s.Bucket)
 	}
-	_, err := s.client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)})
+	_, err := s.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.Bucket), Key: aws.String(key)})
 	if err == nil {
 		return true, nil
 	}
@@ -365,10 +230,4 @@ func (p *s3Proxy) close() {
 	if err := p.srv.Shutdown(ctx); err != nil {
 		_ = p.srv.Close()
 	}
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -192,8 +192,8 @@ func runSeed(ctx context.Context, cfg config, seed uint64, dir string) sweepResu
 	if res.verdict == "PASS" && !cfg.keep {
 		_ = os.RemoveAll(filepath.Join(dir, "s3"))
 		if r.cl != nil {
-			for _, n := range r.cl.nodes {
-				_ = os.RemoveAll(n.dataDir)
+			for _, n := range r.cl.Nodes {
+				_ = os.RemoveAll(n.DataDir)
 			}
 		}
 	}

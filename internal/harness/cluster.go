@@ -43,6 +43,9 @@ type ClusterConfig struct {
 	// addresses instead of their cluster addresses, so that every
 	// connection between nodes goes through whatever listens there.
 	Advertise []string
+	// ControlTimeout bounds one control request to a node (Node.Ready,
+	// Node.Status); default ControlTimeout.
+	ControlTimeout time.Duration
 }
 
 // Cluster is a set of floe processes on loopback that form one Raft cluster
@@ -95,7 +98,11 @@ func NewCluster(cc ClusterConfig) (*Cluster, error) {
 	if warehouse == "" {
 		warehouse = "file://" + filepath.ToSlash(filepath.Join(dir, "warehouse"))
 	}
-	c := &Cluster{Dir: dir, Warehouse: warehouse, control: NewHTTPClient(8, ControlTimeout)}
+	controlTimeout := cc.ControlTimeout
+	if controlTimeout <= 0 {
+		controlTimeout = ControlTimeout
+	}
+	c := &Cluster{Dir: dir, Warehouse: warehouse, control: NewHTTPClient(8, controlTimeout)}
 	for i := range size {
 		n := &Node{
 			ID:          fmt.Sprintf("n%d", i+1),

@@ -10,7 +10,7 @@ import (
 )
 
 // ControlTimeout bounds one control request to a node (/readyz, cluster
-// status).
+// status) unless ClusterConfig.ControlTimeout says otherwise.
 const ControlTimeout = 5 * time.Second
 
 // Node is one floe process of a Cluster. Its command line is fixed when the
@@ -28,14 +28,15 @@ type Node struct {
 	Advertise string
 	DataDir   string
 
-	control *http.Client // shared by the cluster; bounded by ControlTimeout
+	control *http.Client // shared by the cluster; bounded by the control timeout
 }
 
 // BaseURL is the node's HTTP root, without a trailing slash.
 func (n *Node) BaseURL() string { return "http://" + n.HTTPAddr }
 
 // Ready returns nil when the node answers GET /readyz with 200, and an
-// error naming the node otherwise. One request, bounded by ControlTimeout.
+// error naming the node otherwise. One request, bounded by the cluster's
+// control timeout.
 func (n *Node) Ready(ctx context.Context) error {
 	if err := getOK(ctx, n.control, n.BaseURL()+"/readyz"); err != nil {
 		return fmt.Errorf("%s: %w", n.ID, err)
@@ -67,7 +68,7 @@ type ClusterMember struct {
 }
 
 // Status returns the node's view of the cluster: one request, bounded by
-// ControlTimeout; any answer but 200 with a JSON body is an error.
+// the cluster's control timeout; any answer but 200 with a JSON body is an error.
 func (n *Node) Status(ctx context.Context) (ClusterStatus, error) {
 	var st ClusterStatus
 	url := n.BaseURL() + "/management/v1/cluster"

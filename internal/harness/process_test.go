@@ -159,6 +159,11 @@ func TestNewClusterLayout(t *testing.T) {
 		" --cluster-advertise 127.0.0.1:7002 --join 127.0.0.1:7001,127.0.0.1:7003 --bootstrap-expect 3" +
 		" --warehouse " + c.Warehouse + " --log-format json"
 	assert.Equal(t, want, c.Nodes[1].CommandLine())
+	assert.Equal(t, ControlTimeout, c.control.Timeout)
+
+	c, err = NewCluster(ClusterConfig{Bin: "/opt/floe", Dir: dir, Size: 1, ControlTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, c.control.Timeout)
 
 	_, err = NewCluster(ClusterConfig{Bin: "/opt/floe", Dir: dir, Size: 2, Advertise: advertise})
 	assert.ErrorContains(t, err, "3 advertise addresses for 2 nodes")
