@@ -90,7 +90,7 @@ func (s *Server) purgeSpec(p Purger, async bool) (*fsm.PurgeJobSpec, error) {
 		Warehouse: s.cfg.Warehouse,
 		// The storage settings without credentials: the job is replicated
 		// and snapshotted; the node that runs it uses its own credentials.
-		FileIO: storage.WithoutSecrets(s.objects.ClientConfig(s.cfg.Warehouse)),
+		FileIO:    storage.WithoutSecrets(s.objects.ClientConfig(s.cfg.Warehouse)),
 		DroppedBy: purgePrincipal,
 	}
 	if !async {
