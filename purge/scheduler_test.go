@@ -152,7 +152,6 @@ func TestLeadStopsWithTheService(t *testing.T) {
 		defer close(led)
 		s.Lead(context.Background()) // a leadership that never ends by itself
 	}()
-	time.Sleep(50 * time.Millisecond) // let it start ticking
 	stopped := make(chan struct{})
 	go func() {
 		s.Stop()
