@@ -160,7 +160,7 @@ func (s *rssSampler) finish() (int64, int) {
 // floe's storage layer and commits one append listing them all (one
 // manifest, one manifest list, a new metadata file), as an engine would.
 func buildTable(ctx context.Context, n *harness.Node, s3 *S3Server, ns, name string, files int) (string, error) {
-	cat, err := rest.NewCatalog(ctx, "floe", n.BaseURL())
+	cat, err := rest.NewCatalog(ctx, "floe", n.BaseURL(), rest.WithAdditionalProps(s3.ClientProps()))
 	if err != nil {
 		return "", err
 	}

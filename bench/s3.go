@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/apache/iceberg-go"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -26,6 +27,15 @@ func StartS3(ctx context.Context, bin, dir string) (*S3Server, error) {
 		return nil, err
 	}
 	return &S3Server{Versitygw: v}, nil
+}
+
+// ClientProps are the FileIO properties an Iceberg client needs to reach
+// the server with its own credentials (floe hands out none by default).
+func (s *S3Server) ClientProps() iceberg.Properties {
+	return iceberg.Properties{
+		"s3.endpoint": s.Endpoint, "s3.region": s.Region, "s3.path-style-access": "true",
+		"s3.access-key-id": s.AccessKeyID, "s3.secret-access-key": s.SecretAccessKey,
+	}
 }
 
 // Storage returns floe's storage layer configured for the server.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -66,13 +67,16 @@ type node struct {
 	warehouse string
 	scfg      storage.Config
 	now       func() time.Time // catalog clock; nil: time.Now
-	raft      *raftnode.Node
-	net       *raftfault.Network // cuts raft off from the cluster (Isolate)
-	srv       *catalog.Server
-	objects   *storage.Mux
-	http      *httptest.Server
-	URL       string
-	client    *http.Client
+	vendor    catalog.CredentialVendor
+	// noClientKeys: the client brings no storage credentials of its own.
+	noClientKeys bool
+	raft         *raftnode.Node
+	net          *raftfault.Network // cuts raft off from the cluster (Isolate)
+	srv          *catalog.Server
+	objects      *storage.Mux
+	http         *httptest.Server
+	URL          string
+	client       *http.Client
 }
 
 func freeAddr(t *testing.T) string {
@@ -144,7 +148,7 @@ func (n *node) start() {
 	require.NoError(t, err)
 	srv, err := catalog.New(catalog.Config{
 		Warehouse: n.warehouse, Prefix: "floe", Registerer: prometheus.NewRegistry(), MaxBodyBytes: 1 << 20, Logger: quietLogger(),
-		Now: n.now,
+		Now: n.now, Vendor: n.vendor,
 	}, rn, objects)
 	require.NoError(t, err)
 	n.raft, n.net, n.objects, n.srv = rn, faults, objects, srv
@@ -169,10 +173,18 @@ func (n *node) restart() {
 }
 
 // catalog returns an iceberg-go REST client for the node whose every
-// response is validated against the Iceberg REST spec.
+// response is validated against the Iceberg REST spec. Like a real engine,
+// the client brings its own storage credentials: the catalog hands out
+// none unless vending is configured.
 func (n *node) catalog(t *testing.T) *rest.Catalog {
 	t.Helper()
-	cat, err := rest.NewCatalog(context.Background(), "floe", n.URL, rest.WithCustomTransport(spectest.Wrap(t, nil)))
+	opts := []rest.Option{rest.WithCustomTransport(spectest.Wrap(t, nil))}
+	if n.scfg.S3AccessKeyID != "" && !n.noClientKeys {
+		opts = append(opts, rest.WithAdditionalProps(iceberg.Properties{
+			"s3.access-key-id": n.scfg.S3AccessKeyID, "s3.secret-access-key": n.scfg.S3SecretAccessKey,
+		}))
+	}
+	cat, err := rest.NewCatalog(context.Background(), "floe", n.URL, opts...)
 	require.NoError(t, err)
 	return cat
 }

@@ -139,7 +139,8 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, s.loadResult(tm, false))
+		t := res.Tables[0]
+		return s.writeLoadResult(w, r, fsm.Ident{Namespace: t.Namespace, Name: t.Name}, tm, false)
 	case "updateTable", "unregisterTable":
 		if len(res.Tables) == 0 {
 			return fmt.Errorf("stored outcome of %s has no table", op)

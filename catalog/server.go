@@ -110,6 +110,10 @@ type Config struct {
 	// IdempotencyDisabled turns Idempotency-Key off: not advertised, the
 	// header ignored.
 	IdempotencyDisabled bool
+	// Vendor hands out storage credentials to clients that ask for them
+	// (X-Iceberg-Access-Delegation: vended-credentials) and at
+	// loadCredentials; nil: no client ever gets a credential.
+	Vendor CredentialVendor
 	// Purger runs the purge jobs of synchronous drops taken by this
 	// server; nil: a purge service private to the server (see purger).
 	Purger     Purger
@@ -234,6 +238,7 @@ func (s *Server) catalogRoutes() []route {
 		{"DELETE", "/namespaces/{namespace}/tables/{table}", "dropTable", s.dropTable},
 		{"POST", "/namespaces/{namespace}/tables/{table}/unregister", "unregisterTable", s.unregisterTable},
 		{"POST", "/namespaces/{namespace}/tables/{table}/metrics", "reportMetrics", s.reportMetrics},
+		{"GET", "/namespaces/{namespace}/tables/{table}/credentials", "loadCredentials", s.loadCredentials},
 		{"POST", "/tables/rename", "renameTable", s.renameTable},
 		{"POST", "/transactions/commit", "commitTransaction", s.commitTransaction},
 	}

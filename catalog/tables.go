@@ -21,17 +21,39 @@ import (
 )
 
 type loadTableResult struct {
-	MetadataLocation string            `json:"metadata-location,omitempty"`
-	Metadata         json.RawMessage   `json:"metadata"`
-	Config           map[string]string `json:"config,omitempty"`
+	MetadataLocation   string              `json:"metadata-location,omitempty"`
+	Metadata           json.RawMessage     `json:"metadata"`
+	Config             map[string]string   `json:"config,omitempty"`
+	StorageCredentials []storageCredential `json:"storage-credentials,omitempty"`
 }
 
-func (s *Server) loadResult(tm *tableMetadata, staged bool) loadTableResult {
+// loadResult is the LoadTableResult for table id with metadata tm. Its
+// config holds the storage settings a client needs and never a credential,
+// unless the request asks for vended credentials and vending is configured
+// (addVendedCredentials); then the answer must not be cached. It fails only
+// when credentials were asked for and cannot be obtained.
+func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool) (loadTableResult, error) {
 	res := loadTableResult{Metadata: tm.raw, Config: s.objects.ClientConfig(tm.meta.Location())}
 	if !staged {
 		res.MetadataLocation = tm.location
 	}
-	return res
+	if err := s.addVendedCredentials(r, id, tm.meta.Location(), &res); err != nil {
+		return res, err
+	}
+	if len(res.StorageCredentials) > 0 {
+		w.Header().Set("Cache-Control", "no-store")
+	}
+	return res, nil
+}
+
+// writeLoadResult writes loadResult's answer with status 200.
+func (s *Server) writeLoadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool) error {
+	res, err := s.loadResult(w, r, id, tm, staged)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 func tableVar(r *http.Request) (fsm.Ident, error) {
@@ -186,8 +208,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, s.loadResult(&tableMetadata{raw: raw, meta: meta}, true))
-		return nil
+		return s.writeLoadResult(w, r, id, &tableMetadata{raw: raw, meta: meta}, true)
 	}
 	tm, err := s.writeMetadata(r.Context(), meta, 0)
 	if err != nil {
@@ -210,8 +231,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		s.discard(r.Context(), tm.location)
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.loadResult(tm, false))
-	return nil
+	return s.writeLoadResult(w, r, id, tm, false)
 }
 
 func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
@@ -230,7 +250,9 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	etag := etagFor(t.MetadataLocation, mode)
 	w.Header().Set("ETag", etag)
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
+	// A client asking for credentials gets them fresh, never a 304.
+	vending := s.cfg.Vendor != nil && wantsVendedCredentials(r)
+	if inm := r.Header.Get("If-None-Match"); inm != "" && !vending && etagMatches(inm, etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
@@ -238,7 +260,10 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res := s.loadResult(tm, false)
+	res, err := s.loadResult(w, r, id, tm, false)
+	if err != nil {
+		return err
+	}
 	if mode == "refs" {
 		if res.Metadata, err = onlyReferencedSnapshots(tm); err != nil {
 			return err
@@ -733,8 +758,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.loadResult(tm, false))
-	return nil
+	return s.writeLoadResult(w, r, id, tm, false)
 }
 
 type renameTableRequest struct {

@@ -344,6 +344,17 @@ type testTable struct {
 	files []string // every object under the location after the last commit
 }
 
+// clientOptions configure an iceberg-go client with the warehouse's own
+// storage credentials, as an engine brings them: the catalog hands out none.
+func (c *cluster) clientOptions() []rest.Option {
+	if c.scfg.S3AccessKeyID == "" {
+		return nil
+	}
+	return []rest.Option{rest.WithAdditionalProps(iceberg.Properties{
+		"s3.access-key-id": c.scfg.S3AccessKeyID, "s3.secret-access-key": c.scfg.S3SecretAccessKey,
+	})}
+}
+
 // makeTable creates ns.name through node n with the iceberg-go REST client
 // and commits snapshots appends of filesPer data files each (placeholder
 // objects the purge deletes but never reads); extra data files (which may
@@ -352,7 +363,7 @@ func (c *cluster) makeTable(n *tnode, ns, name string, props iceberg.Properties,
 	t := c.t
 	t.Helper()
 	ctx := context.Background()
-	cat, err := rest.NewCatalog(ctx, "floe", n.URL)
+	cat, err := rest.NewCatalog(ctx, "floe", n.URL, c.clientOptions()...)
 	require.NoError(t, err)
 	if err := cat.CreateNamespace(ctx, table.Identifier{ns}, nil); err != nil && !errors.Is(err, icecatalog.ErrNamespaceAlreadyExists) {
 		require.NoError(t, err)

@@ -29,7 +29,7 @@ func (c *cluster) makeBigTable(n *tnode, ns, name string, snapshots, filesPer in
 	t := c.t
 	t.Helper()
 	ctx := context.Background()
-	cat, err := rest.NewCatalog(ctx, "floe", n.URL)
+	cat, err := rest.NewCatalog(ctx, "floe", n.URL, c.clientOptions()...)
 	require.NoError(t, err)
 	if err := cat.CreateNamespace(ctx, table.Identifier{ns}, nil); err != nil && !errors.Is(err, icecatalog.ErrNamespaceAlreadyExists) {
 		require.NoError(t, err)

@@ -9,13 +9,22 @@ import (
 	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/vending"
 )
 
 // newCatalogHandler builds the Iceberg REST catalog served under /v1/. The
 // Raft node is its store (Propose and linearizable Read); objects holds the
 // table files; purger runs the purge jobs of synchronous drops taken here.
 func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger) (http.Handler, error) {
-	srv, err := catalog.New(catalog.Config{
+	vendor, err := vending.New(vending.Config{
+		Mode: cfg.VendCredentials, AWS: objects.AWSConfig(), STSEndpoint: cfg.VendSTSEndpoint,
+		RoleARN: cfg.VendRoleARN, ExternalID: cfg.VendExternalID, Duration: cfg.VendDuration,
+		Logger: logger.With("component", "vending"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	catCfg := catalog.Config{
 		Warehouse:           cfg.Warehouse,
 		AllowedLocations:    cfg.allowedLocations(),
 		Prefix:              cfg.Prefix,
@@ -25,7 +34,16 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 		IdempotencyLifetime: cfg.idempotencyLifetime,
 		IdempotencyDisabled: !cfg.Idempotency,
 		Purger:              purger,
-	}, node, objects)
+	}
+	switch cfg.VendCredentials {
+	case vending.ModeStaticKeys:
+		logger.Warn("--vend-credentials=static-keys: every client that asks gets this node's own S3 keys, " +
+			"unscoped and unexpiring; use it for development only, and --vend-credentials=sts in production")
+		catCfg.Vendor = vendor
+	case vending.ModeSTS:
+		catCfg.Vendor = vendor
+	}
+	srv, err := catalog.New(catCfg, node, objects)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/httpserve"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/vending"
 	"github.com/floe-catalog/floe/purge"
 	"github.com/floe-catalog/floe/transport"
 )
@@ -45,6 +47,23 @@ type config struct {
 	TLSCA             string
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+
+	// The client HTTP server (package httpserve).
+	HTTPTLSCert           string
+	HTTPTLSKey            string
+	HTTPMaxHeaderBytes    int
+	HTTPReadHeaderTimeout time.Duration
+	HTTPReadTimeout       time.Duration
+	HTTPWriteTimeout      time.Duration
+	HTTPIdleTimeout       time.Duration
+	HTTPMaxInFlight       int
+
+	// Credential vending (package vending).
+	VendCredentials string
+	VendSTSEndpoint string
+	VendRoleARN     string
+	VendExternalID  string
+	VendDuration    time.Duration
 
 	// Purge jobs (package purge).
 	PurgeWorkerThreads    int
@@ -160,6 +179,19 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", "", "PEM certificate (and intermediates) for HTTPS on --http-addr, with --http-tls-key; reloaded when the files change")
+	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", "", "PEM private key for --http-tls-cert")
+	fs.IntVar(&c.HTTPMaxHeaderBytes, "http-max-header-bytes", httpserve.DefaultMaxHeaderBytes, "largest request line and headers accepted, in bytes (431 beyond)")
+	fs.DurationVar(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", httpserve.DefaultReadHeaderTimeout, "time allowed to read a request's line and headers")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", httpserve.DefaultReadTimeout, "time allowed to read a whole request, body included (not the time to serve it); 0: no limit")
+	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", httpserve.DefaultWriteTimeout, "time allowed from the end of a request's headers to the end of its answer; 0: no limit, since a synchronous purge answers only when its files are gone")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", httpserve.DefaultIdleTimeout, "how long a keep-alive connection may sit idle; 0: --http-read-timeout")
+	fs.IntVar(&c.HTTPMaxInFlight, "http-max-in-flight", httpserve.DefaultMaxInFlight, "requests this node serves at once; more are answered 503 with Retry-After: 1 (/healthz, /readyz and /metrics never are); 0: no cap")
+	fs.StringVar(&c.VendCredentials, "vend-credentials", vending.ModeOff, "storage credentials handed to clients that ask (X-Iceberg-Access-Delegation: vended-credentials) and at loadCredentials: off; sts (STS AssumeRole of --vend-role-arn, limited to the table's location); static-keys (this node's own S3 keys, unscoped: development only)")
+	fs.StringVar(&c.VendSTSEndpoint, "vend-sts-endpoint", "", "STS API URL for --vend-credentials=sts on S3-compatible servers (default: AWS STS)")
+	fs.StringVar(&c.VendRoleARN, "vend-role-arn", "", "role assumed for --vend-credentials=sts")
+	fs.StringVar(&c.VendExternalID, "vend-external-id", "", "external ID passed when assuming --vend-role-arn, if its trust policy wants one")
+	fs.DurationVar(&c.VendDuration, "vend-duration", vending.DefaultDuration, "lifetime of STS credentials vended to clients, 15m to 12h; reused for half of it")
 	fs.IntVar(&c.PurgeWorkerThreads, "purge-worker-threads", purge.DefaultWorkerThreads, "purge jobs this node runs at once")
 	fs.IntVar(&c.PurgeDeleteThreads, "purge-delete-threads", purge.DefaultDeleteThreads, "threads of the node's one bulk-delete pool, shared by all purge jobs")
 	fs.IntVar(&c.PurgeDeleteBatchSize, "purge-delete-batch-size", purge.DefaultDeleteBatchSize, "files per bulk delete (one S3 DeleteObjects request), 1 to 1000")
@@ -337,6 +369,27 @@ func (c *config) validate() error {
 	if c.SnapshotThreshold == 0 || c.SnapshotInterval <= 0 {
 		return usagef("--snapshot-threshold and --snapshot-interval must be positive")
 	}
+	if (c.HTTPTLSCert == "") != (c.HTTPTLSKey == "") {
+		return usagef("--http-tls-cert and --http-tls-key must be set together")
+	}
+	if c.HTTPMaxHeaderBytes <= 0 || c.HTTPReadHeaderTimeout <= 0 {
+		return usagef("--http-max-header-bytes and --http-read-header-timeout must be positive")
+	}
+	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 || c.HTTPMaxInFlight < 0 {
+		return usagef("--http-read-timeout, --http-write-timeout, --http-idle-timeout and --http-max-in-flight must not be negative (0: no limit)")
+	}
+	switch c.VendCredentials {
+	case vending.ModeOff, vending.ModeStaticKeys:
+	case vending.ModeSTS:
+		if c.VendRoleARN == "" {
+			return usagef("--vend-credentials=sts needs --vend-role-arn")
+		}
+	default:
+		return usagef("--vend-credentials must be %s, %s or %s, got %q", vending.ModeOff, vending.ModeSTS, vending.ModeStaticKeys, c.VendCredentials)
+	}
+	if c.VendDuration < vending.MinDuration || c.VendDuration > vending.MaxDuration {
+		return usagef("--vend-duration must be between %s and %s, got %s", vending.MinDuration, vending.MaxDuration, c.VendDuration)
+	}
 	if c.PurgeWorkerThreads < 1 || c.PurgeDeleteThreads < 1 || c.PurgeMaxAttempts < 1 {
 		return usagef("--purge-worker-threads, --purge-delete-threads and --purge-max-attempts must be at least 1")
 	}
@@ -408,6 +461,17 @@ func (c config) logAttrs() []any {
 		"tls", c.TLSCert != "",
 		"snapshot_threshold", c.SnapshotThreshold,
 		"snapshot_interval", c.SnapshotInterval,
+		"http_tls_cert", c.HTTPTLSCert,
+		"http_max_header_bytes", c.HTTPMaxHeaderBytes,
+		"http_read_header_timeout", c.HTTPReadHeaderTimeout,
+		"http_read_timeout", c.HTTPReadTimeout,
+		"http_write_timeout", c.HTTPWriteTimeout,
+		"http_idle_timeout", c.HTTPIdleTimeout,
+		"http_max_in_flight", c.HTTPMaxInFlight,
+		"vend_credentials", c.VendCredentials,
+		"vend_sts_endpoint", c.VendSTSEndpoint,
+		"vend_role_arn", c.VendRoleARN,
+		"vend_duration", c.VendDuration,
 		"purge_worker_threads", c.PurgeWorkerThreads,
 		"purge_delete_threads", c.PurgeDeleteThreads,
 		"purge_delete_batch_size", c.PurgeDeleteBatchSize,

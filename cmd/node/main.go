@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floe-catalog/floe/internal/admin"
+	"github.com/floe-catalog/floe/internal/httpserve"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
@@ -123,7 +123,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	purger, err := purge.New(purge.Config{
 		NodeID:           node.ID(),
 		Store:            node,
-		Storage:          purge.StorageFor(objects, objects.ClientConfig(cfg.Warehouse), cfg.PurgeDeleteBatchSize),
+		Storage:          purge.StorageFor(objects, objects.FileIOConfig(cfg.Warehouse), cfg.PurgeDeleteBatchSize),
 		AllowedLocations: cfg.allowedLocations(),
 		WorkerThreads:    cfg.PurgeWorkerThreads,
 		DeleteThreads:    cfg.PurgeDeleteThreads,
@@ -149,20 +149,30 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
+	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger})
+	srv, err := httpserve.New(routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node)), node, reg), httpserve.Config{
+		CertFile:          cfg.HTTPTLSCert,
+		KeyFile:           cfg.HTTPTLSKey,
+		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxInFlight:       cfg.HTTPMaxInFlight,
+		Uncapped:          uncappedPaths,
+		Logger:            logger,
+		Registerer:        reg,
+	})
+	if err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
-	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger})
-	srv := &http.Server{
-		Handler:           routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node)), node, reg),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(logger.With("component", "http").Handler(), slog.LevelWarn),
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("http server listening", "addr", ln.Addr().String())
+	logger.Info("http server listening", "addr", ln.Addr().String(), "tls", srv.TLS())
 
 	// failed is the node's reason for giving up on the cluster, if it did;
 	// the process then shuts down like on a signal and exits with it.
@@ -218,6 +228,13 @@ func managementRoutes(cluster, purgeJobs http.Handler) http.Handler {
 	mux.Handle("/management/v1/locations/", purgeJobs)
 	return mux
 }
+
+// uncappedPaths are never refused by --http-max-in-flight, and not counted
+// against it: a busy node still answers its probes (a refused liveness
+// probe would get a merely busy node restarted) and its metrics (the
+// overload must stay visible). They are cheap and read no replicated state
+// but readiness.
+var uncappedPaths = []string{"/healthz", "/readyz", "/metrics"}
 
 // readiness is what a node reports on /readyz.
 type readiness interface{ Ready() error }

@@ -203,6 +203,9 @@ func TestBinaryBadFlagExits2(t *testing.T) {
 		{args: []string{"--log-format=xml"}, want: `--log-format "xml": want text or json`},
 		{args: []string{"--no-such-flag"}, want: "flag provided but not defined: -no-such-flag"},
 		{env: []string{"FLOE_MAX_BODY_BYTES=lots"}, want: `invalid value "lots" for FLOE_MAX_BODY_BYTES`},
+		{args: []string{"--vend-credentials=always"}, want: `--vend-credentials must be off, sts or static-keys, got "always"`},
+		{args: []string{"--vend-credentials=sts"}, want: "--vend-credentials=sts needs --vend-role-arn"},
+		{env: []string{"FLOE_VEND_DURATION=1m"}, want: "--vend-duration must be between 15m0s and 12h0m0s, got 1m0s"},
 	} {
 		t.Run(strings.Join(append(tc.args, tc.env...), " "), func(t *testing.T) {
 			cmd := exec.Command(bin, append(tc.args, "--data-dir", t.TempDir())...)
@@ -226,7 +229,8 @@ func TestBinaryHelp(t *testing.T) {
 	out, err := cmd.Output()
 	require.NoError(t, err, "--help exits 0")
 	for _, name := range []string{"node-id", "data-dir", "http-addr", "cluster-addr", "warehouse", "s3-endpoint", "s3-region",
-		"s3-access-key-id", "s3-secret-access-key", "s3-path-style", "log-level", "log-format", "prefix", "max-body-bytes", "allowed-locations", "rejoin-as-nonvoter"} {
+		"s3-access-key-id", "s3-secret-access-key", "s3-path-style", "log-level", "log-format", "prefix", "max-body-bytes", "allowed-locations", "rejoin-as-nonvoter",
+		"vend-credentials", "vend-sts-endpoint", "vend-role-arn", "vend-external-id", "vend-duration"} {
 		assert.Contains(t, string(out), "--"+name)
 		assert.Contains(t, string(out), envName(name))
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -33,6 +35,8 @@ import (
 type s3Cluster struct {
 	*testCluster
 	objects *storage.Mux
+	s3      testenv.S3Server
+	root    string // the nodes' data directories are root/<id>
 }
 
 func startS3Cluster(t *testing.T) *s3Cluster {
@@ -40,7 +44,7 @@ func startS3Cluster(t *testing.T) *s3Cluster {
 	s3 := testenv.S3(t)
 	bin := floeBinary(t)
 	root := t.TempDir()
-	c := &s3Cluster{testCluster: &testCluster{bin: bin, client: &http.Client{Timeout: 10 * time.Second}}}
+	c := &s3Cluster{testCluster: &testCluster{bin: bin, client: &http.Client{Timeout: 10 * time.Second}}, s3: s3, root: root}
 	var err error
 	c.objects, err = storage.New(s3.StorageConfig())
 	require.NoError(t, err)
@@ -177,7 +181,10 @@ func (c *s3Cluster) list(t *testing.T, location string) []string {
 func (c *s3Cluster) makeTable(t *testing.T, p *clusterProc, ns, name string, snapshots, filesPer int) (string, []string) {
 	t.Helper()
 	ctx := context.Background()
-	cat, err := rest.NewCatalog(ctx, "floe", "http://"+p.httpAddr)
+	// The client brings its own storage credentials: the catalog hands out none.
+	cat, err := rest.NewCatalog(ctx, "floe", "http://"+p.httpAddr, rest.WithAdditionalProps(iceberg.Properties{
+		"s3.access-key-id": c.s3.AccessKeyID, "s3.secret-access-key": c.s3.SecretAccessKey,
+	}))
 	require.NoError(t, err)
 	if err := cat.CreateNamespace(ctx, table.Identifier{ns}, nil); err != nil && !errors.Is(err, icecatalog.ErrNamespaceAlreadyExists) {
 		require.NoError(t, err)
@@ -338,5 +345,37 @@ func TestPurgeProcesses(t *testing.T) {
 		assert.Contains(t, paused.out.String(), "purge lease lost")
 		assert.Empty(t, c.list(t, t2Loc))
 		assert.ElementsMatch(t, t10Files, c.list(t, t10Loc), "every file of the live sibling t10 survives")
+	})
+
+	// Every node has the S3 secret in its configuration; none hands it out
+	// (vending is off), logs it or stores it in the replicated state.
+	t.Run("no secret leaves a node", func(t *testing.T) {
+		secret := c.s3.SecretAccessKey
+		for _, p := range c.procs {
+			for _, path := range []string{
+				"/v1/config", "/v1/namespaces/" + ns + "/tables/t10", "/v1/namespaces/" + ns + "/tables/t10/credentials",
+				"/management/v1/cluster", "/management/v1/purge-jobs", "/metrics",
+			} {
+				code, body := c.request(t, p, http.MethodGet, path, "X-Iceberg-Access-Delegation", "vended-credentials")
+				require.Equal(t, http.StatusOK, code, "%s %s: %s", p.id, path, body)
+				assert.NotContains(t, string(body), secret, "%s %s", p.id, path)
+				assert.NotContains(t, string(body), c.s3.AccessKeyID, "%s %s", p.id, path)
+			}
+			assert.NotContains(t, p.out.String(), secret, "%s's log", p.id)
+		}
+		files := 0
+		require.NoError(t, filepath.WalkDir(c.root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files++
+			assert.NotContains(t, string(b), secret, "%s holds the storage secret", path)
+			return nil
+		}))
+		assert.Positive(t, files)
 	})
 }

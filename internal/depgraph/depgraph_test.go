@@ -30,10 +30,13 @@ var layers = map[string][]string{
 	// Fault injection for in-process cluster tests: imported by tests only.
 	"internal/raftnode/raftfault": nil,
 	"internal/admin":              {"fsm", "idempotency", "internal/raftnode"},
+	"internal/vending":            {"internal/location"},
+	"internal/vending/ststest":    nil,
+	"internal/httpserve":          nil,
 }
 
 // testOnly are packages no non-test code may import.
-var testOnly = []string{"internal/raftnode/raftfault"}
+var testOnly = []string{"internal/raftnode/raftfault", "internal/vending/ststest"}
 
 // forbidden lists, for the seams the graph exists for, packages that must
 // not be reached even indirectly: the Raft node knows nothing of HTTP, the

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	iceio "github.com/apache/iceberg-go/io"
@@ -79,13 +80,18 @@ func TestClientConfig(t *testing.T) {
 	want := map[string]string{
 		"s3.endpoint":                 "http://127.0.0.1:7070",
 		"s3.region":                   "eu-west-3",
+		"client.region":               "eu-west-3",
 		"s3.access-key-id":            "AKID",
 		"s3.secret-access-key":        "SECRET",
 		"s3.force-virtual-addressing": "false",
 		"s3.path-style-access":        "true",
 	}
 	for _, uri := range []string{"s3://bucket/wh/db/t", "s3a://other/x", "s3n://b", "s3://b/"} {
-		assert.Equal(t, want, m.ClientConfig(uri), uri)
+		assert.Equal(t, want, m.FileIOConfig(uri), uri)
+		public := maps.Clone(want)
+		delete(public, "s3.access-key-id")
+		delete(public, "s3.secret-access-key")
+		assert.Equal(t, public, m.ClientConfig(uri), "%s: a client never gets the node's keys", uri)
 	}
 	// The keys are the ones iceberg-go reads.
 	for _, k := range []string{iceio.S3EndpointURL, iceio.S3Region, iceio.S3AccessKeyID, iceio.S3SecretAccessKey, iceio.S3ForceVirtualAddressing} {
@@ -102,6 +108,7 @@ func TestClientConfig(t *testing.T) {
 		cc := m.ClientConfig(uri)
 		assert.NotNil(t, cc, uri)
 		assert.Empty(t, cc, uri)
+		assert.Empty(t, m.FileIOConfig(uri), uri)
 	}
 }
 
@@ -111,6 +118,7 @@ func TestClientConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{
 		"s3.region":                   "us-east-1",
+		"client.region":               "us-east-1",
 		"s3.force-virtual-addressing": "true",
 		"s3.path-style-access":        "false",
 	}, m.ClientConfig("s3://bucket/x"), "no endpoint and no keys: the client uses its own credentials")

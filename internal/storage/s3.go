@@ -21,7 +21,8 @@ import (
 type s3Storage struct {
 	client      *s3.Client
 	batchSize   int
-	clientProps map[string]string // see Mux.ClientConfig
+	clientProps map[string]string // see Mux.FileIOConfig
+	awsCfg      aws.Config
 }
 
 func newS3Storage(cfg Config) (*s3Storage, error) {
@@ -65,6 +66,7 @@ func newS3Storage(cfg Config) (*s3Storage, error) {
 		client:      client,
 		batchSize:   cfg.DeleteBatchSize,
 		clientProps: s3ClientProps(cfg, awsCfg.Region),
+		awsCfg:      awsCfg,
 	}, nil
 }
 

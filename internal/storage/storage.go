@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"maps"
 	"strconv"
 	"strings"
@@ -282,21 +283,36 @@ const (
 	// implementations; it is sent as well so that they address buckets the
 	// same way.
 	propS3PathStyleAccess = "s3.path-style-access"
+	// propClientRegion is the region property the REST spec names for
+	// clients ("client.region"); the Java client's AwsClientProperties reads it.
+	propClientRegion = "client.region"
 )
 
 // ClientConfig returns the FileIO properties an Iceberg client needs to read
-// and write files at uri with the same endpoint, region, addressing style and
-// credentials as this Mux. For file URIs, and for URIs that do not parse, it
-// returns an empty map. The access keys are included only when Config had
-// static keys; they are the catalog's own credentials, so callers should hand
-// them out only to trusted clients. The returned map is a fresh copy.
+// and write files at uri with the same endpoint, region and addressing style
+// as this Mux, and never a credential: it is what a catalog may hand to any
+// client. For file URIs, and for URIs that do not parse, it returns an empty
+// map. The returned map is a fresh copy.
 func (m *Mux) ClientConfig(uri string) map[string]string {
+	return WithoutSecrets(m.FileIOConfig(uri))
+}
+
+// FileIOConfig is ClientConfig plus this node's static S3 keys, when Config
+// had them: the FileIO properties the node itself reads tables with (the
+// purge worker). It must never leave the node. The returned map is a fresh
+// copy.
+func (m *Mux) FileIOConfig(uri string) map[string]string {
 	l, err := parse(uri)
 	if err != nil || l.scheme != SchemeS3 {
 		return map[string]string{}
 	}
 	return maps.Clone(m.s3.clientProps)
 }
+
+// AWSConfig returns the AWS SDK configuration S3 requests are made with:
+// the node's region and credential provider (static keys, or the SDK's
+// default chain).
+func (m *Mux) AWSConfig() aws.Config { return m.s3.awsCfg }
 
 // secretFragments mark FileIO property names whose values are credentials.
 var secretFragments = []string{"secret", "token", "password", "credential", "access-key-id"}
@@ -328,6 +344,7 @@ func WithoutSecrets(props map[string]string) map[string]string {
 func s3ClientProps(cfg Config, region string) map[string]string {
 	props := map[string]string{
 		propS3Region:                 region,
+		propClientRegion:             region,
 		propS3ForceVirtualAddressing: strconv.FormatBool(!cfg.S3PathStyle),
 		propS3PathStyleAccess:        strconv.FormatBool(cfg.S3PathStyle),
 	}

@@ -1,0 +1,136 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// CredentialVendor hands out storage credentials for a table's files.
+type CredentialVendor interface {
+	// Vend returns FileIO properties holding credentials for the files
+	// under location, allowing reads only when readOnly is set. ok is false
+	// when the location's storage has nothing to vend (a local path). A
+	// non-nil error means the credentials could not be obtained now; its
+	// text holds no secret.
+	Vend(ctx context.Context, location string, readOnly bool) (props map[string]string, ok bool, err error)
+	// Expiring reports whether vended credentials expire, so that clients
+	// are told where to refresh them.
+	Expiring() bool
+}
+
+// AccessDelegationHeader is how a client asks for delegated access: a
+// comma-separated list of mechanisms, of which floe offers
+// vended-credentials.
+const AccessDelegationHeader = "X-Iceberg-Access-Delegation"
+
+// FileIO properties that tell the Java client where to refresh vended
+// credentials (S3FileIOProperties.REFRESH_CREDENTIALS_ENDPOINT, a path
+// relative to the catalog URI).
+const propRefreshCredentialsEndpoint = "client.refresh-credentials-endpoint"
+
+type storageCredential struct {
+	Prefix string            `json:"prefix"`
+	Config map[string]string `json:"config"`
+}
+
+type loadCredentialsResponse struct {
+	StorageCredentials []storageCredential `json:"storage-credentials"`
+}
+
+// wantsVendedCredentials reports whether the request asks for vended
+// credentials. The header may repeat; values are compared without case.
+func wantsVendedCredentials(r *http.Request) bool {
+	for _, h := range r.Header.Values(AccessDelegationHeader) {
+		for _, v := range strings.Split(h, ",") {
+			if strings.EqualFold(strings.TrimSpace(v), "vended-credentials") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// vend returns the credential for the table id at location; ok is false
+// when vending is off or the storage has nothing to vend. A failure is a
+// 503: the client asked for credentials and would fail without them.
+func (s *Server) vend(ctx context.Context, id fsm.Ident, location string) (storageCredential, bool, error) {
+	if s.cfg.Vendor == nil {
+		return storageCredential{}, false, nil
+	}
+	props, ok, err := s.cfg.Vendor.Vend(ctx, location, false)
+	if err != nil {
+		return storageCredential{}, false, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: fmt.Sprintf("cannot vend credentials for table %s: %v", id, err), retryAfter: "1"}
+	}
+	if !ok {
+		return storageCredential{}, false, nil
+	}
+	return storageCredential{Prefix: location, Config: props}, true, nil
+}
+
+// addVendedCredentials puts credentials for the table's location into res
+// when the request asks for them and vending is configured: in
+// storage-credentials, which current clients read first, and in config,
+// which older clients read.
+func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, location string, res *loadTableResult) error {
+	if !wantsVendedCredentials(r) {
+		return nil
+	}
+	cred, ok, err := s.vend(r.Context(), id, location)
+	if err != nil || !ok {
+		return err
+	}
+	res.StorageCredentials = []storageCredential{cred}
+	if res.Config == nil {
+		res.Config = map[string]string{}
+	}
+	maps.Copy(res.Config, cred.Config)
+	if s.cfg.Vendor.Expiring() {
+		res.Config[propRefreshCredentialsEndpoint] = s.credentialsPath(id)
+	}
+	return nil
+}
+
+// credentialsPath is the loadCredentials path of id relative to the
+// catalog's base URI, with the namespace levels joined by the unit
+// separator, which every client and this server accept.
+func (s *Server) credentialsPath(id fsm.Ident) string {
+	levels := make([]string, len(id.Namespace))
+	for i, l := range id.Namespace {
+		levels[i] = url.PathEscape(l)
+	}
+	return "v1/" + url.PathEscape(s.cfg.Prefix) + "/namespaces/" + strings.Join(levels, "%1F") +
+		"/tables/" + url.PathEscape(id.Name) + "/credentials"
+}
+
+// loadCredentials serves GET …/tables/{table}/credentials: the credentials
+// a client may use for the table's files now. The list is empty when
+// vending is off or the table's storage has nothing to vend; the client
+// then uses its own credentials. 404 when the table does not exist.
+func (s *Server) loadCredentials(w http.ResponseWriter, r *http.Request) error {
+	id, err := tableVar(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.lookupTable(r, id)
+	if err != nil {
+		return err
+	}
+	resp := loadCredentialsResponse{StorageCredentials: []storageCredential{}}
+	cred, ok, err := s.vend(r.Context(), id, t.Location)
+	if err != nil {
+		return err
+	}
+	if ok {
+		resp.StorageCredentials = append(resp.StorageCredentials, cred)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}

@@ -1,0 +1,240 @@
+package catalog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/spectest"
+	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/testenv"
+	"github.com/floe-catalog/floe/internal/vending"
+	"github.com/floe-catalog/floe/internal/vending/ststest"
+)
+
+// s3Node starts a single node on a fresh versitygw bucket, configured by
+// setup before it starts.
+func s3Node(t *testing.T, setup func(n *node)) *node {
+	t.Helper()
+	s3 := testenv.S3(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: s3.Warehouse(), scfg: s3.StorageConfig()}
+	if setup != nil {
+		setup(n)
+	}
+	n.start()
+	t.Cleanup(n.stop)
+	return n
+}
+
+// recorder keeps every response body a client received.
+type recorder struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	seen [][]byte
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	r.mu.Lock()
+	r.seen = append(r.seen, append([]byte(req.Method+" "+req.URL.Path+" "), body...))
+	r.mu.Unlock()
+	return resp, nil
+}
+
+func TestNoStorageSecretInAnyResponseUnlessVended(t *testing.T) {
+	n := s3Node(t, nil)
+	ctx := context.Background()
+	rec := &recorder{next: spectest.Wrap(t, nil)}
+	// iceberg-go asks for vended credentials on every request; with vending
+	// off it must get none.
+	cat, err := rest.NewCatalog(ctx, "floe", n.URL, rest.WithCustomTransport(rec))
+	require.NoError(t, err)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	tbl, err := cat.CreateTable(ctx, table.Identifier{"db", "t"}, rowSchema)
+	require.NoError(t, err)
+	_, err = cat.LoadTable(ctx, table.Identifier{"db", "t"})
+	require.NoError(t, err)
+	_, err = cat.RegisterTable(ctx, table.Identifier{"db", "again"}, tbl.MetadataLocation())
+	require.Error(t, err, "the location is owned; the answer is still checked below")
+	for _, path := range []string{"/v1/config", "/v1/floe/namespaces/db/tables/t", "/v1/floe/namespaces/db/tables/t?snapshots=refs",
+		"/v1/floe/namespaces/db/tables/t/credentials"} {
+		r := n.do(t, "GET", path, nil, "X-Iceberg-Access-Delegation", "vended-credentials")
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
+		rec.seen = append(rec.seen, r.body)
+	}
+	r := n.do(t, "POST", "/v1/floe/namespaces/db/tables", map[string]any{
+		"name": "staged", "schema": json.RawMessage(`{"type":"struct","fields":[]}`), "stage-create": true,
+	}, "X-Iceberg-Access-Delegation", "vended-credentials")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	rec.seen = append(rec.seen, r.body)
+
+	require.NotEmpty(t, rec.seen)
+	for _, body := range rec.seen {
+		assert.NotContains(t, string(body), n.scfg.S3SecretAccessKey)
+		assert.NotContains(t, string(body), n.scfg.S3AccessKeyID)
+	}
+	load := n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil, "X-Iceberg-Access-Delegation", "vended-credentials").json(t)
+	cfg, _ := load["config"].(map[string]any)
+	assert.Equal(t, n.scfg.S3Endpoint, cfg["s3.endpoint"], "the non-secret settings are still given")
+	assert.Nil(t, load["storage-credentials"])
+	creds := n.do(t, "GET", "/v1/floe/namespaces/db/tables/t/credentials", nil).json(t)
+	assert.Equal(t, []any{}, creds["storage-credentials"], "nothing to vend")
+}
+
+func stsVendor(t *testing.T, n *node, sts *ststest.Server) *vending.Vendor {
+	t.Helper()
+	objects, err := storage.New(n.scfg)
+	require.NoError(t, err)
+	v, err := vending.New(vending.Config{
+		Mode: vending.ModeSTS, AWS: objects.AWSConfig(), STSEndpoint: sts.URL,
+		RoleARN: "arn:aws:iam::123456789012:role/tables", Registerer: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	return v
+}
+
+func TestVendedCredentialsAreScopedAndOnlyWhenAsked(t *testing.T) {
+	sts := ststest.Start()
+	defer sts.Close()
+	n := s3Node(t, func(n *node) { n.vendor = stsVendor(t, n, sts) })
+	ctx := context.Background()
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db", "sub"}, nil))
+	tbl, err := cat.CreateTable(ctx, table.Identifier{"db", "sub", "t"}, rowSchema)
+	require.NoError(t, err)
+	loc := tbl.Location()
+	calls := len(sts.Calls())
+	require.Positive(t, calls, "iceberg-go asks for vended credentials")
+
+	path := "/v1/floe/namespaces/db%1Fsub/tables/t"
+	plain := n.do(t, "GET", path, nil)
+	require.Equal(t, http.StatusOK, plain.status)
+	assert.NotContains(t, string(plain.body), "s3.session-token", "not asked: not given")
+	assert.Nil(t, plain.json(t)["storage-credentials"])
+	assert.Empty(t, plain.header.Get("Cache-Control"))
+
+	for _, h := range []string{"vended-credentials", "remote-signing, Vended-Credentials"} {
+		r := n.do(t, "GET", path, nil, "X-Iceberg-Access-Delegation", h)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
+		var res struct {
+			Config             map[string]string `json:"config"`
+			StorageCredentials []struct {
+				Prefix string            `json:"prefix"`
+				Config map[string]string `json:"config"`
+			} `json:"storage-credentials"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &res))
+		require.Len(t, res.StorageCredentials, 1, h)
+		c := res.StorageCredentials[0]
+		assert.Equal(t, loc, c.Prefix)
+		assert.True(t, strings.HasPrefix(c.Config[vending.PropAccessKeyID], "ASIAFLOETEST"))
+		assert.NotEmpty(t, c.Config[vending.PropSessionToken])
+		assert.NotEmpty(t, c.Config[vending.PropSessionTokenExpires])
+		assert.Equal(t, c.Config[vending.PropSessionToken], res.Config[vending.PropSessionToken], "older clients read config")
+		assert.Equal(t, "v1/floe/namespaces/db%1Fsub/tables/t/credentials", res.Config["client.refresh-credentials-endpoint"])
+		assert.NotContains(t, string(r.body), n.scfg.S3SecretAccessKey, "never the node's own keys")
+	}
+
+	// The policy the node asked STS for names only this table's location.
+	last := sts.Calls()[len(sts.Calls())-1]
+	prefix := strings.TrimPrefix(loc, "s3://"+strings.SplitN(strings.TrimPrefix(loc, "s3://"), "/", 2)[0]+"/")
+	assert.Contains(t, last.Policy, prefix+"/*")
+	assert.True(t, last.Signed)
+
+	// loadCredentials, as the clients' refresh calls it.
+	creds := n.do(t, "GET", "/v1/floe/namespaces/db%1Fsub/tables/t/credentials", nil)
+	require.Equal(t, http.StatusOK, creds.status, "%s", creds.body)
+	assert.Equal(t, "no-store", creds.header.Get("Cache-Control"))
+	var lc struct {
+		StorageCredentials []struct {
+			Prefix string            `json:"prefix"`
+			Config map[string]string `json:"config"`
+		} `json:"storage-credentials"`
+	}
+	require.NoError(t, json.Unmarshal(creds.body, &lc))
+	require.Len(t, lc.StorageCredentials, 1)
+	assert.Equal(t, loc, lc.StorageCredentials[0].Prefix)
+	assert.NotEmpty(t, lc.StorageCredentials[0].Config[vending.PropSessionToken])
+	missing := n.do(t, "GET", "/v1/floe/namespaces/db%1Fsub/tables/nope/credentials", nil)
+	require.Equal(t, http.StatusNotFound, missing.status)
+	assert.Equal(t, "NoSuchTableException", missing.errorType(t))
+
+	// A client asking for credentials never gets a 304 without them.
+	etag := plain.header.Get("ETag")
+	require.NotEmpty(t, etag)
+	assert.Equal(t, http.StatusNotModified, n.do(t, "GET", path, nil, "If-None-Match", etag).status)
+	assert.Equal(t, http.StatusOK, n.do(t, "GET", path, nil, "If-None-Match", etag, "X-Iceberg-Access-Delegation", "vended-credentials").status)
+}
+
+func TestVendingFailureIsServiceUnavailable(t *testing.T) {
+	sts := ststest.Start()
+	defer sts.Close()
+	n := s3Node(t, func(n *node) { n.vendor = stsVendor(t, n, sts) })
+	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/floe/namespaces", map[string]any{"namespace": []string{"db"}}).status)
+	create := n.do(t, "POST", "/v1/floe/namespaces/db/tables", map[string]any{
+		"name": "t", "schema": json.RawMessage(`{"type":"struct","fields":[]}`)})
+	require.Equal(t, http.StatusOK, create.status, "%s", create.body)
+	sts.Deny(true)
+	// A fresh vendor has nothing cached.
+	n.vendor = stsVendor(t, n, sts)
+	n.restart()
+	for _, path := range []string{"/v1/floe/namespaces/db/tables/t", "/v1/floe/namespaces/db/tables/t/credentials"} {
+		var r response
+		if strings.HasSuffix(path, "credentials") {
+			r = n.do(t, "GET", path, nil)
+		} else {
+			r = n.do(t, "GET", path, nil, "X-Iceberg-Access-Delegation", "vended-credentials")
+		}
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s: %s", path, r.body)
+		assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
+		assert.NotContains(t, string(r.body), n.scfg.S3SecretAccessKey)
+	}
+	assert.Equal(t, http.StatusOK, n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil).status, "not asked: served")
+}
+
+// With static keys vended, an engine that has no credentials of its own
+// writes and reads the table's files with what the catalog handed it.
+func TestStaticKeysLetAClientWithoutKeysReadAndWrite(t *testing.T) {
+	n := s3Node(t, func(n *node) {
+		objects, err := storage.New(n.scfg)
+		require.NoError(t, err)
+		v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
+		require.NoError(t, err)
+		n.vendor = v
+		n.noClientKeys = true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cat := n.catalog(t)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db"}, nil))
+	tbl, err := cat.CreateTable(ctx, table.Identifier{"db", "t"}, rowSchema)
+	require.NoError(t, err)
+	uri := tbl.Location() + "/data/f.parquet"
+	writeParquet(t, tbl, uri, 1, 2, 3)
+	ok, err := n.objects.Exists(ctx, uri)
+	require.NoError(t, err)
+	assert.True(t, ok)
+}

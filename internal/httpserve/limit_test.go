@@ -1,0 +1,189 @@
+package httpserve
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// blockingHandler answers /healthz at once and holds every other request
+// until release is closed, announcing each on entered.
+type blockingHandler struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (h *blockingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	h.entered <- r.URL.Path
+	<-h.release
+	w.WriteHeader(http.StatusOK)
+}
+
+func TestInFlightCapRefusesBeyondItAndSparesUncappedPaths(t *testing.T) {
+	const max = 3
+	h := &blockingHandler{entered: make(chan string, max), release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	s, err := New(h, Config{MaxInFlight: max, Uncapped: []string{"/healthz"}, Logger: discardLogger(), Registerer: reg})
+	require.NoError(t, err)
+	base := "http://" + serve(t, s)
+	client := &http.Client{Timeout: 10 * time.Second}
+
+	// Fill every slot with a request held in the handler.
+	statuses := make(chan int, max)
+	for range max {
+		go func() {
+			resp, err := client.Get(base + "/v1/held")
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	for range max {
+		<-h.entered
+	}
+	assert.Equal(t, float64(max), value(s.m.inFlight))
+
+	// One more is refused at once, in the Iceberg error model.
+	resp, err := client.Post(base+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["db"]}`))
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    int    `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &body), string(raw))
+	assert.Equal(t, "ServiceUnavailableException", body.Error.Type)
+	assert.Equal(t, http.StatusServiceUnavailable, body.Error.Code)
+	assert.Contains(t, body.Error.Message, "maximum of 3 requests")
+
+	// A HEAD gets the status without a body.
+	head, err := client.Head(base + "/v1/namespaces/db")
+	require.NoError(t, err)
+	head.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, head.StatusCode)
+	assert.Equal(t, "1", head.Header.Get("Retry-After"))
+
+	// Health checks still pass, and are not counted.
+	health, err := client.Get(base + "/healthz")
+	require.NoError(t, err)
+	health.Body.Close()
+	assert.Equal(t, http.StatusOK, health.StatusCode)
+	assert.Equal(t, float64(2), value(s.m.rejected.WithLabelValues(reasonInFlight)))
+	assert.Equal(t, float64(max), value(s.m.inFlight))
+
+	// Released, the held requests succeed and free their slots.
+	close(h.release)
+	for range max {
+		assert.Equal(t, http.StatusOK, <-statuses)
+	}
+	resp, err = client.Get(base + "/v1/after")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "/v1/after", <-h.entered)
+	assert.Equal(t, float64(0), value(s.m.inFlight))
+	assert.Equal(t, float64(2), value(s.m.rejected.WithLabelValues(reasonInFlight)))
+}
+
+func TestNoCapWhenMaxInFlightIsZero(t *testing.T) {
+	h := &blockingHandler{entered: make(chan string, 1), release: make(chan struct{})}
+	close(h.release)
+	s, err := New(h, Config{Logger: discardLogger()})
+	require.NoError(t, err)
+	resp, err := http.Get("http://" + serve(t, s) + "/v1/x")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, float64(0), value(s.m.inFlight), "uncounted without a cap")
+}
+
+func TestHeadersBeyondMaxHeaderBytesAre431(t *testing.T) {
+	s, err := New(http.NotFoundHandler(), Config{MaxHeaderBytes: 1024, Logger: discardLogger()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/config", nil)
+	require.NoError(t, err)
+	// net/http allows 4 KiB above MaxHeaderBytes; go well beyond.
+	req.Header.Set("X-Big", strings.Repeat("a", 16<<10))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+
+	small, err := http.Get("http://" + addr + "/v1/config")
+	require.NoError(t, err)
+	small.Body.Close()
+	assert.Equal(t, http.StatusNotFound, small.StatusCode, "a request within the limit reaches the handler")
+}
+
+// TestReadTimeoutDoesNotBoundTheHandler pins down what DefaultReadTimeout's
+// comment relies on: once the body has been read, the read deadline no
+// longer applies, so a long handler (a synchronous purge) keeps its context.
+func TestReadTimeoutDoesNotBoundTheHandler(t *testing.T) {
+	const readTimeout = 50 * time.Millisecond
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			w.WriteHeader(http.StatusGatewayTimeout) // the client would not see it
+		case <-time.After(10 * readTimeout):
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	s, err := New(handler, Config{ReadTimeout: readTimeout, Logger: discardLogger()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "DELETE /v1/t HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	line := make([]byte, len("HTTP/1.1 204"))
+	_, err = io.ReadFull(conn, line)
+	require.NoError(t, err)
+	assert.Equal(t, "HTTP/1.1 204", string(line))
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"cert without key":     {CertFile: "c.pem"},
+		"key without cert":     {KeyFile: "k.pem"},
+		"negative timeout":     {ReadTimeout: -time.Second},
+		"negative in-flight":   {MaxInFlight: -1},
+		"negative header size": {MaxHeaderBytes: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(http.NotFoundHandler(), cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+}

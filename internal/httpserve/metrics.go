@@ -1,0 +1,44 @@
+package httpserve
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Reasons in floe_http_requests_rejected_total.
+const reasonInFlight = "in_flight"
+
+// Results in floe_http_tls_reloads_total.
+const (
+	resultSuccess = "success"
+	resultFailure = "failure"
+)
+
+type metrics struct {
+	inFlight   prometheus.Gauge
+	rejected   *prometheus.CounterVec
+	tlsReloads *prometheus.CounterVec
+	tlsExpiry  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floe_http_requests_in_flight", Help: "HTTP requests being served that count against --http-max-in-flight.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_http_requests_rejected_total", Help: "HTTP requests refused before reaching a handler, by reason.",
+		}, []string{"reason"}),
+		tlsReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_http_tls_reloads_total", Help: "Reloads of the HTTP TLS certificate after its files changed, by result.",
+		}, []string{"result"}),
+		tlsExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floe_http_tls_certificate_expiry_timestamp_seconds", Help: "NotAfter of the HTTP TLS certificate being served, as a Unix time (0 without TLS).",
+		}),
+	}
+	// Known label values start at zero, so they show before the first event.
+	m.rejected.WithLabelValues(reasonInFlight)
+	m.tlsReloads.WithLabelValues(resultSuccess)
+	m.tlsReloads.WithLabelValues(resultFailure)
+	if reg != nil {
+		reg.MustRegister(m.inFlight, m.rejected, m.tlsReloads, m.tlsExpiry)
+	}
+	return m
+}

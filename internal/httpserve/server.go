@@ -1,0 +1,158 @@
+// Package httpserve runs the node's client-facing HTTP server: optional TLS
+// with a certificate that is reloaded when its files change, the server's
+// size and time limits, and a cap on requests in flight. It knows nothing of
+// the routes it serves. See DESIGN.md.
+package httpserve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config, and for the node's flags.
+const (
+	// DefaultMaxHeaderBytes bounds the request line and headers (431 beyond).
+	DefaultMaxHeaderBytes = 1 << 20
+	// DefaultReadHeaderTimeout bounds reading the request line and headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, body included: an
+	// 8 MiB body (the catalog's default --max-body-bytes) over a 1 Mbit/s
+	// link takes about 67 s. It does not bound the handler: the connection's
+	// read deadline is lifted once the body has been read.
+	DefaultReadTimeout = 2 * time.Minute
+	// DefaultWriteTimeout is 0, none: a synchronous purge answers only when
+	// the table's files are gone, which has no upper bound; a write
+	// deadline would drop that answer after the drop took effect.
+	DefaultWriteTimeout = time.Duration(0)
+	// DefaultIdleTimeout is how long a keep-alive connection may sit idle.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultMaxInFlight caps the requests one node serves at once.
+	DefaultMaxInFlight = 1024
+	// DefaultCertCheckInterval is how often, at most, the certificate files
+	// are checked for changes.
+	DefaultCertCheckInterval = time.Second
+)
+
+// ErrInvalidConfig is returned by New for a configuration it cannot serve
+// with: one of CertFile and KeyFile without the other, or a negative limit.
+var ErrInvalidConfig = errors.New("httpserve: invalid configuration")
+
+// Config configures New. The limits are passed to http.Server as they are,
+// with its meaning of zero: no read or write timeout, ReadTimeout for a zero
+// ReadHeaderTimeout or IdleTimeout, 1 MiB for a zero MaxHeaderBytes. The
+// node passes its flags, whose defaults are the Default constants.
+type Config struct {
+	// CertFile and KeyFile are the PEM certificate (optionally followed by
+	// intermediates) and private key of the server. Both empty: plain HTTP.
+	// The files are checked for changes at most every CertCheckInterval
+	// (default DefaultCertCheckInterval), during TLS handshakes, and
+	// reloaded when they changed.
+	CertFile, KeyFile string
+	CertCheckInterval time.Duration
+
+	MaxHeaderBytes    int
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+
+	// MaxInFlight caps the requests being served at once; beyond it a
+	// request is answered 503 at once. 0: no cap. Requests for the exact
+	// paths in Uncapped (health checks, metrics) are never refused and not
+	// counted.
+	MaxInFlight int
+	Uncapped    []string
+
+	Logger     *slog.Logger          // default slog.Default()
+	Registerer prometheus.Registerer // nil: metrics are not registered
+
+	// now is the clock of the certificate checks (tests); default time.Now.
+	now func() time.Time
+}
+
+// Server is an http.Server with the limits, the in-flight cap and, when
+// configured, TLS. Serve, Shutdown and Close behave as http.Server's.
+type Server struct {
+	srv   *http.Server
+	certs *certReloader // nil without TLS
+	m     *metrics
+}
+
+// New builds a Server around handler. With TLS configured it loads the
+// certificate and key now: an error names the file that is missing or
+// unreadable (wrapping the os error) or wraps ErrInvalidKeyPair. A
+// configuration it cannot serve with wraps ErrInvalidConfig. Metrics are
+// registered with cfg.Registerer, which panics if they already are.
+func New(handler http.Handler, cfg Config) (*Server, error) {
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, fmt.Errorf("%w: the TLS certificate and key files must be set together", ErrInvalidConfig)
+	}
+	if cfg.MaxHeaderBytes < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 ||
+		cfg.IdleTimeout < 0 || cfg.MaxInFlight < 0 || cfg.CertCheckInterval < 0 {
+		return nil, fmt.Errorf("%w: limits must not be negative", ErrInvalidConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.CertCheckInterval == 0 {
+		cfg.CertCheckInterval = DefaultCertCheckInterval
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	m := newMetrics(cfg.Registerer)
+	s := &Server{m: m, srv: &http.Server{
+		Handler:           newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, m),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelWarn),
+	}}
+	if cfg.CertFile != "" {
+		certs, err := newCertReloader(cfg.CertFile, cfg.KeyFile, cfg.CertCheckInterval, cfg.now, cfg.Logger, m)
+		if err != nil {
+			return nil, err
+		}
+		s.certs = certs
+		s.srv.TLSConfig = &tls.Config{
+			// TLS 1.2 as well as 1.3: the catalog's clients (JVM engines
+			// among them) are not all recent. The cluster port, between
+			// floe nodes only, requires 1.3.
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: certs.getCertificate,
+		}
+	}
+	return s, nil
+}
+
+// TLS reports whether the server serves HTTPS.
+func (s *Server) TLS() bool { return s.certs != nil }
+
+// Serve accepts connections on ln until Shutdown or Close, serving HTTPS
+// (HTTP/2 and HTTP/1.1) when TLS is configured, plain HTTP/1.1 otherwise. It
+// always returns a non-nil error: http.ErrServerClosed after Shutdown or
+// Close.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.certs != nil {
+		// The certificate comes from TLSConfig.GetCertificate.
+		return s.srv.ServeTLS(ln, "", "")
+	}
+	return s.srv.Serve(ln)
+}
+
+// Shutdown stops accepting connections and waits for the requests in
+// flight until ctx ends, as http.Server.Shutdown.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Close closes the listener and every connection at once.
+func (s *Server) Close() error { return s.srv.Close() }
