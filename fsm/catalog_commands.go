@@ -59,6 +59,8 @@ const (
 	// StatusInvalid: the command is malformed (an empty or over-long key
 	// the state machine cannot store); nothing was applied.
 	StatusInvalid
+	// StatusNotFound: the auth record named does not exist.
+	StatusNotFound
 )
 
 var statusErrors = map[Status]error{
@@ -73,6 +75,7 @@ var statusErrors = map[Status]error{
 	StatusNoSuchJob:         ErrNoSuchJob,
 	StatusLocationInUse:     ErrLocationInUse,
 	StatusInvalid:           ErrInvalidCommand,
+	StatusNotFound:          ErrNotFound,
 }
 
 // Err returns nil for StatusOK, else an *OutcomeError that matches the

@@ -53,6 +53,9 @@ var (
 	// ErrInvalidCommand: a command the state machine cannot store (an
 	// empty or over-long key); refused before anything was written.
 	ErrInvalidCommand = errors.New("invalid command")
+	// ErrNotFound: the auth record (client, token, signing key) named does
+	// not exist.
+	ErrNotFound = errors.New("not found")
 )
 
 // Ident names a table: its namespace levels and its name.
