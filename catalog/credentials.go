@@ -59,11 +59,18 @@ func wantsVendedCredentials(r *http.Request) bool {
 // vend returns the credential for the table id at location; ok is false
 // when vending is off or the storage has nothing to vend. A failure is a
 // 503: the client asked for credentials and would fail without them.
-func (s *Server) vend(ctx context.Context, id fsm.Ident, location string) (storageCredential, bool, error) {
+//
+// A principal that may read but not write in the table's namespace gets
+// read-only credentials.
+func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCredential, bool, error) {
 	if s.cfg.Vendor == nil {
 		return storageCredential{}, false, nil
 	}
-	props, ok, err := s.cfg.Vendor.Vend(ctx, location, false)
+	readOnly, err := s.readOnlyCredentials(r, id.Namespace)
+	if err != nil {
+		return storageCredential{}, false, err
+	}
+	props, ok, err := s.cfg.Vendor.Vend(r.Context(), location, readOnly)
 	if err != nil {
 		return storageCredential{}, false, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: fmt.Sprintf("cannot vend credentials for table %s: %v", id, err), retryAfter: "1"}
@@ -82,7 +89,7 @@ func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, location st
 	if !wantsVendedCredentials(r) {
 		return nil
 	}
-	cred, ok, err := s.vend(r.Context(), id, location)
+	cred, ok, err := s.vend(r, id, location)
 	if err != nil || !ok {
 		return err
 	}
@@ -123,7 +130,7 @@ func (s *Server) loadCredentials(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp := loadCredentialsResponse{StorageCredentials: []storageCredential{}}
-	cred, ok, err := s.vend(r.Context(), id, t.Location)
+	cred, ok, err := s.vend(r, id, t.Location)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,6 @@ var keyedOps = map[string]bool{
 	"unregisterTable": true, "renameTable": true, "commitTransaction": true,
 }
 
-// principal is who the request acts for; part of a key's binding. floe has
-// no authentication yet, so every request is the same principal.
-const principal = "anonymous"
-
 // keyedStore sends every proposal through idempotency.Propose: inside a
 // keyed request it is wrapped into fsm.Keyed, so the record is written by the
 // same log entry as the mutation.
@@ -72,7 +68,7 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 		run := func(ctx context.Context) error { return h(w, r.WithContext(ctx)) }
 		replay := func(ctx context.Context, res fsm.Result) error { return s.replay(op, w, r.WithContext(ctx), res) }
 		decided := func(err error) (fsm.Result, bool) { return deterministicOutcome(err, kind) }
-		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, principal, body), run, replay, decided)
+		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, s.principalOf(r), body), run, replay, decided)
 		switch outcome {
 		case idempotency.Recorded:
 			s.metrics.idemStored.Inc()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -25,7 +26,9 @@ type configResponse struct {
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
-	if wh := r.URL.Query().Get("warehouse"); wh != "" && wh != s.cfg.Prefix && wh != s.cfg.Warehouse {
+	// Clients pass their warehouse property as configured, so a trailing
+	// slash on the warehouse URI names the same warehouse.
+	if wh := r.URL.Query().Get("warehouse"); wh != "" && wh != s.cfg.Prefix && strings.TrimRight(wh, "/") != s.cfg.Warehouse {
 		return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
 			msg: fmt.Sprintf("unknown warehouse %q (this catalog serves %q at %s)", wh, s.cfg.Prefix, s.cfg.Warehouse)}
 	}
@@ -34,8 +37,12 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 		endpoints = append(endpoints, rt.method+" /v1/{prefix}"+rt.path)
 	}
 	resp := configResponse{
-		Defaults:           map[string]string{},
-		Overrides:          map[string]string{"prefix": s.cfg.Prefix, "warehouse": s.cfg.Warehouse},
+		Defaults: map[string]string{},
+		// The spec makes the separator a config override, and that is
+		// where clients read it (Java's ResourcePaths, PyIceberg,
+		// iceberg-go); the top-level field stays as floe first answered.
+		Overrides: map[string]string{"prefix": s.cfg.Prefix, "warehouse": s.cfg.Warehouse,
+			"namespace-separator": nsSeparatorEncoded},
 		Endpoints:          endpoints,
 		NamespaceSeparator: nsSeparatorEncoded,
 	}
@@ -92,6 +99,13 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if len(parent) > 0 {
+		if ok, err := s.visible(r, parent); err != nil {
+			return err
+		} else if !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(parent))
+		}
+	}
 	resp := listNamespacesResponse{Namespaces: [][]string{}}
 	err = s.read(r, func(rd *fsm.Reader) error {
 		if len(parent) > 0 {
@@ -101,7 +115,12 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		}
 		list, more := rd.Namespaces(parent, after, limit)
 		for _, ns := range list {
-			resp.Namespaces = append(resp.Namespaces, ns.Levels)
+			// Only what the principal may see; a page may come out short.
+			if ok, err := s.visible(r, ns.Levels); err != nil {
+				return err
+			} else if ok {
+				resp.Namespaces = append(resp.Namespaces, ns.Levels)
+			}
 		}
 		if len(list) > 0 {
 			resp.NextPageToken = nextToken(more, list[len(list)-1].Levels[len(list[len(list)-1].Levels)-1])
@@ -129,6 +148,14 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := validateProperties(req.Properties); err != nil {
+		return err
+	}
+	setAuditTarget(r, nsString(req.Namespace))
+	parent := req.Namespace[:len(req.Namespace)-1]
+	if err := s.authorize(r, PrivWrite, parent, func() error {
+		// The spec lists no 404 for createNamespace.
+		return badRequest("parent namespace does not exist: %s", nsString(parent))
+	}); err != nil {
 		return err
 	}
 	res, err := s.store.Propose(r.Context(), fsm.CreateNamespace{

@@ -21,8 +21,6 @@ import (
 // failed). Either way the job is the same, and survives crashes.
 const AsyncPurgeHeader = "X-Gravitino-Async-Purge"
 
-// purgePrincipal is who dropped a table, until floe authenticates clients.
-const purgePrincipal = "anonymous"
 
 // Purger runs purge jobs on this node: a *purge.Service.
 type Purger interface {
@@ -80,7 +78,7 @@ func (s *Server) Close() {
 // purgeSpec is the job a purging drop adds: id (UUIDv7), the FileIO
 // properties of the warehouse (every table lies inside it), who dropped
 // it, and for a synchronous drop a lease to this node.
-func (s *Server) purgeSpec(p Purger, async bool) (*fsm.PurgeJobSpec, error) {
+func (s *Server) purgeSpec(p Purger, async bool, principal string) (*fsm.PurgeJobSpec, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
@@ -91,7 +89,7 @@ func (s *Server) purgeSpec(p Purger, async bool) (*fsm.PurgeJobSpec, error) {
 		// The storage settings without credentials: the job is replicated
 		// and snapshotted; the node that runs it uses its own credentials.
 		FileIO:    storage.WithoutSecrets(s.objects.ClientConfig(s.cfg.Warehouse)),
-		DroppedBy: purgePrincipal,
+		DroppedBy: principal,
 	}
 	if !async {
 		spec.LeaseNode = p.NodeID()

@@ -114,6 +114,11 @@ type Config struct {
 	// (X-Iceberg-Access-Delegation: vended-credentials) and at
 	// loadCredentials; nil: no client ever gets a credential.
 	Vendor CredentialVendor
+	// Authorizer decides what each request's principal may do; nil: every
+	// request may do everything, as "anonymous".
+	Authorizer Authorizer
+	// Auditor records mutations and refused requests; nil: none.
+	Auditor Auditor
 	// Purger runs the purge jobs of synchronous drops taken by this
 	// server; nil: a purge service private to the server (see purger).
 	Purger     Purger
@@ -136,7 +141,7 @@ const (
 	maxNamespaceBytes = 4096
 )
 
-var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "config": true, "oauth": true}
+var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "views": true, "config": true, "oauth": true}
 
 // Server is the catalog's HTTP service.
 type Server struct {
@@ -244,6 +249,38 @@ func (s *Server) catalogRoutes() []route {
 	}
 }
 
+// unsupportedRoute is an operation of the spec that floe does not serve
+// (views, server-side scan planning) and so does not advertise. Clients
+// that do not read the endpoints list still send some: Java before 1.7,
+// PyIceberg's view_exists and create_view. A lookup of one view, plan or
+// plan task finds none (404: view-exists checks and drop-if-exists rely on
+// it); any other such operation is the spec's unsupported operation (406).
+type unsupportedRoute struct {
+	method, path string // path relative to /v1/{prefix}
+	status       int
+	typ, msg     string
+}
+
+const (
+	noViews    = "this catalog does not support views"
+	noPlanning = "this catalog does not support server-side scan planning"
+)
+
+var unsupportedRoutes = []unsupportedRoute{
+	{"GET", "/namespaces/{namespace}/views", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
+	{"POST", "/namespaces/{namespace}/views", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
+	{"POST", "/namespaces/{namespace}/register-view", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
+	{"GET", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
+	{"HEAD", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
+	{"POST", "/namespaces/{namespace}/views/{view}", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
+	{"DELETE", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
+	{"POST", "/views/rename", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
+	{"POST", "/namespaces/{namespace}/tables/{table}/plan", http.StatusNotAcceptable, "UnsupportedOperationException", noPlanning},
+	{"GET", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
+	{"DELETE", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
+	{"POST", "/namespaces/{namespace}/tables/{table}/tasks", http.StatusNotFound, "NoSuchPlanTaskException", "plan task does not exist: " + noPlanning},
+}
+
 func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter().UseEncodedPath()
 	r.Handle("/v1/config", s.wrap("getConfig", s.getConfig)).Methods("GET")
@@ -257,6 +294,10 @@ func (s *Server) routes() *mux.Router {
 				h = s.keyed(rt.name, h)
 			}
 			r.Handle(base+rt.path, s.wrap(rt.name, h)).Methods(rt.method)
+		}
+		for _, u := range unsupportedRoutes {
+			ae := &apiError{status: u.status, typ: u.typ, msg: u.msg}
+			r.Handle(base+u.path, s.wrap("unsupported", func(http.ResponseWriter, *http.Request) error { return ae })).Methods(u.method)
 		}
 	}
 	r.MethodNotAllowedHandler = s.wrap("methodNotAllowed", func(w http.ResponseWriter, r *http.Request) error {
@@ -281,7 +322,11 @@ func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		err := h(rec, r)
+		r = withAuditTarget(r)
+		err := s.authorizeRoute(name, r)
+		if err == nil {
+			err = h(rec, r)
+		}
 		if err != nil {
 			ae := toAPIError(err, kind)
 			if ae.status >= 500 {
@@ -291,6 +336,7 @@ func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request
 			}
 			writeAPIError(rec, r, ae)
 		}
+		s.audit(r, name, rec.status)
 		s.metrics.requests.WithLabelValues(name, fmt.Sprint(rec.status)).Inc()
 		s.metrics.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	})

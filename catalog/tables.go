@@ -167,6 +167,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	setAuditTarget(r, id.String())
 	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
 		if _, ok := rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
@@ -426,6 +427,11 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) error
 		if err != nil {
 			return err
 		}
+		if err := s.authorize(r, PrivWrite, id.Namespace, func() error {
+			return notFoundTable("table does not exist: %s", id)
+		}); err != nil {
+			return err
+		}
 		if seen[id.String()] {
 			return badRequest("table %s appears more than once in the transaction", id)
 		}
@@ -650,7 +656,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		if p, err = s.purger(); err != nil {
 			return err
 		}
-		if cmd.Job, err = s.purgeSpec(p, async); err != nil {
+		if cmd.Job, err = s.purgeSpec(p, async, s.principalOf(r)); err != nil {
 			return err
 		}
 		cmd.Purge = true
@@ -736,6 +742,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("metadata-location %s is not inside the location its metadata declares (%s)", tm.location, tm.meta.Location())
 	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	setAuditTarget(r, id.String())
 	if err := s.checkOwner(r.Context(), id, tm.meta.Location()); err != nil {
 		return err
 	}
@@ -780,6 +787,17 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	to, err := req.Destination.ident()
 	if err != nil {
+		return err
+	}
+	setAuditTarget(r, from.String()+" -> "+to.String())
+	if err := s.authorize(r, PrivDrop, from.Namespace, func() error {
+		return notFoundTable("table does not exist: %s", from)
+	}); err != nil {
+		return err
+	}
+	if err := s.authorize(r, PrivWrite, to.Namespace, func() error {
+		return notFoundNamespace("namespace does not exist: %s", nsString(to.Namespace))
+	}); err != nil {
 		return err
 	}
 	_, err = s.apply(r.Context(), fsm.RenameTable{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})

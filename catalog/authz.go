@@ -1,0 +1,203 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/gorilla/mux"
+)
+
+// Privileges a grant gives, on a namespace (with its children and tables)
+// or on the whole catalog. What each implies is the Authorizer's business.
+const (
+	PrivRead  = "read"
+	PrivWrite = "write"
+	PrivDrop  = "drop"
+	// PrivPurge is a drop that deletes the table's files.
+	PrivPurge = "purge"
+	PrivAdmin = "admin"
+)
+
+// Authorizer decides what a request's principal may do. The server asks it
+// before serving any route but getConfig; a nil Authorizer allows
+// everything (authentication off).
+type Authorizer interface {
+	// Principal names the request's principal: it is part of every
+	// Idempotency-Key binding (two principals never share a key's answer)
+	// and is recorded as who dropped a table.
+	Principal(r *http.Request) string
+	// Allowed reports whether the principal holds priv on namespace (nil:
+	// the catalog itself). An error means the grants could not be read.
+	Allowed(r *http.Request, priv string, namespace []string) (bool, error)
+	// Visible reports whether the principal may learn that namespace
+	// exists: it holds some privilege on it, on an ancestor or on a
+	// descendant.
+	Visible(r *http.Request, namespace []string) (bool, error)
+}
+
+// Auditor records the outcome of mutations and refused requests. op is the
+// spec's operationId, target the namespace or table the request named ("" for
+// none), status the HTTP status answered.
+type Auditor interface {
+	Audit(r *http.Request, op, target string, status int)
+}
+
+// anonymous is the principal of every request when there is no Authorizer.
+const anonymous = "anonymous"
+
+// principalOf names who the request acts for.
+func (s *Server) principalOf(r *http.Request) string {
+	if s.cfg.Authorizer == nil {
+		return anonymous
+	}
+	if p := s.cfg.Authorizer.Principal(r); p != "" {
+		return p
+	}
+	return anonymous
+}
+
+// authorize answers whether the request may act with priv on namespace
+// (nil: the catalog). A principal that may not even see the namespace gets
+// the 404 the route would give for a missing one (notFound), so that names
+// it has no business with are not disclosed; one that sees it but lacks
+// priv gets 403.
+func (s *Server) authorize(r *http.Request, priv string, namespace []string, notFound func() error) error {
+	a := s.cfg.Authorizer
+	if a == nil {
+		return nil
+	}
+	ok, err := a.Allowed(r, priv, namespace)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return nil
+	}
+	if len(namespace) > 0 && notFound != nil {
+		visible, err := a.Visible(r, namespace)
+		if err != nil {
+			return err
+		}
+		if !visible {
+			return notFound()
+		}
+	}
+	what := "the catalog"
+	if len(namespace) > 0 {
+		what = "namespace " + nsString(namespace)
+	}
+	return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
+		msg: fmt.Sprintf("%s may not %s in %s", s.principalOf(r), priv, what)}
+}
+
+// visible reports whether the request's principal may see namespace.
+func (s *Server) visible(r *http.Request, namespace []string) (bool, error) {
+	if s.cfg.Authorizer == nil {
+		return true, nil
+	}
+	return s.cfg.Authorizer.Visible(r, namespace)
+}
+
+// routePrivilege is the privilege each route needs on the namespace in its
+// path. Routes that name their namespaces in the body (createNamespace,
+// renameTable, commitTransaction) or list what may be seen
+// (listNamespaces) check in their handlers; getConfig is open.
+var routePrivilege = map[string]string{
+	"loadNamespace":    PrivRead,
+	"namespaceExists":  PrivRead,
+	"dropNamespace":    PrivDrop,
+	"updateProperties": PrivWrite,
+	"listTables":       PrivRead,
+	"createTable":      PrivWrite,
+	"registerTable":    PrivWrite,
+	"loadTable":        PrivRead,
+	"tableExists":      PrivRead,
+	"loadCredentials":  PrivRead,
+	"reportMetrics":    PrivRead,
+	"updateTable":      PrivWrite,
+	"dropTable":        PrivDrop, // PrivPurge with purgeRequested
+	"unregisterTable":  PrivDrop,
+}
+
+// authorizeRoute checks the privilege op needs on the namespace in the
+// request's path, before anything else runs (an Idempotency-Key replay
+// included). Malformed paths are left to the handler's own parsing.
+func (s *Server) authorizeRoute(op string, r *http.Request) error {
+	if s.cfg.Authorizer == nil {
+		return nil
+	}
+	priv, ok := routePrivilege[op]
+	if !ok {
+		return nil
+	}
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return nil
+	}
+	if op == "dropTable" {
+		if purge, err := boolParam(r, "purgeRequested"); err == nil && purge {
+			priv = PrivPurge
+		}
+	}
+	notFound := func() error { return notFoundNamespace("namespace does not exist: %s", nsString(levels)) }
+	if name, isTable := mux.Vars(r)["table"]; isTable {
+		notFound = func() error {
+			return notFoundTable("table does not exist: %s", fmt.Sprintf("%s.%s", nsString(levels), name))
+		}
+	}
+	return s.authorize(r, priv, levels, notFound)
+}
+
+// readOnlyCredentials reports whether vended credentials for a table in
+// namespace must be read-only: the principal may read but not write there.
+func (s *Server) readOnlyCredentials(r *http.Request, namespace []string) (bool, error) {
+	if s.cfg.Authorizer == nil {
+		return false, nil
+	}
+	ok, err := s.cfg.Authorizer.Allowed(r, PrivWrite, namespace)
+	return !ok, err
+}
+
+// auditTargetKey carries a request's audit target: what it named, set by
+// the handler when the name is in the body.
+type auditTargetKey struct{}
+
+type auditTarget struct{ name string }
+
+func withAuditTarget(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), auditTargetKey{}, &auditTarget{}))
+}
+
+// setAuditTarget names what the request acts on, for the audit line.
+func setAuditTarget(r *http.Request, name string) {
+	if t, ok := r.Context().Value(auditTargetKey{}).(*auditTarget); ok {
+		t.name = name
+	}
+}
+
+// audit records a mutation (any method but GET and HEAD) or a refused
+// request (401, 403) with the Auditor.
+func (s *Server) audit(r *http.Request, op string, status int) {
+	if s.cfg.Auditor == nil {
+		return
+	}
+	mutation := r.Method != http.MethodGet && r.Method != http.MethodHead && op != "reportMetrics"
+	if !mutation && status != http.StatusUnauthorized && status != http.StatusForbidden {
+		return
+	}
+	target := ""
+	if t, ok := r.Context().Value(auditTargetKey{}).(*auditTarget); ok {
+		target = t.name
+	}
+	if target == "" {
+		vars := mux.Vars(r)
+		if ns, err := parseNamespace(vars["namespace"]); err == nil && vars["namespace"] != "" {
+			target = nsString(ns)
+			if t, ok := vars["table"]; ok {
+				target += "." + t
+			}
+		}
+	}
+	s.cfg.Auditor.Audit(r, op, target, status)
+}
