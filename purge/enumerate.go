@@ -15,7 +15,8 @@ import (
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
-// Reader reads whole objects.
+// Reader reads whole objects. A Reader that also implements Opener lets
+// the walk stream manifests instead of reading them whole.
 type Reader interface {
 	Read(ctx context.Context, uri string) ([]byte, error)
 }
@@ -94,15 +95,23 @@ type Walker struct {
 
 // Walk calls fn for every file reachable from meta (read from
 // metadataLocation), phase by phase, starting at from and skipping what
-// lies before it. It is lazy: at most one manifest's entries are in memory,
-// plus the set of manifest paths already seen. Nothing is deduplicated
-// across phases or between manifests except manifests themselves, so a data
-// file listed by two manifests is passed twice. The root metadata file is
-// passed only in PhaseRoot, even if the metadata log names it too.
+// lies before it. It is lazy and streams: a manifest's entries are decoded
+// one at a time as the manifest is read and passed on at once, so memory
+// holds one Avro block of one manifest (plus that manifest's bytes when the
+// Reader is not an Opener), the entries of one manifest list, and the set
+// of manifest paths already seen, however large the manifests. Nothing is
+// deduplicated across phases or between manifests except manifests
+// themselves, so a data file listed by two manifests is passed twice. The
+// root metadata file is passed only in PhaseRoot, even if the metadata log
+// names it too.
 //
 // fn's error, or the context's, stops the walk and is returned. A manifest
 // list or manifest that cannot be parsed is an error wrapping
-// ErrCorruptMetadata.
+// ErrCorruptMetadata; a manifest is found corrupt only when the walk
+// reaches the bad part, so fn may already have seen the entries before it.
+// A missing manifest list or manifest is skipped (and told to OnMissing);
+// any other storage error, including a streamed body that breaks off, is
+// returned without ErrCorruptMetadata.
 func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation string, from Checkpoint, fn func(File) error) error {
 	for phase := from.Phase; phase < PhaseDone; phase++ {
 		skip := int64(0)
@@ -150,25 +159,7 @@ func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLoca
 			return nil
 		}
 		return w.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
-			data, err := w.Reader.Read(ctx, mf.FilePath())
-			if errors.Is(err, storage.ErrNotFound) {
-				w.missing(mf.FilePath())
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			entries, err := iceberg.ReadManifest(mf, bytes.NewReader(data), false)
-			if err != nil {
-				return fmt.Errorf("%w: manifest %s: %v", ErrCorruptMetadata, mf.FilePath(), err)
-			}
-			for _, e := range entries {
-				df := e.DataFile()
-				if err := emit(df.FilePath(), df.FileSizeBytes()); err != nil {
-					return err
-				}
-			}
-			return nil
+			return w.manifestEntries(ctx, mf, emit)
 		})
 	case PhaseManifests:
 		return w.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
