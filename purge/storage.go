@@ -65,3 +65,6 @@ func canonical(props map[string]string) string {
 	}
 	return b.String()
 }
+
+// The storage layer streams manifests to the walk (see Opener).
+var _ Opener = (*storage.Mux)(nil)

@@ -1,9 +1,11 @@
 package storage_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"testing"
@@ -18,6 +20,24 @@ import (
 // trailing slash under which nothing exists yet. Every backend runs it.
 func testContract(t *testing.T, s storage.Storage, base string) {
 	ctx := context.Background()
+
+	if o, ok := s.(interface {
+		Open(ctx context.Context, uri string) (io.ReadCloser, error)
+	}); ok {
+		t.Run("Open", func(t *testing.T) {
+			_, err := o.Open(ctx, base+"/open/missing")
+			require.ErrorIs(t, err, storage.ErrNotFound, "a missing object is reported by Open itself")
+			uri := base + "/open/x.avro"
+			want := bytes.Repeat([]byte("manifest entry "), 10000)
+			require.NoError(t, s.Write(ctx, uri, want))
+			rc, err := o.Open(ctx, uri)
+			require.NoError(t, err)
+			got, err := io.ReadAll(rc)
+			require.NoError(t, err)
+			require.NoError(t, rc.Close())
+			assert.Equal(t, want, got)
+		})
+	}
 
 	t.Run("ReadMissing", func(t *testing.T) {
 		uri := base + "/missing/x.json"

@@ -115,6 +115,21 @@ func (s *s3Storage) read(ctx context.Context, uri string, l location) ([]byte, e
 	return data, nil
 }
 
+// open is read without reading: the body is the caller's to read and close.
+func (s *s3Storage) open(ctx context.Context, uri string, l location) (io.ReadCloser, error) {
+	if err := requireKey(l); err != nil {
+		return nil, objErr("open", uri, err)
+	}
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(l.bucket), Key: aws.String(l.key)})
+	if err != nil {
+		if isNoSuchKey(err) {
+			err = fmt.Errorf("%w (%w)", ErrNotFound, err)
+		}
+		return nil, objErr("open", uri, err)
+	}
+	return out.Body, nil
+}
+
 func (s *s3Storage) exists(ctx context.Context, uri string, l location) (bool, error) {
 	if err := requireKey(l); err != nil {
 		return false, objErr("exists", uri, err)

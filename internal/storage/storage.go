@@ -31,10 +31,12 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"io"
 	"maps"
 	"strconv"
 	"strings"
@@ -205,6 +207,27 @@ func (m *Mux) Read(ctx context.Context, uri string) ([]byte, error) {
 		return nil, objErr("read", uri, err)
 	}
 	return m.backend(l).read(ctx, uri, l)
+}
+
+// Open returns the object at uri for reading as a stream: for s3 URIs the
+// object's body as it arrives, so a large object is never held whole; for
+// local files the file read whole (a local read is cheap and the file
+// cannot be held open across the symlink-safe walk). A missing object is
+// an error wrapping ErrNotFound from Open itself. The caller closes the
+// reader.
+func (m *Mux) Open(ctx context.Context, uri string) (io.ReadCloser, error) {
+	l, err := parse(uri)
+	if err != nil {
+		return nil, objErr("open", uri, err)
+	}
+	if l.scheme == SchemeS3 {
+		return m.s3.open(ctx, uri, l)
+	}
+	data, err := m.local.read(ctx, uri, l)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
 }
 
 // Exists implements Storage.
