@@ -15,7 +15,7 @@ import (
 // newCatalogHandler builds the Iceberg REST catalog served under /v1/. The
 // Raft node is its store (Propose and linearizable Read); objects holds the
 // table files; purger runs the purge jobs of synchronous drops taken here.
-func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger) (http.Handler, error) {
+func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger, sec *security) (http.Handler, error) {
 	vendor, err := vending.New(vending.Config{
 		Mode: cfg.VendCredentials, AWS: objects.AWSConfig(), STSEndpoint: cfg.VendSTSEndpoint,
 		RoleARN: cfg.VendRoleARN, ExternalID: cfg.VendExternalID, Duration: cfg.VendDuration,
@@ -34,6 +34,10 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 		IdempotencyLifetime: cfg.idempotencyLifetime,
 		IdempotencyDisabled: !cfg.Idempotency,
 		Purger:              purger,
+		Auditor:             sec,
+	}
+	if sec.on {
+		catCfg.Authorizer = authorizer{sec}
 	}
 	switch cfg.VendCredentials {
 	case vending.ModeStaticKeys:

@@ -111,6 +111,12 @@ type testCluster struct {
 
 func startTestCluster(t *testing.T) *testCluster {
 	t.Helper()
+	return startTestClusterWith(t)
+}
+
+// startTestClusterWith starts three nodes with extra flags each.
+func startTestClusterWith(t *testing.T, extra ...func(p *clusterProc) []string) *testCluster {
+	t.Helper()
 	bin := floeBinary(t)
 	root := t.TempDir()
 	warehouse := "file://" + filepath.ToSlash(filepath.Join(root, "warehouse"))
@@ -144,6 +150,9 @@ func startTestCluster(t *testing.T) *testCluster {
 			"--warehouse", warehouse,
 			"--bootstrap-expect", "3",
 			"--join", strings.Join(join, ","),
+		}
+		for _, e := range extra {
+			p.args = append(p.args, e(p)...)
 		}
 	}
 	t.Cleanup(func() {

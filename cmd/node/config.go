@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/auth"
 	"github.com/floe-catalog/floe/internal/httpserve"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
@@ -57,6 +58,20 @@ type config struct {
 	HTTPWriteTimeout      time.Duration
 	HTTPIdleTimeout       time.Duration
 	HTTPMaxInFlight       int
+
+	// Authentication, authorization and audit (package auth).
+	Auth                   string
+	AuthRootToken          string
+	AuthAudience           string
+	AuthTokenTTL           time.Duration
+	AuthMaxTokenTTL        time.Duration
+	AuthKeyRotation        time.Duration
+	AuthOIDCIssuer         string
+	AuthOIDCAudience       string
+	AuthOIDCJWKSURL        string
+	AuthOIDCPrincipalClaim string
+	AuthOIDCRolesClaim     string
+	AuditLog               string
 
 	// Credential vending (package vending).
 	VendCredentials string
@@ -187,6 +202,18 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", httpserve.DefaultWriteTimeout, "time allowed from the end of a request's headers to the end of its answer; 0: no limit, since a synchronous purge answers only when its files are gone")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", httpserve.DefaultIdleTimeout, "how long a keep-alive connection may sit idle; 0: --http-read-timeout")
 	fs.IntVar(&c.HTTPMaxInFlight, "http-max-in-flight", httpserve.DefaultMaxInFlight, "requests this node serves at once; more are answered 503 with Retry-After: 1 (/healthz, /readyz and /metrics never are); 0: no cap")
+	fs.StringVar(&c.Auth, "auth", authOff, "authentication and authorization of the client and operator APIs: off (anyone may do anything; warned at start) or on (a bearer token on every request but /v1/config, /v1/oauth/tokens and the probes; grants decide)")
+	fs.StringVar(&c.AuthRootToken, "auth-root-token", "", "with --auth=on: a bearer token (16+ characters) for the root principal, which may do everything; set it through FLOE_AUTH_ROOT_TOKEN rather than the command line (never logged)")
+	fs.StringVar(&c.AuthAudience, "auth-audience", "floe", "the aud claim of the access tokens this cluster issues and accepts; the same on every node")
+	fs.DurationVar(&c.AuthTokenTTL, "auth-token-ttl", auth.DefaultTokenTTL, "lifetime of access tokens issued at /v1/oauth/tokens")
+	fs.DurationVar(&c.AuthMaxTokenTTL, "auth-max-token-ttl", auth.DefaultMaxTokenTTL, "longest lifetime of any access token; a retired signing key keeps verifying this long; the same on every node")
+	fs.DurationVar(&c.AuthKeyRotation, "auth-key-rotation", 24*time.Hour, "age at which the leader rotates the token signing key (tokens signed by the old key stay valid until they expire); 0: only through the operator API")
+	fs.StringVar(&c.AuthOIDCIssuer, "auth-oidc-issuer", "", "with --auth=on: also accept access tokens of this OpenID Connect issuer (its iss URL)")
+	fs.StringVar(&c.AuthOIDCAudience, "auth-oidc-audience", "", "the aud an OIDC token must carry (the client id registered for floe); required with --auth-oidc-issuer")
+	fs.StringVar(&c.AuthOIDCJWKSURL, "auth-oidc-jwks-url", "", "the issuer's JWKS URL, skipping discovery (default: from <issuer>/.well-known/openid-configuration)")
+	fs.StringVar(&c.AuthOIDCPrincipalClaim, "auth-oidc-principal-claim", "sub", "the OIDC token claim that names the principal")
+	fs.StringVar(&c.AuthOIDCRolesClaim, "auth-oidc-roles-claim", "", "the OIDC token claim holding the principal's roles (a string or a list; a dotted path reaches nested claims); empty: none")
+	fs.StringVar(&c.AuditLog, "audit-log", "", "where the audit log goes, one JSON line per mutation and per refused request: stderr or a file path (appended to); empty: no audit log")
 	fs.StringVar(&c.VendCredentials, "vend-credentials", vending.ModeOff, "storage credentials handed to clients that ask (X-Iceberg-Access-Delegation: vended-credentials) and at loadCredentials: off; sts (STS AssumeRole of --vend-role-arn, limited to the table's location); static-keys (this node's own S3 keys, unscoped: development only)")
 	fs.StringVar(&c.VendSTSEndpoint, "vend-sts-endpoint", "", "STS API URL for --vend-credentials=sts on S3-compatible servers (default: AWS STS)")
 	fs.StringVar(&c.VendRoleARN, "vend-role-arn", "", "role assumed for --vend-credentials=sts")
@@ -378,6 +405,24 @@ func (c *config) validate() error {
 	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 || c.HTTPMaxInFlight < 0 {
 		return usagef("--http-read-timeout, --http-write-timeout, --http-idle-timeout and --http-max-in-flight must not be negative (0: no limit)")
 	}
+	switch c.Auth {
+	case authOff:
+	case authOn:
+		if c.AuthRootToken == "" && c.AuthOIDCIssuer == "" {
+			return usagef("--auth=on needs --auth-root-token (FLOE_AUTH_ROOT_TOKEN) or --auth-oidc-issuer: otherwise nobody could ever be granted anything")
+		}
+		if c.AuthRootToken != "" && len(c.AuthRootToken) < auth.MinRootTokenLen {
+			return usagef("--auth-root-token must be at least %d characters", auth.MinRootTokenLen)
+		}
+		if c.AuthOIDCIssuer != "" && c.AuthOIDCAudience == "" {
+			return usagef("--auth-oidc-issuer needs --auth-oidc-audience")
+		}
+	default:
+		return usagef("--auth must be %s or %s, got %q", authOff, authOn, c.Auth)
+	}
+	if c.AuthTokenTTL <= 0 || c.AuthMaxTokenTTL < c.AuthTokenTTL || c.AuthKeyRotation < 0 {
+		return usagef("--auth-token-ttl must be positive and at most --auth-max-token-ttl; --auth-key-rotation must not be negative")
+	}
 	switch c.VendCredentials {
 	case vending.ModeOff, vending.ModeStaticKeys:
 	case vending.ModeSTS:
@@ -468,6 +513,10 @@ func (c config) logAttrs() []any {
 		"http_write_timeout", c.HTTPWriteTimeout,
 		"http_idle_timeout", c.HTTPIdleTimeout,
 		"http_max_in_flight", c.HTTPMaxInFlight,
+		"auth", c.Auth,
+		"auth_root_token_set", c.AuthRootToken != "",
+		"auth_oidc_issuer", c.AuthOIDCIssuer,
+		"audit_log", c.AuditLog,
 		"vend_credentials", c.VendCredentials,
 		"vend_sts_endpoint", c.VendSTSEndpoint,
 		"vend_role_arn", c.VendRoleARN,

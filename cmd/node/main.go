@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -144,13 +145,23 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	defer node.FSM().OnPurgeWork(nil)
 	node.OnLeadership(purger.Lead)
 	purger.Start()
-	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, purger)
+	sec, err := newSecurity(cfg, logger, reg, node, node.ID())
+	if err != nil {
+		return err
+	}
+	defer sec.audit.Close()
+	if sec.on {
+		node.OnLeadership(sec.lead)
+	}
+	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, purger, sec)
 	if err != nil {
 		return err
 	}
 
-	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger})
-	srv, err := httpserve.New(routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node)), node, reg), httpserve.Config{
+	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger, Principal: sec.principal})
+	handler := routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node),
+		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()})), sec.tokens, node, reg)
+	srv, err := httpserve.New(collapseLeadingSlashes(sec.wrap(handler)), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
 		KeyFile:           cfg.HTTPTLSKey,
 		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
@@ -220,8 +231,9 @@ func explainNodeFailure(err error, id, clusterAddr string) error {
 // managementRoutes serves the operator API: the cluster under
 // /management/v1/cluster and the rest, purge jobs under
 // /management/v1/purge-jobs.
-func managementRoutes(cluster, purgeJobs http.Handler) http.Handler {
+func managementRoutes(cluster, purgeJobs, authAPI http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/management/v1/auth/", authAPI)
 	mux.Handle("/management/", cluster)
 	mux.Handle("/management/v1/purge-jobs", purgeJobs)
 	mux.Handle("/management/v1/purge-jobs/", purgeJobs)
@@ -241,9 +253,12 @@ type readiness interface{ Ready() error }
 
 // routes is the HTTP mux: the catalog under /v1/, and the operational
 // endpoints.
-func routes(catalog, management http.Handler, node readiness, reg *prometheus.Registry) http.Handler {
+func routes(catalog, management, tokens http.Handler, node readiness, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", catalog)
+	if tokens != nil {
+		mux.Handle("POST /v1/oauth/tokens", tokens)
+	}
 	mux.Handle("/management/", management)
 	// /healthz: the process is up and serving HTTP.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -266,4 +281,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// collapseLeadingSlashes serves "//v1/..." as "/v1/...": iceberg-rust joins
+// a base URI that ends in "/" with "/v1", and a redirect would turn its
+// POSTs into GETs.
+func collapseLeadingSlashes(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "//") {
+			u := *r.URL
+			u.Path = "/" + strings.TrimLeft(u.Path, "/")
+			if u.RawPath != "" {
+				u.RawPath = "/" + strings.TrimLeft(u.RawPath, "/")
+			}
+			r2 := r.Clone(r.Context())
+			r2.URL = &u
+			r = r2
+		}
+		h.ServeHTTP(w, r)
+	})
 }

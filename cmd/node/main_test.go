@@ -363,7 +363,7 @@ func (f fakeReadiness) Ready() error { return f.err }
 func TestReadyzReportsReason(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	catalog := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	srv := &http.Server{Handler: routes(catalog, http.NotFoundHandler(), fakeReadiness{errors.New("raftnode: no leader")}, reg), ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
+	srv := &http.Server{Handler: routes(catalog, http.NotFoundHandler(), nil, fakeReadiness{errors.New("raftnode: no leader")}, reg), ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go srv.Serve(ln)

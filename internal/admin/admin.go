@@ -66,6 +66,19 @@ type Config struct {
 	// time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Principal names the request's caller, for Idempotency-Key bindings
+	// and the records of who changed what; nil: "anonymous".
+	Principal func(*http.Request) string
+}
+
+// principal names who the request acts for.
+func (s *Server) principal(r *http.Request) string {
+	if s.cfg.Principal != nil {
+		if p := s.cfg.Principal(r); p != "" {
+			return p
+		}
+	}
+	return anonymous
 }
 
 // Server is the operator API handler.
@@ -200,7 +213,7 @@ func (s *Server) membership(op string, prepare func(r *http.Request) (memberChan
 		if err != nil {
 			return err
 		}
-		replayed, err := s.keys.Once(r.Context(), s.keys.Bind(key, op, []string{mux.Vars(r)["id"]}, operatorPrincipal, body), change)
+		replayed, err := s.keys.Once(r.Context(), s.keys.Bind(key, op, []string{mux.Vars(r)["id"]}, s.principal(r), body), change)
 		if err != nil {
 			return err
 		}

@@ -31,9 +31,9 @@ const (
 	maxPurgePageSize     = 1000
 )
 
-// operatorPrincipal names who retried or released a job until the
-// operator API authenticates its callers.
-const operatorPrincipal = "anonymous"
+// anonymous names the operator when the API has no Principal function
+// (authentication off).
+const anonymous = "anonymous"
 
 // NewPurgeJobs returns the purge-jobs operator API of a server with the
 // default Config but for now and logger (nil: time.Now, slog.Default): keys
@@ -60,7 +60,7 @@ func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) h
 // Reads are linearizable. Retry and release of a job in any other state
 // answer 409; an unknown job 404. FileIO secrets are never shown.
 func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
-	p := &purgeAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, log: s.log}
+	p := &purgeAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, log: s.log, srv: s}
 	r := mux.NewRouter()
 	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET")
 	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET")
@@ -77,6 +77,7 @@ func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
 }
 
 type purgeAPI struct {
+	srv   *Server
 	store PurgeStore
 	keys  *idempotency.Keys
 	now   func() time.Time
@@ -252,13 +253,13 @@ func (p *purgeAPI) get(w http.ResponseWriter, r *http.Request) error {
 
 func (p *purgeAPI) retry(w http.ResponseWriter, r *http.Request) error {
 	return p.change(w, r, "retried", func(id string, atMs int64) fsm.Command {
-		return fsm.RetryPurgeJob{JobID: id, By: operatorPrincipal, AtMs: atMs}
+		return fsm.RetryPurgeJob{JobID: id, By: p.srv.principal(r), AtMs: atMs}
 	})
 }
 
 func (p *purgeAPI) release(w http.ResponseWriter, r *http.Request) error {
 	return p.change(w, r, "released", func(id string, atMs int64) fsm.Command {
-		return fsm.ReleasePurgeJob{JobID: id, By: operatorPrincipal, AtMs: atMs}
+		return fsm.ReleasePurgeJob{JobID: id, By: p.srv.principal(r), AtMs: atMs}
 	})
 }
 
@@ -285,7 +286,7 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 		if replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
-		p.log.Info("purge job "+what+" by operator", "job_id", id, "by", operatorPrincipal)
+		p.log.Info("purge job "+what+" by operator", "job_id", id, "by", p.srv.principal(r))
 		j, err := p.job(ctx, id)
 		if err != nil {
 			return err
@@ -318,7 +319,7 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 		return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
 	}
 	replay := func(ctx context.Context, res fsm.Result) error { return answer(ctx, res, true) }
-	_, err = p.keys.Run(r.Context(), p.keys.Bind(key, "purge-job-"+what, []string{id}, operatorPrincipal, body), propose, replay, nil)
+	_, err = p.keys.Run(r.Context(), p.keys.Bind(key, "purge-job-"+what, []string{id}, p.srv.principal(r), body), propose, replay, nil)
 	return err
 }
 

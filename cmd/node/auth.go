@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/admin"
+	"github.com/floe-catalog/floe/internal/auth"
+	"github.com/floe-catalog/floe/internal/raftnode"
+)
+
+// Authentication modes (--auth).
+const (
+	authOff = "off"
+	authOn  = "on"
+)
+
+// replica is the replicated state auth reads: a raftnode.Node.
+type replica interface {
+	Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	Read(ctx context.Context, fn func(*fsm.Reader) error) error
+	StaleRead(fn func(*fsm.Reader) error) error
+}
+
+var _ replica = (*raftnode.Node)(nil)
+
+// security is the node's authentication, authorization and audit, as
+// configured. With --auth=off it authenticates nobody and allows
+// everything; the audit log works either way.
+type security struct {
+	on        bool
+	store     replica
+	authn     *auth.Authenticator
+	tokens    http.Handler // POST /v1/oauth/tokens; nil when off
+	verifier  *auth.Verifier
+	audit     *auditLog // nil: no audit log
+	nodeID    string
+	rotateAge time.Duration
+	log       *slog.Logger
+}
+
+// newSecurity builds the node's security from cfg. It fails on settings
+// the auth library refuses (a short root token).
+func newSecurity(cfg config, logger *slog.Logger, reg prometheus.Registerer, node replica, nodeID string) (*security, error) {
+	s := &security{on: cfg.Auth == authOn, store: node, nodeID: nodeID, rotateAge: cfg.AuthKeyRotation, log: logger.With("component", "auth")}
+	if cfg.AuditLog != "" {
+		a, err := openAuditLog(cfg.AuditLog, nodeID)
+		if err != nil {
+			return nil, err
+		}
+		s.audit = a
+	}
+	if !s.on {
+		logger.Warn("authentication is off (--auth=off): anyone who can reach this node can read, change, drop and purge every table and use the operator API")
+		return s, nil
+	}
+	jwtCfg := auth.JWTConfig{
+		Keys: keySource{node}, Audience: cfg.AuthAudience,
+		TokenTTL: cfg.AuthTokenTTL, MaxTokenTTL: cfg.AuthMaxTokenTTL,
+	}
+	verifier, err := auth.NewVerifier(jwtCfg)
+	if err != nil {
+		return nil, err
+	}
+	issuer, err := auth.NewIssuer(jwtCfg)
+	if err != nil {
+		return nil, err
+	}
+	var oidc *auth.OIDCVerifier
+	if cfg.AuthOIDCIssuer != "" {
+		if oidc, err = auth.NewOIDCVerifier(auth.OIDCConfig{
+			IssuerURL: cfg.AuthOIDCIssuer, Audience: cfg.AuthOIDCAudience, JWKSURL: cfg.AuthOIDCJWKSURL,
+			PrincipalClaim: cfg.AuthOIDCPrincipalClaim, RolesClaim: cfg.AuthOIDCRolesClaim, Logger: s.log,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if s.authn, err = auth.NewAuthenticator(auth.AuthenticatorConfig{
+		RootToken: cfg.AuthRootToken, Tokens: tokenSource{node}, JWT: verifier, OIDC: oidc,
+		Logger: s.log, Registerer: reg,
+	}); err != nil {
+		return nil, err
+	}
+	th, err := auth.NewTokenHandler(auth.TokenHandlerConfig{
+		Clients: clientSource{node}, Issuer: issuer, Verifier: verifier, Logger: s.log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.tokens, s.verifier = th, verifier
+	return s, nil
+}
+
+// keyWindow is how long a retired signing key keeps verifying.
+func (s *security) keyWindow() time.Duration {
+	if s.verifier == nil {
+		return 0
+	}
+	return s.verifier.RetiredKeyWindow()
+}
+
+// principal names the request's principal: "anonymous" when auth is off.
+func (s *security) principal(r *http.Request) string {
+	if p, ok := auth.FromContext(r.Context()); ok {
+		return p.Name
+	}
+	return "anonymous"
+}
+
+// openPaths are answered without a token: the handshake clients make
+// before they have one, the token endpoint, and the probes and metrics.
+func openPath(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/v1/config", "/v1/oauth/tokens", "/healthz", "/readyz", "/metrics":
+		return true
+	}
+	return false
+}
+
+// requestIDHeader names a request in the audit log and in answers.
+const requestIDHeader = "X-Request-Id"
+
+type requestIDKey struct{}
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return id
+}
+
+// validRequestID accepts a caller's request id when it is short and plain.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// wrap puts security in front of h: a request id on every request; with
+// auth on, a principal on every request but the open ones (401 otherwise),
+// and the admin privilege on the operator API (403 otherwise). Refusals and
+// operator API mutations go to the audit log; the catalog audits its own.
+func (s *security) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(requestIDHeader)
+		if !validRequestID(id) {
+			if u, err := uuid.NewV7(); err == nil {
+				id = u.String()
+			}
+		}
+		w.Header().Set(requestIDHeader, id)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		management := strings.HasPrefix(r.URL.Path, "/management/")
+		if s.on && !openPath(r) {
+			p, err := s.authn.Authenticate(r)
+			if err != nil {
+				rec := &statusWriter{ResponseWriter: w}
+				auth.DefaultOnFail(rec, r, err)
+				s.record(r, opOf(r), "", rec.status)
+				return
+			}
+			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+			if management {
+				ok, err := s.allowed(r, auth.PrivilegeAdmin, nil)
+				if err != nil || !ok {
+					status, typ, msg := http.StatusForbidden, "ForbiddenException", p.Name+" may not use the operator API (admin privilege needed)"
+					if err != nil {
+						status, typ, msg = http.StatusServiceUnavailable, "ServiceUnavailableException", "cannot read grants: "+err.Error()
+					}
+					writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": status}})
+					s.record(r, opOf(r), "", status)
+					return
+				}
+			}
+		}
+		if management && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			rec := &statusWriter{ResponseWriter: w}
+			h.ServeHTTP(rec, r)
+			s.record(r, opOf(r), "", rec.status)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// opOf names an operator API or refused request for the audit log.
+func opOf(r *http.Request) string { return r.Method + " " + r.URL.Path }
+
+// statusWriter remembers the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// record writes one audit line, when there is an audit log.
+func (s *security) record(r *http.Request, op, target string, status int) {
+	if s.audit == nil {
+		return
+	}
+	s.audit.write(r, s.principal(r), requestID(r), op, target, status)
+}
+
+// Audit implements catalog.Auditor.
+func (s *security) Audit(r *http.Request, op, target string, status int) {
+	s.record(r, op, target, status)
+}
+
+// allowed reports whether the request's principal holds priv on namespace,
+// from this node's replica: a grant takes effect on a node once applied
+// there (milliseconds after it is acknowledged).
+func (s *security) allowed(r *http.Request, priv string, namespace []string) (bool, error) {
+	p, ok := auth.FromContext(r.Context())
+	if !ok {
+		return !s.on, nil
+	}
+	grants, err := s.grants(p)
+	if err != nil {
+		return false, err
+	}
+	return auth.Allowed(p, grants, priv, namespace), nil
+}
+
+// grants are the grants of p and of its roles: those its token carries and
+// those the replicated state gives it.
+func (s *security) grants(p auth.Principal) ([]auth.Grant, error) {
+	var out []auth.Grant
+	err := s.store.StaleRead(func(rd *fsm.Reader) error {
+		roles := append(append([]string(nil), p.Roles...), rd.PrincipalRoles(p.Name)...)
+		for _, g := range rd.Grants(fsm.GranteesOf(p.Name, roles)...) {
+			out = append(out, auth.Grant{Grantee: g.Grantee, Namespace: g.Namespace, Privilege: g.Privilege})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// authorizer is the catalog's view of security (catalog.Authorizer).
+type authorizer struct{ s *security }
+
+func (a authorizer) Principal(r *http.Request) string { return a.s.principal(r) }
+
+func (a authorizer) Allowed(r *http.Request, priv string, namespace []string) (bool, error) {
+	return a.s.allowed(r, priv, namespace)
+}
+
+func (a authorizer) Visible(r *http.Request, namespace []string) (bool, error) {
+	p, ok := auth.FromContext(r.Context())
+	if !ok {
+		return !a.s.on, nil
+	}
+	grants, err := a.s.grants(p)
+	if err != nil {
+		return false, err
+	}
+	return auth.Visible(p, grants, namespace), nil
+}
+
+// lead keeps a signing key active while this node leads: it adds the first
+// one, and rotates when the active key is older than --auth-key-rotation
+// (retired keys keep verifying the tokens they signed until those expire).
+func (s *security) lead(ctx context.Context) {
+	check := func() {
+		var keys []fsm.SigningKey
+		if err := s.store.Read(ctx, func(rd *fsm.Reader) error { keys = rd.SigningKeys(); return nil }); err != nil {
+			s.log.Warn("cannot read signing keys", "error", err)
+			return
+		}
+		now := time.Now()
+		var newest int64 = -1
+		for _, k := range keys {
+			if k.RetiredMs == 0 && k.CreatedMs > newest {
+				newest = k.CreatedMs
+			}
+		}
+		if newest >= 0 && (s.rotateAge <= 0 || now.Sub(time.UnixMilli(newest)) < s.rotateAge) {
+			return
+		}
+		cmd, err := admin.RotateCommand(now, s.keyWindow())
+		if err != nil {
+			s.log.Error("cannot generate a signing key", "error", err)
+			return
+		}
+		res, err := s.store.Propose(ctx, cmd)
+		if err == nil {
+			err = res.Err()
+		}
+		if err != nil {
+			s.log.Warn("signing key rotation failed; retrying", "error", err)
+			return
+		}
+		s.log.Info("signing key rotated", "key_id", cmd.Key.ID, "first", newest < 0)
+	}
+	check()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			check()
+		}
+	}
+}
+
+// --- adapters from the replicated state to the auth library ---
+
+// fresh reads from the local replica, then, when what it looks for is not
+// there, linearizably: a record created on another node a moment ago may
+// not have reached this one yet.
+func fresh(store replica, ctx context.Context, fn func(*fsm.Reader) bool) error {
+	found := false
+	if err := store.StaleRead(func(rd *fsm.Reader) error { found = fn(rd); return nil }); err != nil {
+		return err
+	}
+	if found {
+		return nil
+	}
+	return store.Read(ctx, func(rd *fsm.Reader) error { fn(rd); return nil })
+}
+
+type keySource struct{ store replica }
+
+func (k keySource) SigningKeys(ctx context.Context) ([]auth.SigningKey, error) {
+	var keys []fsm.SigningKey
+	err := k.store.Read(ctx, func(rd *fsm.Reader) error { keys = rd.SigningKeys(); return nil })
+	if err != nil {
+		// No leader: verify with what this replica has.
+		if serr := k.store.StaleRead(func(rd *fsm.Reader) error { keys = rd.SigningKeys(); return nil }); serr != nil {
+			return nil, errors.Join(err, serr)
+		}
+	}
+	out := make([]auth.SigningKey, 0, len(keys))
+	for _, sk := range keys {
+		if sk.Algorithm != "EdDSA" || len(sk.PublicKey) != ed25519.PublicKeySize {
+			continue
+		}
+		k := auth.SigningKey{ID: sk.ID, Public: ed25519.PublicKey(sk.PublicKey), CreatedAt: time.UnixMilli(sk.CreatedMs)}
+		if len(sk.PrivateKey) == ed25519.PrivateKeySize {
+			k.Private = ed25519.PrivateKey(sk.PrivateKey)
+		}
+		if sk.RetiredMs != 0 {
+			k.RetiredAt = time.UnixMilli(sk.RetiredMs)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+type tokenSource struct{ store replica }
+
+func (t tokenSource) StaticToken(ctx context.Context, id string) (auth.TokenRecord, bool, error) {
+	var (
+		rec auth.TokenRecord
+		ok  bool
+	)
+	err := fresh(t.store, ctx, func(rd *fsm.Reader) bool {
+		var tk fsm.AuthToken
+		if tk, ok = rd.AuthToken(id); ok {
+			rec = auth.TokenRecord{Hash: tk.Hash, Principal: tk.Principal, Roles: rd.PrincipalRoles(tk.Principal)}
+			if tk.ExpiresMs != 0 {
+				rec.ExpiresAt = time.UnixMilli(tk.ExpiresMs)
+			}
+		}
+		return ok
+	})
+	return rec, ok, err
+}
+
+type clientSource struct{ store replica }
+
+func (c clientSource) Client(ctx context.Context, id string) (auth.ClientRecord, bool, error) {
+	var (
+		rec auth.ClientRecord
+		ok  bool
+	)
+	err := fresh(c.store, ctx, func(rd *fsm.Reader) bool {
+		var cl fsm.AuthClient
+		if cl, ok = rd.AuthClient(id); ok {
+			roles := append(append([]string(nil), cl.Roles...), rd.PrincipalRoles(cl.Principal)...)
+			rec = auth.ClientRecord{SecretHash: cl.SecretHash, Principal: cl.Principal, Roles: roles}
+		}
+		return ok
+	})
+	return rec, ok, err
+}
+
+// idempotencyKeyOf is the request's Idempotency-Key, for the audit line.
+func idempotencyKeyOf(r *http.Request) string {
+	k := r.Header.Get(idempotency.Header)
+	if len(k) > 128 {
+		return k[:128]
+	}
+	return k
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const testRootToken = "root-token-for-tests-0123456789"
+
+type authCluster struct {
+	*testCluster
+	auditDir string
+}
+
+func startAuthCluster(t *testing.T) *authCluster {
+	t.Helper()
+	auditDir := t.TempDir()
+	c := &authCluster{auditDir: auditDir}
+	c.testCluster = startTestClusterWith(t, func(p *clusterProc) []string {
+		return []string{"--auth=on", "--auth-root-token", testRootToken, "--audit-log", filepath.Join(auditDir, p.id+".log")}
+	})
+	require.Eventually(t, func() bool {
+		for _, p := range c.procs {
+			if !c.ready(p) {
+				return false
+			}
+			if code, _ := c.call(t, p, testRootToken, "GET", "/management/v1/auth/keys", ""); code != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond)
+	// The leader adds the first signing key on taking office.
+	require.Eventually(t, func() bool {
+		_, body := c.call(t, c.procs[0], testRootToken, "GET", "/management/v1/auth/keys", "")
+		return strings.Contains(string(body), `"id"`)
+	}, 30*time.Second, 50*time.Millisecond)
+	return c
+}
+
+// call sends one request with a bearer token (none when token is "") and
+// extra header pairs.
+func (c *authCluster) call(t *testing.T, p *clusterProc, token, method, path, body string, headers ...string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+p.httpAddr+path, rd)
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, b
+}
+
+// mustCall is call that requires status want.
+func (c *authCluster) mustCall(t *testing.T, p *clusterProc, token, method, path, body string, want int) []byte {
+	t.Helper()
+	code, b := c.call(t, p, token, method, path, body)
+	require.Equal(t, want, code, "%s %s on %s: %s", method, path, p.id, b)
+	return b
+}
+
+// oauthToken gets an access token for id:secret at node p.
+func (c *authCluster) oauthToken(t *testing.T, p *clusterProc, id, secret string) string {
+	t.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {id}, "client_secret": {secret}, "scope": {"catalog"}}
+	resp, err := c.client.PostForm("http://"+p.httpAddr+"/v1/oauth/tokens", form)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct {
+		AccessToken string `json:"access_token"`
+		TokenType   string `json:"token_type"`
+		ExpiresIn   int    `json:"expires_in"`
+	}
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.NoError(t, json.Unmarshal(body, &out))
+	require.NotEmpty(t, out.AccessToken)
+	assert.True(t, strings.EqualFold(out.TokenType, "bearer"))
+	assert.Positive(t, out.ExpiresIn)
+	return out.AccessToken
+}
+
+// client creates an OAuth2 client for principal and returns id and secret.
+func (c *authCluster) newClient(t *testing.T, p *clusterProc, principal string) (string, string) {
+	t.Helper()
+	body := c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/clients", `{"principal":"`+principal+`"}`, http.StatusCreated)
+	var out struct {
+		ID     string `json:"client-id"`
+		Secret string `json:"client-secret"`
+	}
+	require.NoError(t, json.Unmarshal(body, &out))
+	require.NotEmpty(t, out.Secret)
+	return out.ID, out.Secret
+}
+
+func (c *authCluster) grant(t *testing.T, p *clusterProc, grantee string, ns []string, priv string) {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"grantee": grantee, "namespace": ns, "privilege": priv})
+	require.NoError(t, err)
+	c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants", string(b), http.StatusNoContent)
+}
+
+func TestAuthProcesses(t *testing.T) {
+	c := startAuthCluster(t)
+	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
+
+	// The root principal sets up a namespace, a table and two principals:
+	// the "engineers" role may write in sales; bob may only read in hr.
+	c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces", `{"namespace":["sales"]}`, http.StatusOK)
+	c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces", `{"namespace":["hr"]}`, http.StatusOK)
+	c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces/sales/tables", `{"name":"orders","schema":{"type":"struct","fields":[]}}`, http.StatusOK)
+	aliceID, aliceSecret := c.newClient(t, n3, "alice")
+	bobID, bobSecret := c.newClient(t, n1, "bob")
+	c.mustCall(t, n1, testRootToken, "PUT", "/management/v1/auth/principals/alice/roles", `{"roles":["engineers"]}`, http.StatusNoContent)
+	c.grant(t, n2, "role:engineers", []string{"sales"}, "write")
+	c.grant(t, n2, "role:engineers", []string{"sales"}, "purge")
+	c.grant(t, n2, "principal:bob", []string{"hr"}, "read")
+
+	// A token issued by one node is accepted by every node.
+	alice := c.oauthToken(t, n1, aliceID, aliceSecret)
+	bob := c.oauthToken(t, n3, bobID, bobSecret)
+	for _, p := range c.procs {
+		c.mustCall(t, p, alice, "GET", "/v1/namespaces/sales/tables/orders", "", http.StatusOK)
+	}
+
+	t.Run("wrong secret and unknown client are refused", func(t *testing.T) {
+		form := url.Values{"grant_type": {"client_credentials"}, "client_id": {aliceID}, "client_secret": {"wrong"}}
+		resp, err := c.client.PostForm("http://"+n2.httpAddr+"/v1/oauth/tokens", form)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		assert.Contains(t, string(body), `"invalid_client"`)
+	})
+
+	// Every served route, from the router's own list (/v1/config's
+	// endpoints), for each kind of caller. Namespace "sales" and table
+	// "orders" exist; bodies are minimal, so an authorized request may
+	// still be refused for its body, but never with 401 or 403.
+	expired := c.expiredToken(t, n1, "alice")
+	var cfg struct {
+		Endpoints []string `json:"endpoints"`
+	}
+	require.NoError(t, json.Unmarshal(c.mustCall(t, n1, "", "GET", "/v1/config", "", http.StatusOK), &cfg))
+	require.NotEmpty(t, cfg.Endpoints)
+	for _, ep := range cfg.Endpoints {
+		method, tmpl, ok := strings.Cut(ep, " ")
+		require.True(t, ok, ep)
+		path := strings.NewReplacer("{prefix}", "floe", "{namespace}", "sales", "{table}", "orders", "{view}", "v").Replace(tmpl)
+		if method == "DELETE" || strings.HasSuffix(path, "/rename") || strings.HasSuffix(path, "/unregister") {
+			continue // destructive routes are checked below, once
+		}
+		body := ""
+		if method == "POST" || method == "PUT" {
+			body = "{}"
+		}
+		for _, p := range []*clusterProc{n1, n2} {
+			code, b := c.call(t, p, "", method, path, body)
+			assert.Equal(t, http.StatusUnauthorized, code, "%s no token on %s: %s", ep, p.id, b)
+			code, _ = c.call(t, p, "not-a-token", method, path, body)
+			assert.Equal(t, http.StatusUnauthorized, code, "%s bad token", ep)
+			code, _ = c.call(t, p, alice+"x", method, path, body)
+			assert.Equal(t, http.StatusUnauthorized, code, "%s tampered token", ep)
+			code, _ = c.call(t, p, expired, method, path, body)
+			assert.Equal(t, http.StatusUnauthorized, code, "%s expired token", ep)
+			code, b = c.call(t, p, bob, method, path, body)
+			if strings.Contains(path, "/sales") {
+				assert.Contains(t, []int{http.StatusNotFound, http.StatusForbidden}, code, "%s: bob sees nothing of sales: %s", ep, b)
+			} else {
+				// Routes that name their namespaces in the body or list
+				// what bob may see: authenticated, checked further on.
+				assert.NotEqual(t, http.StatusUnauthorized, code, "%s: %s", ep, b)
+			}
+			code, b = c.call(t, p, alice, method, path, body)
+			assert.NotContains(t, []int{http.StatusUnauthorized, http.StatusForbidden}, code, "%s: alice may: %s", ep, b)
+		}
+	}
+
+	t.Run("403 for what a caller sees but may not do, 404 for what it may not see", func(t *testing.T) {
+		code, b := c.call(t, n2, bob, "GET", "/v1/namespaces/sales", "")
+		assert.Equal(t, http.StatusNotFound, code, "%s", b)
+		assert.Contains(t, string(b), "NoSuchNamespaceException")
+		code, b = c.call(t, n2, bob, "POST", "/v1/namespaces/hr/tables", `{"name":"x","schema":{"type":"struct","fields":[]}}`)
+		assert.Equal(t, http.StatusForbidden, code, "%s", b)
+		assert.Contains(t, string(b), "ForbiddenException")
+		// listNamespaces shows only what the caller may see.
+		_, b = c.call(t, n3, bob, "GET", "/v1/namespaces", "")
+		assert.Contains(t, string(b), `"hr"`)
+		assert.NotContains(t, string(b), `"sales"`)
+		// Only admins use the operator API.
+		code, _ = c.call(t, n1, alice, "GET", "/management/v1/cluster", "")
+		assert.Equal(t, http.StatusForbidden, code)
+		code, _ = c.call(t, n1, "", "GET", "/management/v1/purge-jobs", "")
+		assert.Equal(t, http.StatusUnauthorized, code)
+		// The probes and the handshake stay open.
+		c.mustCall(t, n1, "", "GET", "/readyz", "", http.StatusOK)
+		c.mustCall(t, n1, "", "GET", "/v1/config", "", http.StatusOK)
+	})
+
+	t.Run("an engine with client credentials works end to end", func(t *testing.T) {
+		ctx := context.Background()
+		cat, err := rest.NewCatalog(ctx, "floe", "http://"+n2.httpAddr, rest.WithCredential(aliceID+":"+aliceSecret))
+		require.NoError(t, err)
+		tbl, err := cat.CreateTable(ctx, table.Identifier{"sales", "lines"}, testSchema())
+		require.NoError(t, err)
+		assert.Equal(t, table.Identifier{"sales", "lines"}, tbl.Identifier())
+		_, err = cat.LoadTable(ctx, table.Identifier{"hr", "x"})
+		assert.Error(t, err, "alice may not see hr")
+		require.NoError(t, cat.PurgeTable(ctx, table.Identifier{"sales", "lines"}))
+	})
+
+	t.Run("two principals never share an Idempotency-Key's answer", func(t *testing.T) {
+		const key = "0190f0f0-0000-7000-8000-000000000001"
+		body := `{"namespace":["sales","q1"]}`
+		code, b := c.call(t, n1, alice, "POST", "/v1/namespaces", body, "Idempotency-Key", key)
+		require.Equal(t, http.StatusOK, code, "%s", b)
+		code, b = c.call(t, n2, testRootToken, "POST", "/v1/namespaces", body, "Idempotency-Key", key)
+		assert.Equal(t, http.StatusUnprocessableEntity, code, "another principal's key: %s", b)
+	})
+
+	t.Run("rotation keeps unexpired tokens valid", func(t *testing.T) {
+		before := alice
+		c.mustCall(t, n3, testRootToken, "POST", "/management/v1/auth/keys/rotate", "", http.StatusOK)
+		for _, p := range c.procs {
+			c.mustCall(t, p, before, "GET", "/v1/namespaces/sales", "", http.StatusOK)
+		}
+		after := c.oauthToken(t, n2, aliceID, aliceSecret)
+		assert.NotEqual(t, before, after)
+		for _, p := range c.procs {
+			c.mustCall(t, p, after, "GET", "/v1/namespaces/sales", "", http.StatusOK)
+		}
+	})
+
+	t.Run("a deleted client gets no token; a revoked grant stops working", func(t *testing.T) {
+		c.mustCall(t, n1, testRootToken, "DELETE", "/management/v1/auth/clients/"+bobID, "", http.StatusNoContent)
+		form := url.Values{"grant_type": {"client_credentials"}, "client_id": {bobID}, "client_secret": {bobSecret}}
+		resp, err := c.client.PostForm("http://"+n2.httpAddr+"/v1/oauth/tokens", form)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/grants/revoke",
+			`{"grantee":"principal:bob","namespace":["hr"],"privilege":"read"}`, http.StatusNoContent)
+		require.Eventually(t, func() bool {
+			code, _ := c.call(t, n3, bob, "GET", "/v1/namespaces/hr", "")
+			return code == http.StatusNotFound
+		}, 10*time.Second, 20*time.Millisecond)
+	})
+
+	t.Run("the audit log names who did what", func(t *testing.T) {
+		var lines []map[string]any
+		for _, p := range c.procs {
+			f, err := os.Open(filepath.Join(c.auditDir, p.id+".log"))
+			require.NoError(t, err)
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
+				lines = append(lines, m)
+			}
+			f.Close()
+		}
+		find := func(pred func(m map[string]any) bool) bool {
+			for _, m := range lines {
+				if pred(m) {
+					return true
+				}
+			}
+			return false
+		}
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "alice" && m["operation"] == "createTable" && m["target"] == "sales.lines" && m["outcome"] == "ok" && m["request_id"] != ""
+		}), "alice's createTable")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "bob" && m["outcome"] == "denied"
+		}), "bob's refusal")
+		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != ""
+		}), "root's grant")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["idempotency_key"] == "0190f0f0-0000-7000-8000-000000000001"
+		}), "the Idempotency-Key")
+		for _, p := range c.procs {
+			b, err := os.ReadFile(filepath.Join(c.auditDir, p.id+".log"))
+			require.NoError(t, err)
+			assert.NotContains(t, string(b), aliceSecret)
+			assert.NotContains(t, string(b), testRootToken)
+			assert.NotContains(t, p.out.String(), aliceSecret)
+			assert.NotContains(t, p.out.String(), testRootToken)
+		}
+	})
+}
+
+// expiredToken creates a static token for principal that expires in one
+// second and waits until it has.
+func (c *authCluster) expiredToken(t *testing.T, p *clusterProc, principal string) string {
+	t.Helper()
+	body := c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/tokens", `{"principal":"`+principal+`","expires-in-seconds":1}`, http.StatusCreated)
+	var out struct {
+		Token string `json:"token"`
+	}
+	require.NoError(t, json.Unmarshal(body, &out))
+	require.NotEmpty(t, out.Token)
+	require.Eventually(t, func() bool {
+		code, _ := c.call(t, p, out.Token, "GET", "/v1/namespaces", "")
+		return code == http.StatusUnauthorized
+	}, 10*time.Second, 100*time.Millisecond)
+	return out.Token
+}
+
+func testSchema() *iceberg.Schema {
+	return iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+}

@@ -1,0 +1,471 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/auth"
+)
+
+// AuthConfig configures the auth operator API.
+type AuthConfig struct {
+	// KeyWindow is how long a retired signing key must still verify (the
+	// longest token lifetime plus clock leeway); keys retired longer ago
+	// are pruned at the next rotation.
+	KeyWindow time.Duration
+}
+
+// Auth returns the operator API for authentication and authorization
+// state, stamping with the server's clock:
+//
+//	GET    /management/v1/auth/clients                 OAuth2 clients (no secrets)
+//	POST   /management/v1/auth/clients                 create: {"principal", "id"?, "description"?, "roles"?};
+//	                                                   answers the secret once
+//	DELETE /management/v1/auth/clients/{id}
+//	GET    /management/v1/auth/tokens                  static tokens (no secrets)
+//	POST   /management/v1/auth/tokens                  create: {"principal", "description"?, "expires-in-seconds"?};
+//	                                                   answers the token once
+//	DELETE /management/v1/auth/tokens/{id}
+//	GET    /management/v1/auth/keys                    signing keys (public half, dates)
+//	POST   /management/v1/auth/keys/rotate             a new signing key; the others retire
+//	GET    /management/v1/auth/grants                  grants; ?grantee= filters
+//	POST   /management/v1/auth/grants                  {"grantee", "namespace"?, "privilege"}
+//	POST   /management/v1/auth/grants/revoke           the same body
+//	GET    /management/v1/auth/principals              principals and their roles
+//	PUT    /management/v1/auth/principals/{name}/roles {"roles": [...]}
+//
+// Mutations honour Idempotency-Key. A replayed creation answers without the
+// secret: it is shown once, and only its hash is stored.
+func (s *Server) Auth(store PurgeStore, cfg AuthConfig) http.Handler {
+	a := &authAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, srv: s, cfg: cfg}
+	r := mux.NewRouter()
+	r.Handle("/management/v1/auth/clients", s.wrap(a.listClients)).Methods("GET")
+	r.Handle("/management/v1/auth/clients", s.wrap(a.createClient)).Methods("POST")
+	r.Handle("/management/v1/auth/clients/{id}", s.wrap(a.deleteClient)).Methods("DELETE")
+	r.Handle("/management/v1/auth/tokens", s.wrap(a.listTokens)).Methods("GET")
+	r.Handle("/management/v1/auth/tokens", s.wrap(a.createToken)).Methods("POST")
+	r.Handle("/management/v1/auth/tokens/{id}", s.wrap(a.deleteToken)).Methods("DELETE")
+	r.Handle("/management/v1/auth/keys", s.wrap(a.listKeys)).Methods("GET")
+	r.Handle("/management/v1/auth/keys/rotate", s.wrap(a.rotate)).Methods("POST")
+	r.Handle("/management/v1/auth/grants", s.wrap(a.listGrants)).Methods("GET")
+	r.Handle("/management/v1/auth/grants", s.wrap(a.grant(false))).Methods("POST")
+	r.Handle("/management/v1/auth/grants/revoke", s.wrap(a.grant(true))).Methods("POST")
+	r.Handle("/management/v1/auth/principals", s.wrap(a.listPrincipals)).Methods("GET")
+	r.Handle("/management/v1/auth/principals/{name}/roles", s.wrap(a.setRoles)).Methods("PUT")
+	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
+	})
+	r.MethodNotAllowedHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
+	})
+	return r
+}
+
+type authAPI struct {
+	store PurgeStore
+	keys  *idempotency.Keys
+	now   func() time.Time
+	srv   *Server
+	cfg   AuthConfig
+}
+
+// Privileges a grant may give.
+var privileges = []string{"read", "write", "drop", "purge", "admin"}
+
+// nameRE is what principal, role and client names may be.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,255}$`)
+
+func checkName(what, v string) error {
+	if !nameRE.MatchString(v) {
+		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, v)
+	}
+	return nil
+}
+
+// readBody reads a JSON body into v (400 when it does not parse) and
+// returns the raw bytes for the Idempotency-Key binding.
+func readBody(r *http.Request, v any) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
+	}
+	return body, nil
+}
+
+// run proposes cmd, through the Idempotency-Key flow when the request has
+// a key, and calls answer with the outcome (replayed: the stored one).
+// Domain failures map to 404 (ErrNotFound), 409 (ErrAlreadyExists) and 400
+// (ErrInvalidCommand).
+func (a *authAPI) run(w http.ResponseWriter, r *http.Request, op string, route []string, body []byte, cmd fsm.Command, answer func(replayed bool) error) error {
+	check := func(res fsm.Result, replayed bool) error {
+		if err := res.Err(); err != nil {
+			switch {
+			case errors.Is(err, fsm.ErrNotFound):
+				return fmt.Errorf("%w: %v", ErrNotFound, err)
+			case errors.Is(err, fsm.ErrAlreadyExists):
+				return fmt.Errorf("%w: %v", ErrConflict, err)
+			case errors.Is(err, fsm.ErrInvalidCommand):
+				return fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			return err
+		}
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		a.srv.log.Info("auth state changed", "op", op, "target", route, "by", a.srv.principal(r), "replayed", replayed)
+		return answer(replayed)
+	}
+	propose := func(ctx context.Context) error {
+		res, err := idempotency.Propose(ctx, a.store, cmd)
+		switch {
+		case errors.Is(err, idempotency.ErrReplayed):
+			return err
+		case err != nil:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return check(res, false)
+	}
+	raw := r.Header.Get(idempotency.Header)
+	if raw == "" {
+		return propose(r.Context())
+	}
+	key, _, err := idempotency.ParseKey(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	replay := func(ctx context.Context, res fsm.Result) error { return check(res, true) }
+	_, err = a.keys.Run(r.Context(), a.keys.Bind(key, op, route, a.srv.principal(r), body), propose, replay, nil)
+	return err
+}
+
+func (a *authAPI) read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	if err := a.store.Read(ctx, fn); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// --- clients ---
+
+type clientView struct {
+	ID          string   `json:"client-id"`
+	Principal   string   `json:"principal"`
+	Description string   `json:"description,omitempty"`
+	Roles       []string `json:"roles,omitempty"`
+	CreatedMs   int64    `json:"created-ms"`
+	CreatedBy   string   `json:"created-by,omitempty"`
+	// Secret and Credential are present only in the answer that created
+	// the client.
+	Secret     string `json:"client-secret,omitempty"`
+	Credential string `json:"credential,omitempty"`
+}
+
+func (a *authAPI) listClients(w http.ResponseWriter, r *http.Request) error {
+	out := []clientView{}
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		for _, c := range rd.AuthClients() {
+			out = append(out, clientView{ID: c.ID, Principal: c.Principal, Description: c.Description, Roles: c.Roles, CreatedMs: c.CreatedMs, CreatedBy: c.CreatedBy})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"clients": out})
+	return nil
+}
+
+func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		ID          string   `json:"id"`
+		Principal   string   `json:"principal"`
+		Description string   `json:"description"`
+		Roles       []string `json:"roles"`
+	}
+	body, err := readBody(r, &req)
+	if err != nil {
+		return err
+	}
+	if req.ID == "" {
+		req.ID = auth.NewSecret()[:16]
+	}
+	if err := checkName("client id", req.ID); err != nil {
+		return err
+	}
+	if err := checkName("principal", req.Principal); err != nil {
+		return err
+	}
+	for _, role := range req.Roles {
+		if err := checkName("role", role); err != nil {
+			return err
+		}
+	}
+	secret := auth.NewSecret()
+	hash, err := auth.HashSecret(secret)
+	if err != nil {
+		return err
+	}
+	// A client id is never silently replaced: its owner would lose access.
+	var exists bool
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error { _, exists = rd.AuthClient(req.ID); return nil }); err != nil {
+		return err
+	}
+	if exists && r.Header.Get(idempotency.Header) == "" {
+		return fmt.Errorf("%w: client %s exists; delete it first", ErrConflict, req.ID)
+	}
+	c := fsm.AuthClient{ID: req.ID, SecretHash: hash, Principal: req.Principal, Description: req.Description,
+		Roles: req.Roles, CreatedMs: a.now().UnixMilli(), CreatedBy: a.srv.principal(r)}
+	return a.run(w, r, "createAuthClient", []string{req.ID}, body, fsm.PutAuthClient{Client: c}, func(replayed bool) error {
+		v := clientView{ID: c.ID, Principal: c.Principal, Description: c.Description, Roles: c.Roles, CreatedMs: c.CreatedMs, CreatedBy: c.CreatedBy}
+		if !replayed {
+			v.Secret, v.Credential = secret, c.ID+":"+secret
+		}
+		writeJSON(w, http.StatusCreated, v)
+		return nil
+	})
+}
+
+func (a *authAPI) deleteClient(w http.ResponseWriter, r *http.Request) error {
+	id := mux.Vars(r)["id"]
+	return a.run(w, r, "deleteAuthClient", []string{id}, nil, fsm.DeleteAuthClient{ID: id}, func(bool) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// --- static tokens ---
+
+type tokenView struct {
+	ID          string `json:"id"`
+	Principal   string `json:"principal"`
+	Description string `json:"description,omitempty"`
+	CreatedMs   int64  `json:"created-ms"`
+	CreatedBy   string `json:"created-by,omitempty"`
+	ExpiresMs   int64  `json:"expires-ms,omitempty"`
+	// Token is present only in the answer that created it.
+	Token string `json:"token,omitempty"`
+}
+
+func (a *authAPI) listTokens(w http.ResponseWriter, r *http.Request) error {
+	out := []tokenView{}
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		for _, t := range rd.AuthTokens() {
+			out = append(out, tokenView{ID: t.ID, Principal: t.Principal, Description: t.Description, CreatedMs: t.CreatedMs, CreatedBy: t.CreatedBy, ExpiresMs: t.ExpiresMs})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	return nil
+}
+
+func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Principal   string `json:"principal"`
+		Description string `json:"description"`
+		ExpiresIn   int64  `json:"expires-in-seconds"`
+	}
+	body, err := readBody(r, &req)
+	if err != nil {
+		return err
+	}
+	if err := checkName("principal", req.Principal); err != nil {
+		return err
+	}
+	if req.ExpiresIn < 0 {
+		return fmt.Errorf("%w: expires-in-seconds must not be negative", ErrBadRequest)
+	}
+	id, token := auth.NewStaticToken()
+	_, secret, _ := auth.ParseStaticToken(token)
+	now := a.now()
+	t := fsm.AuthToken{ID: id, Hash: auth.HashToken(secret), Principal: req.Principal, Description: req.Description,
+		CreatedMs: now.UnixMilli(), CreatedBy: a.srv.principal(r)}
+	if req.ExpiresIn > 0 {
+		t.ExpiresMs = now.Add(time.Duration(req.ExpiresIn) * time.Second).UnixMilli()
+	}
+	return a.run(w, r, "createAuthToken", []string{req.Principal}, body, fsm.PutAuthToken{Token: t}, func(replayed bool) error {
+		v := tokenView{ID: t.ID, Principal: t.Principal, Description: t.Description, CreatedMs: t.CreatedMs, CreatedBy: t.CreatedBy, ExpiresMs: t.ExpiresMs}
+		if !replayed {
+			v.Token = token
+		}
+		writeJSON(w, http.StatusCreated, v)
+		return nil
+	})
+}
+
+func (a *authAPI) deleteToken(w http.ResponseWriter, r *http.Request) error {
+	id := mux.Vars(r)["id"]
+	return a.run(w, r, "deleteAuthToken", []string{id}, nil, fsm.DeleteAuthToken{ID: id}, func(bool) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}
+
+// --- signing keys ---
+
+type keyView struct {
+	ID        string `json:"id"`
+	Algorithm string `json:"alg"`
+	PublicKey []byte `json:"public-key"`
+	CreatedMs int64  `json:"created-ms"`
+	RetiredMs int64  `json:"retired-ms,omitempty"`
+}
+
+func (a *authAPI) listKeys(w http.ResponseWriter, r *http.Request) error {
+	out := []keyView{}
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		for _, k := range rd.SigningKeys() {
+			out = append(out, keyView{ID: k.ID, Algorithm: k.Algorithm, PublicKey: k.PublicKey, CreatedMs: k.CreatedMs, RetiredMs: k.RetiredMs})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+	return nil
+}
+
+// RotateCommand returns the command that adds a fresh signing key and
+// retires the others at now, pruning keys retired more than window ago.
+func RotateCommand(now time.Time, window time.Duration) (fsm.AddSigningKey, error) {
+	k, err := auth.NewSigningKey(now)
+	if err != nil {
+		return fsm.AddSigningKey{}, err
+	}
+	return fsm.AddSigningKey{
+		Key:          fsm.SigningKey{ID: k.ID, Algorithm: "EdDSA", PrivateKey: k.Private, PublicKey: k.Public, CreatedMs: now.UnixMilli()},
+		RetireOthers: true, AtMs: now.UnixMilli(), PruneBeforeMs: now.Add(-window).UnixMilli(),
+	}, nil
+}
+
+func (a *authAPI) rotate(w http.ResponseWriter, r *http.Request) error {
+	cmd, err := RotateCommand(a.now(), a.cfg.KeyWindow)
+	if err != nil {
+		return err
+	}
+	return a.run(w, r, "rotateSigningKey", nil, nil, cmd, func(replayed bool) error {
+		writeJSON(w, http.StatusOK, map[string]any{"id": cmd.Key.ID, "created-ms": cmd.Key.CreatedMs})
+		return nil
+	})
+}
+
+// --- grants and roles ---
+
+type grantBody struct {
+	Grantee   string   `json:"grantee"`
+	Namespace []string `json:"namespace,omitempty"`
+	Privilege string   `json:"privilege"`
+}
+
+func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
+	var grantees []string
+	if g := r.URL.Query().Get("grantee"); g != "" {
+		grantees = append(grantees, g)
+	}
+	out := []grantBody{}
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		for _, g := range rd.Grants(grantees...) {
+			out = append(out, grantBody{Grantee: g.Grantee, Namespace: g.Namespace, Privilege: g.Privilege})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"grants": out})
+	return nil
+}
+
+func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request) error {
+	op := "grant"
+	if revoke {
+		op = "revoke"
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var req grantBody
+		body, err := readBody(r, &req)
+		if err != nil {
+			return err
+		}
+		kind, name, ok := cut(req.Grantee)
+		if !ok || (kind != "principal" && kind != "role") {
+			return fmt.Errorf("%w: grantee %q must be principal:NAME or role:NAME", ErrBadRequest, req.Grantee)
+		}
+		if err := checkName(kind, name); err != nil {
+			return err
+		}
+		if !slices.Contains(privileges, req.Privilege) {
+			return fmt.Errorf("%w: privilege %q must be one of %v", ErrBadRequest, req.Privilege, privileges)
+		}
+		for _, l := range req.Namespace {
+			if l == "" {
+				return fmt.Errorf("%w: namespace has an empty level", ErrBadRequest)
+			}
+		}
+		g := fsm.Grant{Grantee: req.Grantee, Namespace: req.Namespace, Privilege: req.Privilege}
+		if !revoke {
+			g.CreatedMs, g.CreatedBy = a.now().UnixMilli(), a.srv.principal(r)
+		}
+		return a.run(w, r, op, []string{req.Grantee}, body, fsm.SetGrant{Grant: g, Revoke: revoke}, func(bool) error {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		})
+	}
+}
+
+func cut(grantee string) (kind, name string, ok bool) {
+	for i := 0; i < len(grantee); i++ {
+		if grantee[i] == ':' {
+			return grantee[:i], grantee[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func (a *authAPI) listPrincipals(w http.ResponseWriter, r *http.Request) error {
+	out := []fsm.PrincipalRoles{}
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		out = append(out, rd.AllPrincipalRoles()...)
+		return nil
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"principals": out})
+	return nil
+}
+
+func (a *authAPI) setRoles(w http.ResponseWriter, r *http.Request) error {
+	name := mux.Vars(r)["name"]
+	if err := checkName("principal", name); err != nil {
+		return err
+	}
+	var req struct {
+		Roles []string `json:"roles"`
+	}
+	body, err := readBody(r, &req)
+	if err != nil {
+		return err
+	}
+	for _, role := range req.Roles {
+		if err := checkName("role", role); err != nil {
+			return err
+		}
+	}
+	return a.run(w, r, "setPrincipalRoles", []string{name}, body, fsm.SetPrincipalRoles{Principal: name, Roles: req.Roles}, func(bool) error {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	})
+}

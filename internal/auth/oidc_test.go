@@ -1,0 +1,428 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
+)
+
+// rsaKeys are generated once: RSA key generation is slow under -race.
+var rsaKeys = sync.OnceValue(func() []*rsa.PrivateKey {
+	keys := make([]*rsa.PrivateKey, 3)
+	for i := range keys {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			panic(err)
+		}
+		keys[i] = k
+	}
+	return keys
+})
+
+// testIssuer is an OpenID Connect issuer: a discovery document and a JWKS
+// endpoint, signing with RSA keys.
+type testIssuer struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	published map[string]*rsa.PrivateKey // kid -> key, served in the JWKS
+	current   string                     // kid that signs
+	down      bool                       // discovery answers 503
+	discovery int                        // discovery requests served
+	jwks      int                        // JWKS requests served
+}
+
+func newTestIssuer(t *testing.T) *testIssuer {
+	t.Helper()
+	ti := &testIssuer{published: map[string]*rsa.PrivateKey{"k1": rsaKeys()[0]}, current: "k1"}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		ti.mu.Lock()
+		down := ti.down
+		ti.discovery++
+		ti.mu.Unlock()
+		if down {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"issuer":                                ti.srv.URL,
+			"jwks_uri":                              ti.srv.URL + "/keys",
+			"authorization_endpoint":                ti.srv.URL + "/auth",
+			"token_endpoint":                        ti.srv.URL + "/token",
+			"id_token_signing_alg_values_supported": []string{"RS256"},
+		})
+	})
+	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
+		ti.mu.Lock()
+		defer ti.mu.Unlock()
+		ti.jwks++
+		var set jose.JSONWebKeySet
+		for kid, k := range ti.published {
+			set.Keys = append(set.Keys, jose.JSONWebKey{Key: &k.PublicKey, KeyID: kid, Algorithm: "RS256", Use: "sig"})
+		}
+		_ = json.NewEncoder(w).Encode(set)
+	})
+	ti.srv = httptest.NewServer(mux)
+	t.Cleanup(ti.srv.Close)
+	return ti
+}
+
+func (ti *testIssuer) URL() string { return ti.srv.URL }
+
+// rotate publishes a new key and signs with it from now on.
+func (ti *testIssuer) rotate(kid string, k *rsa.PrivateKey) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	ti.published[kid] = k
+	ti.current = kid
+}
+
+func (ti *testIssuer) setDown(down bool) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	ti.down = down
+}
+
+func (ti *testIssuer) counts() (discovery, jwks int) {
+	ti.mu.Lock()
+	defer ti.mu.Unlock()
+	return ti.discovery, ti.jwks
+}
+
+// token signs claims with the current key.
+func (ti *testIssuer) token(t *testing.T, claims map[string]any) string {
+	t.Helper()
+	ti.mu.Lock()
+	kid, key := ti.current, ti.published[ti.current]
+	ti.mu.Unlock()
+	return signRSA(t, kid, key, claims)
+}
+
+func signRSA(t *testing.T, kid string, key *rsa.PrivateKey, claims map[string]any) string {
+	t.Helper()
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: kid}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := josejwt.Signed(signer).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// oidcClaims are valid claims for the test issuer at now.
+func oidcClaims(iss string, now time.Time) map[string]any {
+	return map[string]any{
+		"iss": iss, "sub": "user-123", "aud": "floe", "email": "alice@example.com",
+		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+		"groups":       []string{"analysts", "ops"},
+		"realm_access": map[string]any{"roles": []string{"reader"}},
+	}
+}
+
+func newTestOIDCVerifier(t *testing.T, ti *testIssuer, clock *fakeClock, edit func(*OIDCConfig)) *OIDCVerifier {
+	t.Helper()
+	cfg := OIDCConfig{IssuerURL: ti.URL(), Audience: "floe", RolesClaim: "groups", Now: clock.Now}
+	if edit != nil {
+		edit(&cfg)
+	}
+	v, err := NewOIDCVerifier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestOIDCVerifyValid(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	p, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "user-123" || p.Via != ViaOIDC || !slices.Equal(p.Roles, []string{"analysts", "ops"}) {
+		t.Fatalf("principal = %+v", p)
+	}
+
+	byEmail := newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) {
+		c.PrincipalClaim, c.RolesClaim = "email", "realm_access.roles"
+	})
+	p, err = byEmail.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "alice@example.com" || !slices.Equal(p.Roles, []string{"reader"}) {
+		t.Fatalf("principal = %+v", p)
+	}
+
+	// An audience array that contains ours is accepted.
+	c := oidcClaims(ti.URL(), clock.Now())
+	c["aud"] = []string{"account", "floe"}
+	if _, err := v.Verify(ctx, ti.token(t, c)); err != nil {
+		t.Fatalf("aud array: %v", err)
+	}
+}
+
+func TestOIDCVerifyRejects(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	now := clock.Now()
+	with := func(edit func(map[string]any)) map[string]any {
+		c := oidcClaims(ti.URL(), now)
+		edit(c)
+		return c
+	}
+	hs, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: jose.JSONWebKey{Key: []byte(strings.Repeat("k", 32)), KeyID: "k1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsTok, err := josejwt.Signed(hs).Claims(oidcClaims(ti.URL(), now)).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tok  string
+		want error
+	}{
+		{"wrong audience", ti.token(t, with(func(c map[string]any) { c["aud"] = "other" })), ErrInvalidToken},
+		{"wrong issuer", ti.token(t, with(func(c map[string]any) { c["iss"] = "https://evil.example" })), ErrInvalidToken},
+		{"expired", ti.token(t, with(func(c map[string]any) { c["exp"] = now.Add(-time.Minute).Unix() })), ErrExpiredToken},
+		{"no exp", ti.token(t, with(func(c map[string]any) { delete(c, "exp") })), ErrInvalidToken},
+		{"signed by an unpublished key with a published kid", signRSA(t, "k1", rsaKeys()[2], oidcClaims(ti.URL(), now)), ErrInvalidToken},
+		{"unknown kid", signRSA(t, "nope", rsaKeys()[2], oidcClaims(ti.URL(), now)), ErrInvalidToken},
+		{"HS256", hsTok, ErrInvalidToken},
+		{"no principal claim", ti.token(t, with(func(c map[string]any) { delete(c, "sub") })), ErrInvalidToken},
+		{"roles claim not strings", ti.token(t, with(func(c map[string]any) { c["groups"] = []any{"a", 1} })), ErrInvalidToken},
+		{"garbage", "a.b.c", ErrInvalidToken},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.Verify(ctx, tc.tok)
+			wantErr(t, err, tc.want)
+		})
+	}
+
+	// Leeway: expired 10s ago is still accepted.
+	if _, err := v.Verify(ctx, ti.token(t, with(func(c map[string]any) { c["exp"] = now.Add(-10 * time.Second).Unix() }))); err != nil {
+		t.Fatalf("within leeway: %v", err)
+	}
+}
+
+func TestOIDCKeyRotation(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	_, jwksBefore := ti.counts()
+
+	clock.Advance(time.Second)
+	ti.rotate("k2", rsaKeys()[1])
+	tok := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
+	if _, err := v.Verify(ctx, tok); err != nil {
+		t.Fatalf("token of the rotated key: %v", err)
+	}
+	if _, jwks := ti.counts(); jwks != jwksBefore+1 {
+		t.Fatalf("JWKS fetched %d times for the rotation, want 1", jwks-jwksBefore)
+	}
+	// The new key is cached now.
+	if _, err := v.Verify(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, jwks := ti.counts(); jwks != jwksBefore+1 {
+		t.Fatal("a known kid fetched the JWKS again")
+	}
+}
+
+func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	valid := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
+	if _, err := v.Verify(ctx, valid); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	_, jwksBefore := ti.counts()
+	for i := range 20 {
+		forged := signRSA(t, "forged-"+string(rune('a'+i)), rsaKeys()[2], oidcClaims(ti.URL(), clock.Now()))
+		_, err := v.Verify(ctx, forged)
+		wantErr(t, err, ErrInvalidToken)
+	}
+	if _, jwks := ti.counts(); jwks-jwksBefore != 1 {
+		t.Fatalf("20 forged kids within 100ms fetched the JWKS %d times, want 1", jwks-jwksBefore)
+	}
+	// The known key keeps working meanwhile.
+	if _, err := v.Verify(ctx, valid); err != nil {
+		t.Fatalf("known kid refused during a flood: %v", err)
+	}
+	// A rotation is picked up once the spacing has passed.
+	ti.rotate("k2", rsaKeys()[1])
+	clock.Advance(minForcedRefresh)
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatalf("rotated key after the spacing: %v", err)
+	}
+}
+
+func TestAsymmetricAlgs(t *testing.T) {
+	got := asymmetricAlgs([]string{"HS256", "RS256", "none", "ES256", "EdDSA", "HS512"})
+	if !slices.Equal(got, []string{"RS256", "ES256", "EdDSA"}) {
+		t.Fatalf("asymmetricAlgs = %v", got)
+	}
+}
+
+func TestOIDCLazyDiscovery(t *testing.T) {
+	ti := newTestIssuer(t)
+	ti.setDown(true)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.DiscoveryRetry = 10 * time.Second })
+	if d, _ := ti.counts(); d != 0 {
+		t.Fatalf("construction contacted the issuer %d times", d)
+	}
+	tok := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
+
+	_, err := v.Verify(ctx, tok)
+	wantErr(t, err, ErrUnavailable)
+	// Within the retry interval: fail fast, no new discovery.
+	clock.Advance(5 * time.Second)
+	_, err = v.Verify(ctx, tok)
+	wantErr(t, err, ErrUnavailable)
+	if d, _ := ti.counts(); d != 1 {
+		t.Fatalf("discovery tried %d times within the retry interval, want 1", d)
+	}
+	// The issuer comes back; after the interval, discovery succeeds.
+	ti.setDown(false)
+	clock.Advance(5 * time.Second)
+	if _, err := v.Verify(ctx, tok); err != nil {
+		t.Fatalf("after the issuer came back: %v", err)
+	}
+	if _, err := v.Verify(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := ti.counts(); d != 2 {
+		t.Fatalf("discovery ran %d times, want 2", d)
+	}
+}
+
+func TestOIDCDiscoverForced(t *testing.T) {
+	ti := newTestIssuer(t)
+	ti.setDown(true)
+	clock := newFakeClock()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	wantErr(t, v.Discover(context.Background()), ErrUnavailable)
+	ti.setDown(false)
+	if err := v.Discover(context.Background()); err != nil {
+		t.Fatalf("Discover ignores the retry interval: %v", err)
+	}
+}
+
+func TestOIDCExplicitJWKSSkipsDiscovery(t *testing.T) {
+	ti := newTestIssuer(t)
+	ti.setDown(true)
+	clock := newFakeClock()
+	v := newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.JWKSURL = ti.URL() + "/keys" })
+	if _, err := v.Verify(context.Background(), ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if d, jwks := ti.counts(); d != 0 || jwks != 1 {
+		t.Fatalf("discovery %d, JWKS %d; want 0, 1", d, jwks)
+	}
+}
+
+func TestOIDCConfigValidation(t *testing.T) {
+	for name, cfg := range map[string]OIDCConfig{
+		"no issuer":      {Audience: "a"},
+		"no audience":    {IssuerURL: "https://idp.example"},
+		"negative retry": {IssuerURL: "https://idp.example", Audience: "a", DiscoveryRetry: -1},
+	} {
+		if _, err := NewOIDCVerifier(cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestRolesFromClaims(t *testing.T) {
+	claims := map[string]any{
+		"groups":                       []any{"a", "b"},
+		"role":                         "admin",
+		"empty":                        "",
+		"null":                         nil,
+		"number":                       3.0,
+		"mixed":                        []any{"a", true},
+		"realm_access":                 map[string]any{"roles": []any{"r1"}},
+		"https://example.com/roles":    []any{"namespaced"},
+		"a.b":                          []any{"dotted top-level"},
+		"a":                            map[string]any{"b": []any{"nested"}},
+		"resource_access":              map[string]any{"floe": map[string]any{"roles": []any{"deep"}}},
+		"resource_access_not_a_object": "x",
+	}
+	for _, tc := range []struct {
+		name    string
+		want    []string
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"groups", []string{"a", "b"}, false},
+		{"role", []string{"admin"}, false},
+		{"empty", nil, false},
+		{"null", nil, false},
+		{"absent", nil, false},
+		{"number", nil, true},
+		{"mixed", nil, true},
+		{"realm_access.roles", []string{"r1"}, false},
+		{"https://example.com/roles", []string{"namespaced"}, false},
+		{"a.b", []string{"dotted top-level"}, false},
+		{"resource_access.floe.roles", []string{"deep"}, false},
+		{"resource_access_not_a_object.x", nil, false},
+	} {
+		got, err := rolesFromClaims(claims, tc.name)
+		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+			t.Errorf("rolesFromClaims(%q) = %v, %v; want %v, error %v", tc.name, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestPeekIssuer(t *testing.T) {
+	enc := func(s string) string { return jwtB64.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		raw  string
+		want string
+		ok   bool
+	}{
+		{enc(`{"alg":"RS256"}`) + "." + enc(`{"iss":"https://idp"}`) + ".sig", "https://idp", true},
+		{enc(`{}`) + "." + enc(`{"sub":"x"}`) + ".sig", "", true},
+		{enc(`{}`) + "." + enc(`{"iss":5}`) + ".sig", "", false},
+		{enc(`{}`) + "." + enc(`not json`) + ".sig", "", false},
+		{"a.!!!.c", "", false},
+		{"a.b", "", false},
+		{"floe_x", "", false},
+	} {
+		got, ok := peekIssuer(tc.raw)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("peekIssuer(%q) = %q, %v", tc.raw, got, ok)
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package auth
+
+import "context"
+
+// How a principal authenticated (Principal.Via).
+const (
+	ViaJWT         = "jwt"
+	ViaOIDC        = "oidc"
+	ViaStaticToken = "static-token"
+	ViaRoot        = "root"
+)
+
+// RootPrincipal is the name of the principal the root token authenticates.
+const RootPrincipal = "root"
+
+// RootRole is the role the root principal carries implicitly.
+const RootRole = "admin"
+
+// Principal is an authenticated caller.
+type Principal struct {
+	// Name identifies the caller: the OAuth client's principal, a static
+	// token's principal, the OIDC principal claim, or "root".
+	Name string
+	// Roles the caller holds, as of when its credentials were issued (for
+	// floe JWTs) or checked (static tokens, OIDC).
+	Roles []string
+	// Via is how the caller authenticated: ViaJWT, ViaOIDC, ViaStaticToken
+	// or ViaRoot.
+	Via string
+}
+
+// IsRoot reports whether p is the root principal authenticated by the root
+// token. A principal merely named "root" by another mechanism is not.
+func (p Principal) IsRoot() bool {
+	return p.Via == ViaRoot && p.Name == RootPrincipal
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns a context that carries p.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the principal stored by WithPrincipal; ok is false if
+// there is none.
+func FromContext(ctx context.Context) (p Principal, ok bool) {
+	p, ok = ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}

@@ -1,0 +1,376 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Grant types and token types of the token endpoint.
+const (
+	GrantClientCredentials = "client_credentials"
+	GrantTokenExchange     = "urn:ietf:params:oauth:grant-type:token-exchange"
+	TokenTypeAccessToken   = "urn:ietf:params:oauth:token-type:access_token"
+	TokenTypeJWT           = "urn:ietf:params:oauth:token-type:jwt"
+)
+
+// Defaults of TokenHandlerConfig.
+const (
+	DefaultMaxHashWait = 5 * time.Second
+	maxTokenRequestLen = 64 << 10
+)
+
+// ClientRecord is an OAuth client as stored in the replicated state.
+type ClientRecord struct {
+	// SecretHash is HashSecret of the client secret.
+	SecretHash string
+	// Principal the client authenticates as; empty: the client id.
+	Principal string
+	// Roles of the principal.
+	Roles []string
+}
+
+// ClientSource is the replicated store of OAuth clients.
+type ClientSource interface {
+	// Client returns the client with the given id. ok is false if there is
+	// none. An error means the store could not be read; the endpoint then
+	// answers 503.
+	Client(ctx context.Context, id string) (rec ClientRecord, ok bool, err error)
+}
+
+// TokenHandlerConfig configures a TokenHandler.
+type TokenHandlerConfig struct {
+	// Clients looks up OAuth clients. Required.
+	Clients ClientSource
+	// Issuer signs the tokens. Required.
+	Issuer *Issuer
+	// Verifier checks the subject token of a token exchange. Nil: token
+	// exchange is answered unsupported_grant_type.
+	Verifier *Verifier
+	// MaxConcurrentHashes bounds concurrent secret verifications (each
+	// takes ~40ms of one core and 12 MiB). Default 2×GOMAXPROCS.
+	MaxConcurrentHashes int
+	// MaxHashWait is how long a request waits for a verification slot
+	// before it is answered 503. Default 5s.
+	MaxHashWait time.Duration
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer
+}
+
+// TokenHandler serves the Iceberg REST "POST /v1/oauth/tokens" endpoint:
+// the client_credentials grant (client id and secret in the form or in
+// HTTP Basic authentication) and a token exchange that refreshes a valid
+// floe token. It never logs secrets or tokens.
+type TokenHandler struct {
+	clients  ClientSource
+	issuer   *Issuer
+	verifier *Verifier
+	sem      chan struct{}
+	maxWait  time.Duration
+	log      *slog.Logger
+	metrics  *tokenMetrics
+	// dummyHash is verified against when the client is unknown, so that
+	// an unknown client costs as much time as a wrong secret.
+	dummyHash func() (string, error)
+}
+
+// NewTokenHandler returns the handler. It fails if Clients or Issuer is
+// missing or a limit is negative.
+func NewTokenHandler(cfg TokenHandlerConfig) (*TokenHandler, error) {
+	if cfg.Clients == nil || cfg.Issuer == nil {
+		return nil, errors.New("auth: TokenHandlerConfig.Clients and Issuer are required")
+	}
+	if cfg.MaxConcurrentHashes < 0 || cfg.MaxHashWait < 0 {
+		return nil, errors.New("auth: TokenHandlerConfig limits must not be negative")
+	}
+	if cfg.MaxConcurrentHashes == 0 {
+		cfg.MaxConcurrentHashes = 2 * runtime.GOMAXPROCS(0)
+	}
+	if cfg.MaxHashWait == 0 {
+		cfg.MaxHashWait = DefaultMaxHashWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &TokenHandler{
+		clients:   cfg.Clients,
+		issuer:    cfg.Issuer,
+		verifier:  cfg.Verifier,
+		sem:       make(chan struct{}, cfg.MaxConcurrentHashes),
+		maxWait:   cfg.MaxHashWait,
+		log:       cfg.Logger,
+		metrics:   newTokenMetrics(cfg.Registerer),
+		dummyHash: sync.OnceValues(func() (string, error) { return HashSecret(NewSecret()) }),
+	}, nil
+}
+
+// tokenFailure is a refused token request.
+type tokenFailure struct {
+	status      int
+	code        string // OAuth error code
+	description string
+	reason      string // metric label; the code if empty
+	basic       bool   // the client used Basic authentication
+}
+
+// ServeHTTP answers a token request with the spec's OAuthTokenResponse or
+// OAuthError: 400 for a malformed request or unsupported grant, 401
+// invalid_client for an unknown client or wrong secret (with
+// WWW-Authenticate: Basic when Basic was used), 400 invalid_grant for a
+// subject token that does not verify, 503 when the stores cannot be read or
+// too many verifications are waiting, 405 for a method other than POST.
+func (h *TokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	grant, resp, fail := h.serve(r)
+	if fail != nil {
+		reason := fail.reason
+		if reason == "" {
+			reason = fail.code
+		}
+		h.metrics.failed.WithLabelValues(reason).Inc()
+		if fail.status == http.StatusUnauthorized && fail.basic {
+			w.Header().Set("WWW-Authenticate", `Basic realm="floe"`)
+		}
+		if fail.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", http.MethodPost)
+		}
+		if fail.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeOAuthJSON(w, fail.status, oauthError{Error: fail.code, Description: fail.description})
+		return
+	}
+	h.metrics.issued.WithLabelValues(grant).Inc()
+	writeOAuthJSON(w, http.StatusOK, resp)
+}
+
+func badRequest(code, description string) *tokenFailure {
+	return &tokenFailure{status: http.StatusBadRequest, code: code, description: description}
+}
+
+func unavailable(reason, description string) *tokenFailure {
+	// The spec's OAuthError has no code for a server-side failure;
+	// invalid_request is the closest that clients parse, and the status
+	// tells them to retry.
+	return &tokenFailure{status: http.StatusServiceUnavailable, code: oauthInvalidRequest, description: description, reason: reason}
+}
+
+// serve handles one request; grant is the metric label of a success.
+func (h *TokenHandler) serve(r *http.Request) (grant string, resp *tokenResponse, fail *tokenFailure) {
+	if r.Method != http.MethodPost {
+		return "", nil, &tokenFailure{status: http.StatusMethodNotAllowed, code: oauthInvalidRequest, description: "use POST"}
+	}
+	form, fail := readForm(r)
+	if fail != nil {
+		return "", nil, fail
+	}
+	switch form.Get("grant_type") {
+	case "":
+		return "", nil, badRequest(oauthInvalidRequest, "grant_type is required")
+	case GrantClientCredentials:
+		resp, fail = h.clientCredentials(r, form)
+		return "client_credentials", resp, fail
+	case GrantTokenExchange:
+		if h.verifier == nil {
+			return "", nil, badRequest(oauthUnsupportedGrantType, "token exchange is not enabled")
+		}
+		resp, fail = h.tokenExchange(r.Context(), form)
+		return "token_exchange", resp, fail
+	default:
+		return "", nil, badRequest(oauthUnsupportedGrantType, "supported grant types: client_credentials, "+GrantTokenExchange)
+	}
+}
+
+// readForm reads an application/x-www-form-urlencoded body of at most
+// 64 KiB. Query string parameters are ignored: credentials do not belong in
+// URLs. A parameter sent twice is refused (RFC 6749 3.2).
+func readForm(r *http.Request) (url.Values, *tokenFailure) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/x-www-form-urlencoded" {
+		return nil, badRequest(oauthInvalidRequest, "Content-Type must be application/x-www-form-urlencoded")
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxTokenRequestLen+1))
+	if err != nil {
+		return nil, badRequest(oauthInvalidRequest, "could not read the request body")
+	}
+	if len(body) > maxTokenRequestLen {
+		return nil, badRequest(oauthInvalidRequest, "request body too large")
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, badRequest(oauthInvalidRequest, "malformed form body")
+	}
+	for name, values := range form {
+		if len(values) > 1 {
+			return nil, badRequest(oauthInvalidRequest, fmt.Sprintf("parameter %q sent more than once", name))
+		}
+	}
+	return form, nil
+}
+
+// clientCredentials authenticates the client and issues a token for its
+// principal.
+func (h *TokenHandler) clientCredentials(r *http.Request, form url.Values) (*tokenResponse, *tokenFailure) {
+	id, secret, basic, fail := clientCredentialsOf(r, form)
+	if fail != nil {
+		return nil, fail
+	}
+	ctx := r.Context()
+	rec, ok, err := h.clients.Client(ctx, id)
+	if err != nil {
+		h.log.Error("token request: read client", "client_id", id, "err", err)
+		return nil, unavailable("unavailable", "client store unavailable, retry later")
+	}
+	hash := rec.SecretHash
+	if !ok {
+		if hash, err = h.dummyHash(); err != nil {
+			return nil, &tokenFailure{status: http.StatusInternalServerError, code: oauthInvalidRequest, description: "internal error", reason: "internal"}
+		}
+	}
+	if !h.acquire(ctx) {
+		return nil, unavailable("busy", "too many concurrent token requests, retry later")
+	}
+	match, err := VerifySecret(hash, secret)
+	h.release()
+	if err != nil {
+		h.log.Error("token request: stored secret hash of client is unusable", "client_id", id, "err", err)
+	}
+	if !ok || !match || err != nil {
+		h.log.Debug("token request: client authentication failed", "client_id", id, "known", ok)
+		return nil, &tokenFailure{status: http.StatusUnauthorized, code: oauthInvalidClient, description: "unknown client or wrong secret", basic: basic}
+	}
+	principal := rec.Principal
+	if principal == "" {
+		principal = id
+	}
+	scope := form.Get("scope")
+	return h.issue(ctx, IssueRequest{Principal: principal, Roles: rec.Roles, ClientID: id, Scope: scope})
+}
+
+// clientCredentialsOf returns the client id and secret from HTTP Basic
+// authentication (RFC 6749 2.3.1, form-encoded before base64) or from the
+// client_id and client_secret form parameters. Both may be sent if they
+// agree. basic reports whether Basic was used.
+func clientCredentialsOf(r *http.Request, form url.Values) (id, secret string, basic bool, fail *tokenFailure) {
+	formID, formSecret := form.Get("client_id"), form.Get("client_secret")
+	user, pass, basic := r.BasicAuth()
+	if basic {
+		id, secret = formUnescape(user), formUnescape(pass)
+		if (formID != "" && formID != id) || (formSecret != "" && formSecret != secret) {
+			return "", "", basic, badRequest(oauthInvalidRequest, "client credentials in both the Authorization header and the body, and they differ")
+		}
+	} else {
+		id, secret = formID, formSecret
+	}
+	if id == "" || secret == "" {
+		return "", "", basic, badRequest(oauthInvalidRequest, "client_id and client_secret are required (in the body or with HTTP Basic authentication)")
+	}
+	return id, secret, basic, nil
+}
+
+// formUnescape undoes the form encoding RFC 6749 asks for in Basic
+// credentials; clients that skip it send values that unescape to
+// themselves, or fail to unescape and are used as sent.
+func formUnescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}
+
+// acquire takes a verification slot, waiting at most maxWait and while the
+// request lives. It reports false if it got none.
+func (h *TokenHandler) acquire(ctx context.Context) bool {
+	select {
+	case h.sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(h.maxWait)
+	defer t.Stop()
+	select {
+	case h.sem <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (h *TokenHandler) release() { <-h.sem }
+
+// tokenExchange issues a fresh token for the principal of a valid floe
+// subject token. If the token names an OAuth client, the client is looked
+// up again: its current principal and roles are used, and a deleted client
+// gets no new token.
+func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tokenResponse, *tokenFailure) {
+	subject := form.Get("subject_token")
+	if subject == "" {
+		return nil, badRequest(oauthInvalidRequest, "subject_token is required")
+	}
+	switch form.Get("subject_token_type") {
+	case TokenTypeAccessToken, TokenTypeJWT:
+	default:
+		return nil, badRequest(oauthInvalidRequest, "subject_token_type must be "+TokenTypeAccessToken+" or "+TokenTypeJWT)
+	}
+	switch form.Get("requested_token_type") {
+	case "", TokenTypeAccessToken:
+	default:
+		return nil, badRequest(oauthInvalidRequest, "requested_token_type must be "+TokenTypeAccessToken)
+	}
+	claims, err := h.verifier.verify(ctx, subject)
+	if errors.Is(err, ErrUnavailable) {
+		h.log.Error("token exchange: verify subject token", "err", redact(err.Error(), subject))
+		return nil, unavailable("unavailable", "key ring unavailable, retry later")
+	}
+	if err != nil {
+		h.log.Debug("token exchange: subject token refused", "err", redact(err.Error(), subject))
+		return nil, badRequest(oauthInvalidGrant, "subject_token is not a valid floe access token")
+	}
+	req := IssueRequest{Principal: claims.Subject, Roles: claims.Roles, ClientID: claims.ClientID, Scope: claims.Scope}
+	if s := form.Get("scope"); s != "" {
+		req.Scope = s
+	}
+	if claims.ClientID != "" {
+		rec, ok, err := h.clients.Client(ctx, claims.ClientID)
+		if err != nil {
+			h.log.Error("token exchange: read client", "client_id", claims.ClientID, "err", err)
+			return nil, unavailable("unavailable", "client store unavailable, retry later")
+		}
+		if !ok {
+			return nil, badRequest(oauthInvalidGrant, "the client of subject_token no longer exists")
+		}
+		req.Principal, req.Roles = rec.Principal, rec.Roles
+		if req.Principal == "" {
+			req.Principal = claims.ClientID
+		}
+	}
+	return h.issue(ctx, req)
+}
+
+// issue signs a token and builds the success response.
+func (h *TokenHandler) issue(ctx context.Context, req IssueRequest) (*tokenResponse, *tokenFailure) {
+	token, ttl, err := h.issuer.Issue(ctx, req)
+	if err != nil {
+		h.log.Error("token request: issue token", "principal", req.Principal, "err", err)
+		return nil, unavailable("unavailable", "cannot issue tokens right now, retry later")
+	}
+	h.log.Debug("token issued", "principal", req.Principal, "client_id", req.ClientID, "expires_in", ttl)
+	return &tokenResponse{
+		AccessToken:     token,
+		TokenType:       "bearer",
+		ExpiresIn:       int64(ttl / time.Second),
+		IssuedTokenType: TokenTypeAccessToken,
+		Scope:           req.Scope,
+	}, nil
+}
