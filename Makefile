@@ -4,6 +4,7 @@
 #   make run     build, then start one node with zero flags (data in ./floe-data)
 #   make test    everything CI runs (installs versitygw for the S3 tests first)
 #   make lint    go vet and a gofmt check
+#   make spec    download the pinned Iceberg REST spec the spec tests use (checked by SHA-256)
 #   make fuzz    every fuzz target for FUZZTIME (30s); make fuzz-ci: the short CI pass
 #   make bench   benchmark suite → docs/benchmarks.md (BENCH_SIZE=large for the big cases);
 #                without a go command it runs the prebuilt bin/floe and bin/floebench
@@ -14,7 +15,7 @@ GO ?= go
 BIN := bin/floe
 FLOEBENCH := bin/floebench
 
-.PHONY: build run test lint cluster jepsen jepsen-ci bench
+.PHONY: build run test lint cluster jepsen jepsen-ci bench spec
 
 build:
 	$(GO) build -o $(BIN) ./cmd/node
@@ -27,6 +28,12 @@ run: build
 # FLOE_CLUSTER_BASE_PORT moves them. See deploy/cluster.sh.
 cluster: build
 	FLOE_BIN=./$(BIN) bash deploy/cluster.sh
+
+# The Iceberg REST spec the spec-validation tests check answers against,
+# downloaded at its pinned revision and checked (internal/spectest finds it
+# in $(FLOE_TOOLS)/spec/). Without it those tests skip with one line.
+spec:
+	bash .ci/fetch-spec.sh
 
 # Everything CI runs: the short jepsen-lite run first (a fixed seed, every
 # fault kind), then the Go tests, so that go test's summary closes the log.

@@ -3,6 +3,8 @@ package spectest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,8 +31,42 @@ const RequireEnv = "FLOE_REQUIRE_SPEC"
 func Required() bool { return os.Getenv(RequireEnv) == "1" }
 
 // MissingHint is the one line a test prints when it runs without the spec.
-const MissingHint = "the Iceberg REST spec (rest-catalog-open-api.yaml, from apache/iceberg's open-api folder) was not found; " +
-	"set FLOE_SPEC to its path, or put it at ../shared/spec/ beside the repository"
+const MissingHint = "the Iceberg REST spec (rest-catalog-open-api.yaml) was not found: run `make spec` to download it, " +
+	"or set FLOE_SPEC to its path, or put it at ../shared/spec/ beside the repository"
+
+// The spec revision floe is checked against, and the file's digest: what
+// `make spec` (.ci/fetch-spec.sh) downloads into CachedSpecPath.
+const (
+	PinnedRevision = "0e7a36d48ff83792bfeb72eaff2dd2d7fae60eb3"
+	PinnedSHA256   = "9a160d49002a14e559ab4dcb5be9953b8880ca1544cf9773f05b1a720c3b35b7"
+)
+
+// CachedSpecPath is where `make spec` puts the pinned spec:
+// $FLOE_TOOLS/spec/, default $HOME/.cache/floe-tools/spec/.
+func CachedSpecPath() string {
+	tools := os.Getenv("FLOE_TOOLS")
+	if tools == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		tools = filepath.Join(home, ".cache", "floe-tools")
+	}
+	return filepath.Join(tools, "spec", "rest-catalog-open-api-"+PinnedRevision+".yaml")
+}
+
+// checkDigest reports whether the file at p is the pinned spec.
+func checkDigest(p string) error {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != PinnedSHA256 {
+		return fmt.Errorf("spectest: %s has SHA-256 %s, not the pinned spec's %s; delete it and run make spec", p, got, PinnedSHA256)
+	}
+	return nil
+}
 
 // specRel is the location of the spec relative to the repository root.
 var specRel = filepath.Join("..", "shared", "spec", "rest-catalog-open-api.yaml")
@@ -40,7 +76,9 @@ var specRel = filepath.Join("..", "shared", "spec", "rest-catalog-open-api.yaml"
 // If FLOE_SPEC is set, it names the spec (relative paths are resolved against
 // the working directory). Otherwise SpecPath walks up from the working
 // directory to the first directory that holds a go.mod and has
-// ../shared/spec/rest-catalog-open-api.yaml next to it.
+// ../shared/spec/rest-catalog-open-api.yaml next to it, and failing that
+// uses CachedSpecPath when `make spec` has filled it (its digest must be
+// the pinned one).
 func SpecPath() (string, error) {
 	if p := os.Getenv(SpecEnv); p != "" {
 		abs, err := filepath.Abs(p)
@@ -67,6 +105,12 @@ func SpecPath() (string, error) {
 			break
 		}
 		dir = parent
+	}
+	if cached := CachedSpecPath(); cached != "" && isFile(cached) {
+		if err := checkDigest(cached); err != nil {
+			return "", err
+		}
+		return cached, nil
 	}
 	return "", fmt.Errorf("spectest: no module root with %s found above %s (set %s to the spec file)", specRel, wd, SpecEnv)
 }

@@ -100,9 +100,30 @@ func TestSpecPath(t *testing.T) {
 	})
 	t.Run("not found outside the repository", func(t *testing.T) {
 		t.Setenv(SpecEnv, "")
+		t.Setenv("FLOE_TOOLS", t.TempDir())
 		t.Chdir(t.TempDir())
 		_, err := SpecPath()
 		require.Error(t, err)
+	})
+	t.Run("the cache make spec fills", func(t *testing.T) {
+		t.Setenv(SpecEnv, "")
+		tools := t.TempDir()
+		t.Setenv("FLOE_TOOLS", tools)
+		t.Chdir(t.TempDir())
+		cached := CachedSpecPath()
+		require.True(t, strings.HasPrefix(cached, tools))
+		require.NoError(t, os.MkdirAll(filepath.Dir(cached), 0o755))
+		raw, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(cached, raw, 0o644))
+		got, err := SpecPath()
+		require.NoError(t, err, "the pinned spec is %s; ../shared/spec has another revision?", PinnedRevision)
+		assert.Equal(t, cached, got)
+
+		// A file that is not the pinned revision is refused.
+		require.NoError(t, os.WriteFile(cached, append(raw, '\n'), 0o644))
+		_, err = SpecPath()
+		require.ErrorContains(t, err, "make spec")
 	})
 }
 
