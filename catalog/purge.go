@@ -21,7 +21,6 @@ import (
 // failed). Either way the job is the same, and survives crashes.
 const AsyncPurgeHeader = "X-Gravitino-Async-Purge"
 
-
 // Purger runs purge jobs on this node: a *purge.Service.
 type Purger interface {
 	// NodeID names this node in leases.

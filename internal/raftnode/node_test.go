@@ -92,12 +92,22 @@ func createNS(name string) fsm.CreateNamespace {
 func mustPropose(t *testing.T, n *Node, cmd fsm.Command) fsm.Result {
 	t.Helper()
 	ctx := ctxTimeout(t, 20*time.Second)
+	unknown := false
 	for {
 		res, err := n.Propose(ctx, cmd)
 		if err == nil {
+			if unknown && errors.Is(res.Err(), fsm.ErrAlreadyExists) {
+				// The first attempt did apply: what a client retrying a
+				// create after a lost answer sees.
+				return fsm.Result{}
+			}
 			return res
 		}
-		if (!errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader)) || errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil {
+		if errors.Is(err, ErrUnknownOutcome) && ctx.Err() == nil {
+			// Leadership moved while the entry was in flight (a busy
+			// machine): retry, as a client would.
+			unknown = true
+		} else if (!errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader)) || ctx.Err() != nil {
 			require.NoError(t, err)
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -67,6 +67,31 @@ func (v *Validator) Relaxations() []string { return slices.Clone(v.relaxed) }
 // a package; use Transport.Count for a per-test figure.
 func (v *Validator) Count() int { return int(v.count.Load()) }
 
+// Operation is one operation of the spec.
+type Operation struct {
+	Method string // GET, POST, ...
+	Path   string // the spec's path template, e.g. /v1/{prefix}/namespaces
+	ID     string // operationId
+}
+
+// SpecOperations lists every operation the spec defines, sorted by path and
+// method.
+func (v *Validator) SpecOperations() []Operation {
+	var out []Operation
+	for path, item := range v.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			out = append(out, Operation{Method: method, Path: path, ID: op.OperationID})
+		}
+	}
+	slices.SortFunc(out, func(a, b Operation) int {
+		if a.Path != b.Path {
+			return strings.Compare(a.Path, b.Path)
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	return out
+}
+
 // Operations returns, per operationId, how many responses were validated.
 func (v *Validator) Operations() map[string]int {
 	v.mu.Lock()
