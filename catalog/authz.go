@@ -101,7 +101,7 @@ func (s *Server) visible(r *http.Request, namespace []string) (bool, error) {
 
 // routePrivilege is the privilege each route needs on the namespace in its
 // path. Routes that name their namespaces in the body (createNamespace,
-// renameTable, commitTransaction) or list what may be seen
+// renameTable, renameView, commitTransaction) or list what may be seen
 // (listNamespaces) check in their handlers; getConfig is open.
 var routePrivilege = map[string]string{
 	"loadNamespace":    PrivRead,
@@ -118,6 +118,13 @@ var routePrivilege = map[string]string{
 	"updateTable":      PrivWrite,
 	"dropTable":        PrivDrop, // PrivPurge with purgeRequested
 	"unregisterTable":  PrivDrop,
+	"listViews":        PrivRead,
+	"loadView":         PrivRead,
+	"viewExists":       PrivRead,
+	"createView":       PrivWrite,
+	"registerView":     PrivWrite,
+	"replaceView":      PrivWrite,
+	"dropView":         PrivDrop,
 }
 
 // authorizeRoute checks the privilege op needs on the namespace in the
@@ -144,6 +151,11 @@ func (s *Server) authorizeRoute(op string, r *http.Request) error {
 	if name, isTable := mux.Vars(r)["table"]; isTable {
 		notFound = func() error {
 			return notFoundTable("table does not exist: %s", fmt.Sprintf("%s.%s", nsString(levels), name))
+		}
+	}
+	if name, isView := mux.Vars(r)["view"]; isView {
+		notFound = func() error {
+			return notFoundView("view does not exist: %s", fmt.Sprintf("%s.%s", nsString(levels), name))
 		}
 	}
 	return s.authorize(r, priv, levels, notFound)
@@ -196,6 +208,9 @@ func (s *Server) audit(r *http.Request, op string, status int) {
 			target = nsString(ns)
 			if t, ok := vars["table"]; ok {
 				target += "." + t
+			}
+			if v, ok := vars["view"]; ok {
+				target += "." + v
 			}
 		}
 	}

@@ -425,26 +425,36 @@ var javaShapes = []shape{
 	{call: "dropNamespace", method: "DELETE", target: "/v1/floe/namespaces/jdb", headers: javaHeaders,
 		status: 409, errType: "NamespaceNotEmptyException"},
 	{call: "dropNamespace", method: "DELETE", target: "/v1/floe/namespaces/jdb2", headers: javaHeaders, status: 204},
-	// Views: clients from 1.7 on read the endpoints and send nothing; 1.5
-	// and 1.6 (no endpoint negotiation) send these. A view lookup finds no
-	// view (viewExists, called by replaceTransaction and createOrReplace,
-	// relies on the 404); the operations floe does not offer answer 406.
-	// The spec gives these 404 and 406 answers the bare ErrorModel schema,
-	// against its own examples and every client's error parser (which read
-	// {"error": {...}}), so they are not validated.
+	// Views: the view requests clients send, whether or not they read the
+	// endpoints (1.5 and 1.6 do not). A lookup of a missing view is 404
+	// (viewExists, called by replaceTransaction and createOrReplace, relies
+	// on it). The spec gives the 404 and 409 answers of the view routes the
+	// bare ErrorModel schema, against its own examples and every client's
+	// error parser (which read {"error": {...}}), so those are not
+	// validated; the others are.
 	{call: "loadView", method: "GET", target: "/v1/floe/namespaces/jdb/views/v", headers: javaHeaders,
 		status: 404, errType: "NoSuchViewException", raw: true},
 	{call: "dropView", method: "DELETE", target: "/v1/floe/namespaces/jdb/views/v", headers: javaHeaders,
 		status: 404, errType: "NoSuchViewException", raw: true},
 	{call: "listViews", method: "GET", target: "/v1/floe/namespaces/jdb/views?pageToken=", headers: javaHeaders,
-		status: 406, errType: "UnsupportedOperationException", raw: true},
+		status: 200, checks: []check{lists(0, "identifiers")}},
 	{call: "createView", method: "POST", target: "/v1/floe/namespaces/jdb/views", headers: javaHeaders,
 		body: `{"name":"v","schema":` + javaSchema + `,"view-version":{"version-id":1,"schema-id":0,"timestamp-ms":{{now}},"summary":{"engine-name":"spark"},` +
 			`"representations":[{"type":"sql","sql":"select 1","dialect":"spark"}],"default-namespace":["jdb"]},"properties":{}}`,
-		status: 406, errType: "UnsupportedOperationException", raw: true},
+		status: 200, checks: []check{present("metadata-location"), is(1.0, "metadata", "current-version-id"),
+			is("select 1", "metadata", "versions", "0", "representations", "0", "sql")}},
+	{call: "createView", method: "POST", target: "/v1/floe/namespaces/jdb/views", headers: javaHeaders,
+		body: `{"name":"events","schema":` + javaSchema + `,"view-version":{"version-id":1,"schema-id":0,"timestamp-ms":{{now}},"summary":{"engine-name":"spark"},` +
+			`"representations":[{"type":"sql","sql":"select 1","dialect":"spark"}],"default-namespace":["jdb"]},"properties":{}}`,
+		status: 409, errType: "AlreadyExistsException", raw: true},
+	{call: "listViews", method: "GET", target: "/v1/floe/namespaces/jdb/views?pageToken=", headers: javaHeaders,
+		status: 200, checks: []check{is([]map[string]any{{"namespace": []string{"jdb"}, "name": "v"}}, "identifiers")}},
 	{call: "renameView", method: "POST", target: "/v1/floe/views/rename", headers: javaHeaders,
 		body:   `{"source":{"namespace":["jdb"],"name":"v"},"destination":{"namespace":["jdb"],"name":"w"}}`,
-		status: 406, errType: "UnsupportedOperationException", raw: true},
+		status: 204},
+	{call: "loadView", method: "GET", target: "/v1/floe/namespaces/jdb/views/w", headers: javaHeaders,
+		status: 200, checks: []check{is("select 1", "metadata", "versions", "0", "representations", "0", "sql")}},
+	{call: "dropView", method: "DELETE", target: "/v1/floe/namespaces/jdb/views/w", headers: javaHeaders, status: 204},
 	// RESTTableScan.planTableScan: sent only when the server advertises
 	// planning (it does not); answered as the spec's unsupported operation.
 	{call: "planTableScan", method: "POST", target: "/v1/floe/namespaces/jdb/tables/events/plan", headers: javaHeaders,
@@ -581,12 +591,12 @@ var pyicebergShapes = []shape{
 		status: 404, errType: "NoSuchNamespaceException"},
 	// view_exists: sent whatever the endpoints say; 404 is False.
 	{call: "view_exists", method: "HEAD", target: "/v1/floe/namespaces/pdb/views/v", headers: pyHeaders, status: 404},
-	// create_view: sent whatever the endpoints say (see the Java view rows
-	// for why the answer is not validated).
+	// create_view: sent whatever the endpoints say.
 	{call: "create_view", method: "POST", target: "/v1/floe/namespaces/pdb/views", headers: pyHeaders,
 		body: `{"name":"v","schema":` + pySchema + `,"view-version":{"version-id":1,"schema-id":0,"timestamp-ms":{{now}},"summary":{},` +
 			`"representations":[{"type":"sql","sql":"SELECT 1","dialect":"spark"}],"default-namespace":["pdb"]},"properties":{}}`,
-		status: 406, errType: "UnsupportedOperationException", raw: true},
+		status: 200, checks: []check{present("metadata-location"), is("SELECT 1", "metadata", "versions", "0", "representations", "0", "sql")}},
+	{call: "view_exists", method: "HEAD", target: "/v1/floe/namespaces/pdb/views/v", headers: pyHeaders, status: 204},
 	// _plan_table_scan (scan-planning-mode=server): sent only when
 	// advertised.
 	{call: "_plan_table_scan", method: "POST", target: "/v1/floe/namespaces/pdb.sub/tables/moved/plan", headers: pyHeaders,

@@ -14,12 +14,13 @@ import (
 	"github.com/floe-catalog/floe/idempotency"
 )
 
-// keyedOps are the operations that honour Idempotency-Key: every table-side
-// mutation the spec marks with the header.
+// keyedOps are the operations that honour Idempotency-Key: every
+// namespace, table and view mutation.
 var keyedOps = map[string]bool{
 	"createNamespace": true, "dropNamespace": true, "updateProperties": true,
 	"createTable": true, "registerTable": true, "updateTable": true, "dropTable": true,
 	"unregisterTable": true, "renameTable": true, "commitTransaction": true,
+	"createView": true, "registerView": true, "replaceView": true, "dropView": true, "renameView": true,
 }
 
 // keyedStore sends every proposal through idempotency.Propose: inside a
@@ -60,7 +61,7 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		route := []string{}
 		vars := mux.Vars(r)
-		for _, v := range []string{"namespace", "table"} {
+		for _, v := range []string{"namespace", "table", "view"} {
 			if val, ok := vars[v]; ok {
 				route = append(route, val)
 			}
@@ -92,6 +93,7 @@ func deterministicOutcome(err error, kind opKind) (fsm.Result, bool) {
 	statuses := map[string]fsm.Status{
 		"NoSuchNamespaceException":   fsm.StatusNoSuchNamespace,
 		"NoSuchTableException":       fsm.StatusNoSuchTable,
+		"NoSuchViewException":        fsm.StatusNoSuchView,
 		"AlreadyExistsException":     fsm.StatusAlreadyExists,
 		"NamespaceNotEmptyException": fsm.StatusNamespaceNotEmpty,
 		"CommitFailedException":      fsm.StatusCommitFailed,
@@ -109,7 +111,7 @@ func deterministicOutcome(err error, kind opKind) (fsm.Result, bool) {
 func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res fsm.Result) error {
 	s.metrics.idemReplays.Inc()
 	w.Header().Set("Idempotent-Replayed", "true")
-	if err := outcomeError(op, res); err != nil {
+	if err := opOutcomeError(op, res); err != nil {
 		return err
 	}
 	switch op {
@@ -146,6 +148,15 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 			return err
 		}
 		writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
+	case "createView", "registerView", "replaceView":
+		if len(res.Views) == 0 {
+			return fmt.Errorf("stored outcome of %s has no view", op)
+		}
+		vm, err := s.readViewMetadata(r.Context(), res.Views[0].MetadataLocation)
+		if err != nil {
+			return err
+		}
+		writeLoadViewResult(w, vm)
 	case "dropTable":
 		// A replayed synchronous purge waits for the job as the first
 		// request did (the job is found by the dropped table).
@@ -160,7 +171,7 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 			}
 		}
 		w.WriteHeader(http.StatusNoContent)
-	default: // dropNamespace, renameTable, commitTransaction
+	default: // dropNamespace, renameTable, commitTransaction, dropView, renameView
 		w.WriteHeader(http.StatusNoContent)
 	}
 	return nil

@@ -38,7 +38,9 @@ func TestConfigAdvertisesWhatIsServed(t *testing.T) {
 	eps := cfg["endpoints"].([]any)
 	assert.Contains(t, eps, "POST /v1/{prefix}/transactions/commit")
 	assert.Contains(t, eps, "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/unregister")
-	assert.NotContains(t, eps, "GET /v1/{prefix}/namespaces/{namespace}/views")
+	assert.Contains(t, eps, "GET /v1/{prefix}/namespaces/{namespace}/views")
+	assert.Contains(t, eps, "POST /v1/{prefix}/namespaces/{namespace}/register-view")
+	assert.NotContains(t, eps, "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan")
 	assert.Equal(t, 404, n.do(t, "GET", "/v1/config?warehouse=other", nil).status)
 }
 

@@ -1,11 +1,13 @@
-// Package catalog serves the table side of the Iceberg REST catalog API.
+// Package catalog serves the namespaces, tables and views of the Iceberg
+// REST catalog API.
 //
 // The handlers are thin: they parse and validate a request, prepare a
-// command (for table changes: build the new metadata with iceberg-go and
-// write the metadata file first), propose it to the replicated store, and map
-// the outcome to the Iceberg error model in one place (errors.go). Decisions
-// such as "already exists" or "metadata changed underneath" are made by the
-// state machine when the command is applied, never here.
+// command (for table and view changes: build the new metadata with
+// iceberg-go and write the metadata file first), propose it to the
+// replicated store, and map the outcome to the Iceberg error model in one
+// place (errors.go). Decisions such as "already exists" or "metadata
+// changed underneath" are made by the state machine when the command is
+// applied, never here.
 package catalog
 
 import (
@@ -246,35 +248,31 @@ func (s *Server) catalogRoutes() []route {
 		{"GET", "/namespaces/{namespace}/tables/{table}/credentials", "loadCredentials", s.loadCredentials},
 		{"POST", "/tables/rename", "renameTable", s.renameTable},
 		{"POST", "/transactions/commit", "commitTransaction", s.commitTransaction},
+		{"GET", "/namespaces/{namespace}/views", "listViews", s.listViews},
+		{"POST", "/namespaces/{namespace}/views", "createView", s.createView},
+		{"POST", "/namespaces/{namespace}/register-view", "registerView", s.registerView},
+		{"GET", "/namespaces/{namespace}/views/{view}", "loadView", s.loadView},
+		{"HEAD", "/namespaces/{namespace}/views/{view}", "viewExists", s.viewExists},
+		{"POST", "/namespaces/{namespace}/views/{view}", "replaceView", s.replaceView},
+		{"DELETE", "/namespaces/{namespace}/views/{view}", "dropView", s.dropView},
+		{"POST", "/views/rename", "renameView", s.renameView},
 	}
 }
 
 // unsupportedRoute is an operation of the spec that floe does not serve
-// (views, server-side scan planning) and so does not advertise. Clients
-// that do not read the endpoints list still send some: Java before 1.7,
-// PyIceberg's view_exists and create_view. A lookup of one view, plan or
-// plan task finds none (404: view-exists checks and drop-if-exists rely on
-// it); any other such operation is the spec's unsupported operation (406).
+// (server-side scan planning) and so does not advertise. Clients that do
+// not read the endpoints list may still send some. A lookup of one plan or
+// plan task finds none (404); any other such operation is the spec's
+// unsupported operation (406).
 type unsupportedRoute struct {
 	method, path string // path relative to /v1/{prefix}
 	status       int
 	typ, msg     string
 }
 
-const (
-	noViews    = "this catalog does not support views"
-	noPlanning = "this catalog does not support server-side scan planning"
-)
+const noPlanning = "this catalog does not support server-side scan planning"
 
 var unsupportedRoutes = []unsupportedRoute{
-	{"GET", "/namespaces/{namespace}/views", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
-	{"POST", "/namespaces/{namespace}/views", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
-	{"POST", "/namespaces/{namespace}/register-view", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
-	{"GET", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
-	{"HEAD", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
-	{"POST", "/namespaces/{namespace}/views/{view}", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
-	{"DELETE", "/namespaces/{namespace}/views/{view}", http.StatusNotFound, "NoSuchViewException", "view does not exist: " + noViews},
-	{"POST", "/views/rename", http.StatusNotAcceptable, "UnsupportedOperationException", noViews},
 	{"POST", "/namespaces/{namespace}/tables/{table}/plan", http.StatusNotAcceptable, "UnsupportedOperationException", noPlanning},
 	{"GET", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
 	{"DELETE", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
@@ -441,9 +439,9 @@ func validateName(what, name string) error {
 
 func nsString(levels []string) string { return strings.Join(levels, ".") }
 
-// opKindOf tells the error mapping whether op is a table commit.
+// opKindOf tells the error mapping whether op is a table or view commit.
 func opKindOf(op string) opKind {
-	if op == "updateTable" || op == "commitTransaction" {
+	if op == "updateTable" || op == "commitTransaction" || op == "replaceView" {
 		return opCommit
 	}
 	return opOther

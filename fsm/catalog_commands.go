@@ -19,6 +19,9 @@ type Result struct {
 	// command (create, commit, register, rename) or as they were before it
 	// (drop).
 	Tables []Table `json:"tables,omitempty"`
+	// Views holds, for view commands, the entries as they are after the
+	// command (create, replace, rename) or as they were before it (drop).
+	Views []View `json:"views,omitempty"`
 	// Properties reports an UpdateNamespace outcome.
 	Properties *PropertiesOutcome `json:"properties,omitempty"`
 	// Count is how many records a pruning command removed.
@@ -61,6 +64,8 @@ const (
 	StatusInvalid
 	// StatusNotFound: the auth record named does not exist.
 	StatusNotFound
+	// StatusNoSuchView: the view named (or its namespace) does not exist.
+	StatusNoSuchView
 )
 
 var statusErrors = map[Status]error{
@@ -76,6 +81,7 @@ var statusErrors = map[Status]error{
 	StatusLocationInUse:     ErrLocationInUse,
 	StatusInvalid:           ErrInvalidCommand,
 	StatusNotFound:          ErrNotFound,
+	StatusNoSuchView:        ErrNoSuchView,
 }
 
 // Err returns nil for StatusOK, else an *OutcomeError that matches the
@@ -131,7 +137,8 @@ type CreateNamespace struct {
 	AtMs       int64             `json:"at-ms"`
 }
 
-// DropNamespace removes an empty namespace (no tables, no child namespaces).
+// DropNamespace removes an empty namespace (no tables, no views, no child
+// namespaces).
 type DropNamespace struct {
 	Namespace []string `json:"namespace"`
 }
@@ -169,6 +176,10 @@ type TableChange struct {
 	LocationKey string `json:"location-key,omitempty"`
 	UUID        string `json:"uuid"`
 	Overwrite   bool   `json:"overwrite,omitempty"`
+	// SnapshotID is the table's current snapshot in the new metadata, when
+	// the proposer knows it; the change feed reports it. Nothing in Apply
+	// depends on it.
+	SnapshotID *int64 `json:"snapshot-id,omitempty"`
 }
 
 func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Location) }
@@ -179,8 +190,9 @@ func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Loc
 //
 // A change that gives a table a location (create, register, an update that
 // moves it) is refused with StatusLocationInUse when that location is equal
-// to, inside or around the location of another live table, or of another
-// change in the same command. Body version 1 entries, written before
+// to, inside or around the location of another live table or a live view,
+// or of another change in the same command. A create or register at a name
+// a view holds is StatusAlreadyExists. Body version 1 entries, written before
 // ownership was enforced, replay without that check so that every replica
 // reaches the state they made when they were first applied.
 type CommitTables struct {
@@ -203,6 +215,7 @@ type DropTable struct {
 }
 
 // RenameTable moves a table to a new identifier, possibly in another namespace.
+// A table or a view at the destination is StatusAlreadyExists.
 type RenameTable struct {
 	From Ident `json:"from"`
 	To   Ident `json:"to"`
@@ -274,6 +287,9 @@ func applyDropNamespace(t *txn, c Command) Result {
 	}
 	if t.hasPrefix(bucketTables, tablePrefix(cmd.Namespace)) {
 		return fail(StatusNamespaceNotEmpty, "namespace %s contains tables", nsName(cmd.Namespace))
+	}
+	if t.hasPrefix(bucketViews, tablePrefix(cmd.Namespace)) {
+		return fail(StatusNamespaceNotEmpty, "namespace %s contains views", nsName(cmd.Namespace))
 	}
 	if t.hasPrefix(bucketNamespaces, append(namespaceKey(cmd.Namespace), levelSep...)) {
 		return fail(StatusNamespaceNotEmpty, "namespace %s contains namespaces", nsName(cmd.Namespace))
@@ -347,12 +363,19 @@ func applyCommitTables(t *txn, c Command) Result {
 			if exists {
 				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
 			}
+			if _, isView := t.view(ch.Ident); isView {
+				return fail(StatusAlreadyExists, "view already exists: %s", ch.Ident)
+			}
 			if res, refused := t.checkTombstones(ch.Ident, true, ch.Location); refused {
 				return res
 			}
 		case ChangeRegister:
 			if exists && !ch.Overwrite {
 				return fail(StatusAlreadyExists, "table already exists: %s", ch.Ident)
+			}
+			if _, isView := t.view(ch.Ident); isView {
+				// Overwrite replaces a table, never a view.
+				return fail(StatusAlreadyExists, "view already exists: %s", ch.Ident)
 			}
 			if !exists || cur.Location != ch.Location {
 				if res, refused := t.checkTombstones(ch.Ident, !exists, ch.Location); refused {
@@ -406,15 +429,14 @@ func applyCommitTables(t *txn, c Command) Result {
 }
 
 // checkOwnership refuses the first change whose new location overlaps the
-// location of a live table other than itself, or of another change in the
-// same command.
+// location of a live table other than itself, of a live view, or of another
+// change in the same command.
 func (t *txn) checkOwnership(claims []TableChange) (Result, bool) {
 	for i, ch := range claims {
 		if ch.locKey() == "" {
 			continue
 		}
-		self := string(tableKey(ch.Ident))
-		owner, taken := locationOwner(t.tx, ch.locKey(), func(id Ident) bool { return string(tableKey(id)) == self })
+		owner, taken := locationOwner(t.tx, ch.locKey(), isTable(ch.Ident))
 		if taken {
 			return locationTaken(ch.Location, owner), true
 		}
@@ -461,6 +483,9 @@ func applyRenameTable(t *txn, c Command) Result {
 	}
 	if _, ok := t.table(cmd.To); ok {
 		return fail(StatusAlreadyExists, "table already exists: %s", cmd.To)
+	}
+	if _, ok := t.view(cmd.To); ok {
+		return fail(StatusAlreadyExists, "view already exists: %s", cmd.To)
 	}
 	if j, ok := t.nameTombstone(cmd.To); ok {
 		return beingPurgedName(cmd.To, j)

@@ -64,7 +64,9 @@ func register(t CommandType, r registration) {
 		panic(fmt.Sprintf("fsm: command type %d registered twice", t))
 	}
 	// A malformed command (see validate.go) is refused before it is
-	// applied, wherever it is applied from (a batch or inside Keyed).
+	// applied, wherever it is applied from (a batch or inside Keyed). A
+	// command that changed the catalog records its events (events.go) in
+	// the same transaction.
 	apply := r.apply
 	r.apply = func(tx *txn, c Command) Result {
 		if v, ok := c.(checker); ok {
@@ -72,7 +74,9 @@ func register(t CommandType, r registration) {
 				return res
 			}
 		}
-		return apply(tx, c)
+		res := apply(tx, c)
+		tx.recordEvents(c, res)
+		return res
 	}
 	registry[t] = r
 }

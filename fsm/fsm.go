@@ -119,6 +119,11 @@ func openDB(path string) (*bolt.DB, error) {
 		if err := buildLocationIndex(tx); err != nil {
 			return err
 		}
+		// Likewise: missing feed buckets mean a file written before the
+		// feed existed, whose horizon starts at its applied index.
+		if err := initEvents(tx); err != nil {
+			return err
+		}
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -171,6 +176,16 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 			return fmt.Errorf("fsm: waiting for index %d (applied %d): %w", index, f.applied.Load(), ctx.Err())
 		}
 	}
+}
+
+// Advanced returns a channel that is closed the next time the applied
+// index changes (a batch applied, a snapshot restored). Take it before
+// reading the state: a change after the read then closes the channel held,
+// so no change is missed between reading and waiting.
+func (f *FSM) Advanced() <-chan struct{} {
+	f.waitMu.Lock()
+	defer f.waitMu.Unlock()
+	return f.advanced
 }
 
 func (f *FSM) setApplied(index uint64) {

@@ -10,17 +10,23 @@ import (
 	"github.com/floe-catalog/floe/internal/location"
 )
 
-// Location ownership: a location belongs to one table. Every live table is
-// indexed by its normalised location, so "is this location equal to, inside
-// or around a live table's?" is a few bbolt seeks, decided inside Apply.
+// Location ownership: a location belongs to one table or view. Every live
+// table and view is indexed by its normalised location, so "is this
+// location equal to, inside or around a live table's or view's?" is a few
+// bbolt seeks, decided inside Apply.
 //
 //	table_locs   normalised location, 0x00, table key → table key
+//	             normalised location, 0x00, 0x01, view key → 0x01, view key
+//
+// Live views are indexed in the same bucket (see views.go), so a location
+// belongs to one table or view.
 //
 // A location key is what LocationKey returns. The proposer stamps it into
-// the command (TableChange.LocationKey) and the table record keeps it, so
-// the index and the purge tombstones never depend on how a later release
-// normalises locations. Records written before keys were stamped are keyed
-// with this binary's LocationKey when the index is built (buildLocationIndex).
+// the command (TableChange.LocationKey, CreateView.LocationKey) and the
+// record keeps it, so the index and the purge tombstones never depend on
+// how a later release normalises locations. Records written before keys
+// were stamped are keyed with this binary's LocationKey when the index is
+// built (buildLocationIndex).
 var bucketTableLocs = []byte("table_locs")
 
 func init() {
@@ -113,36 +119,77 @@ func scanOverlaps(c *bolt.Cursor, n string, visit func(k, v []byte) bool) {
 	}
 }
 
-// locationOwner returns a live table other than those in skip whose
-// location overlaps the location key n.
-func locationOwner(tx *bolt.Tx, n string, skip func(Ident) bool) (Table, bool) {
+// locHolder is what an entry of the location index names: a live table
+// or a live view (exactly one of the two is set).
+type locHolder struct {
+	table *Table
+	view  *View
+}
+
+// asTable is the holder as a Table value; a view keeps its identifier,
+// UUID, locations and times.
+func (h locHolder) asTable() Table {
+	if h.table != nil {
+		return *h.table
+	}
+	v := h.view
+	return Table{Namespace: v.Namespace, Name: v.Name, UUID: v.UUID, Location: v.Location, LocationKey: v.LocationKey,
+		MetadataLocation: v.MetadataLocation, CreatedMs: v.CreatedMs, UpdatedMs: v.UpdatedMs}
+}
+
+// isTable matches the holder that is the table at id.
+func isTable(id Ident) func(locHolder) bool {
+	self := string(tableKey(id))
+	return func(h locHolder) bool { return h.table != nil && string(tableKey(h.table.Ident())) == self }
+}
+
+// isView matches the holder that is the view at id.
+func isView(id Ident) func(locHolder) bool {
+	self := string(tableKey(id))
+	return func(h locHolder) bool { return h.view != nil && string(tableKey(h.view.Ident())) == self }
+}
+
+// locationOwner returns a live table or view, other than those skip
+// matches (nil: none), whose location overlaps the location key n.
+func locationOwner(tx *bolt.Tx, n string, skip func(locHolder) bool) (locHolder, bool) {
 	if n == "" {
-		return Table{}, false
+		return locHolder{}, false
 	}
 	var (
-		owner Table
+		owner locHolder
 		found bool
 	)
 	tables := tx.Bucket(bucketTables)
 	scanOverlaps(tx.Bucket(bucketTableLocs).Cursor(), n, func(_, v []byte) bool {
-		raw := tables.Get(v)
-		if raw == nil {
-			panic(fmt.Sprintf("fsm: location index names missing table %q", v))
+		var h locHolder
+		if isViewEntry(v) {
+			vw := indexedView(tx, v)
+			h.view = &vw
+		} else {
+			raw := tables.Get(v)
+			if raw == nil {
+				panic(fmt.Sprintf("fsm: location index names missing table %q", v))
+			}
+			var tb Table
+			mustUnmarshal(v, raw, &tb)
+			h.table = &tb
 		}
-		var tb Table
-		mustUnmarshal(v, raw, &tb)
-		if skip != nil && skip(tb.Ident()) {
+		if skip != nil && skip(h) {
 			return true
 		}
-		owner, found = tb, true
+		owner, found = h, true
 		return false
 	})
 	return owner, found
 }
 
-func locationTaken(loc string, owner Table) Result {
+func locationTaken(loc string, owner locHolder) Result {
+	if owner.view != nil {
+		return fail(StatusLocationInUse, "location %s overlaps %s, the location of view %s; a location belongs to one table or view",
+			loc, owner.view.Location, owner.view.Ident())
+	}
 	return fail(StatusLocationInUse, "location %s overlaps %s, the location of table %s; a location belongs to one table",
-		loc, owner.Location, owner.Ident())
+		loc, owner.table.Location, owner.table.Ident())
 }
 
 // keysOverlap reports whether two location keys are equal or nested.
@@ -188,23 +235,44 @@ func buildLocationIndex(tx *bolt.Tx) error {
 	for _, tb := range stamped {
 		t.put(bucketTables, tableKey(tb.Ident()), tb)
 	}
-	return nil
+	// Views came after the index, so a file without it holds none, unless
+	// the index was removed by hand; every view record carries its key.
+	if views := tx.Bucket(bucketViews); views != nil {
+		err = views.ForEach(func(k, v []byte) error {
+			var vw View
+			mustUnmarshal(k, v, &vw)
+			if vw.locKey() == "" {
+				return nil
+			}
+			return idx.Put(viewOwnerKey(vw.locKey(), vw.Ident()), viewIndexValue(vw.Ident()))
+		})
+	}
+	return err
 }
 
 // --- reads ---
 
-// LocationOwner returns a live table whose location is equal to, inside or
-// contains uri, if any. The purge worker asks it before each delete batch:
-// a file inside a live table's location is never deleted.
+// LocationOwner returns a live table or view whose location is equal to,
+// inside or contains uri, if any; a view is returned as a Table value with
+// its identifier, UUID and locations. The purge worker asks it before each
+// delete batch: a file inside a live table's or view's location is never
+// deleted.
 func (r *Reader) LocationOwner(uri string) (Table, bool) {
-	return locationOwner(r.tx, LocationKey(uri), nil)
+	h, ok := locationOwner(r.tx, LocationKey(uri), nil)
+	if !ok {
+		return Table{}, false
+	}
+	return h.asTable(), true
 }
 
 // LocationOwnerExcept is LocationOwner ignoring the table at self (a table
 // never conflicts with itself).
 func (r *Reader) LocationOwnerExcept(uri string, self Ident) (Table, bool) {
-	selfKey := string(tableKey(self))
-	return locationOwner(r.tx, LocationKey(uri), func(id Ident) bool { return string(tableKey(id)) == selfKey })
+	h, ok := locationOwner(r.tx, LocationKey(uri), isTable(self))
+	if !ok {
+		return Table{}, false
+	}
+	return h.asTable(), true
 }
 
 // CheckClaim answers, from this view, what Apply would answer for a table
@@ -218,7 +286,7 @@ func (r *Reader) CheckClaim(id Ident, loc string) error {
 	if j, ok := r.PurgeLocationTombstone(loc); ok {
 		return beingPurgedLocation(loc, j).Err()
 	}
-	if owner, ok := r.LocationOwnerExcept(loc, id); ok {
+	if owner, ok := locationOwner(r.tx, LocationKey(loc), isTable(id)); ok {
 		return locationTaken(loc, owner).Err()
 	}
 	return nil
@@ -235,7 +303,8 @@ type LocationConflict struct {
 // LocationConflicts lists pairs of live tables with equal or nested
 // locations, in location order, at most limit (limit <= 0: all). One pass
 // over the index: entries sort by location key, so each entry's ancestors
-// are on a stack of the entries before it.
+// are on a stack of the entries before it. Views are left out: every
+// command that gives a view a location checks it, so no view overlaps.
 func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool) {
 	type entry struct {
 		key string
@@ -254,6 +323,9 @@ func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool
 	}
 	c := r.tx.Bucket(bucketTableLocs).Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if isViewEntry(v) {
+			continue
+		}
 		key := string(k[:bytes.IndexByte(k, 0)])
 		for len(stack) > 0 && !strings.HasPrefix(key, stack[len(stack)-1].key) {
 			stack = stack[:len(stack)-1]

@@ -16,6 +16,7 @@ import (
 //	raft        applied_index, applied_term (8-byte big-endian each)
 //	namespaces  key: levels joined by 0x1F      value: JSON Namespace
 //	tables      key: namespace key, 0x00, name  value: JSON Table
+//	views       key: namespace key, 0x00, name  value: JSON View (views.go)
 //
 // Names never contain control characters (the catalog refuses them), so the
 // separators cannot occur inside a level or a table name.
@@ -56,6 +57,8 @@ var (
 	// ErrNotFound: the auth record (client, token, signing key) named does
 	// not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrNoSuchView: the view named, or its namespace, does not exist.
+	ErrNoSuchView = errors.New("view does not exist")
 )
 
 // Ident names a table: its namespace levels and its name.
@@ -115,6 +118,10 @@ type txn struct {
 	// purgeWork is set when an entry made a purge job claimable (a new
 	// PENDING job, a retried one): the scheduler is woken after commit.
 	purgeWork bool
+	// eventIndex and eventSeq number the change-feed events of the entry
+	// being applied (events.go): eventSeq restarts at each new index.
+	eventIndex uint64
+	eventSeq   uint32
 }
 
 func (t *txn) get(bucket, key []byte, v any) bool {

@@ -187,7 +187,9 @@ func (s *security) wrap(h http.Handler) http.Handler {
 				}
 			}
 		}
-		if management && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		// Operator API mutations, and backups (a copy of every secret
+		// hash and signing key), are audited.
+		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") {
 			rec := &statusWriter{ResponseWriter: w}
 			h.ServeHTTP(rec, r)
 			s.record(r, opOf(r), "", rec.status)

@@ -24,9 +24,14 @@ import (
 
 // config is the node's effective configuration.
 type config struct {
-	NodeID            string
-	DataDir           string
-	HTTPAddr          string
+	// Config is the configuration file (--config), "" for none.
+	Config   string
+	NodeID   string
+	DataDir  string
+	HTTPAddr string
+	// HTTPAdvertise is --http-advertise; validate fills it in when unset
+	// (see httpAdvertise).
+	HTTPAdvertise     string
 	ClusterAddr       string
 	Warehouse         string
 	AllowedLocations  string
@@ -93,6 +98,10 @@ type config struct {
 	IdempotencyLifetime string
 	// idempotencyLifetime is IdempotencyLifetime parsed by validate.
 	idempotencyLifetime time.Duration
+
+	// notices are warnings about the configuration found while parsing
+	// it, logged once the logger exists (see logNotices).
+	notices []notice
 }
 
 // joinAddrs splits --join.
@@ -170,22 +179,24 @@ const (
 func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("floe", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and usage are printed by parseConfig
+	fs.StringVar(&c.Config, configFlag, "", "YAML configuration file mapping these flag names to values (data-dir: /var/lib/floe); the environment and the command line win over it")
 	fs.StringVar(&c.NodeID, "node-id", "", "Raft server ID of this node (default: the cluster address)")
-	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "directory for the state machine, the Raft log and snapshots")
-	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address of the HTTP API (/v1/...), /healthz, /readyz and /metrics")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "directory for the state machine (fsm.db), the Raft log (raft.db) and snapshots/")
+	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API (/v1/...), the operator API (/management/...), /healthz, /readyz and /metrics listen on")
+	fs.StringVar(&c.HTTPAdvertise, "http-advertise", "", "HTTP address (host:port) clients and other nodes use to reach this node, published to the cluster (GET /management/v1/cluster); needed when it differs from --http-addr (a port mapping, a proxy) (default: --http-addr; when --http-addr listens on every interface, the host of --cluster-advertise, else of --cluster-addr, with the port of --http-addr)")
 	fs.StringVar(&c.ClusterAddr, "cluster-addr", defaultClusterAddr, "address Raft binds and advertises to the other nodes")
 	fs.StringVar(&c.Warehouse, "warehouse", "", "root URI of table data and metadata: file:///abs/path or s3://bucket/prefix (default: file://<abs data-dir>/warehouse)")
 	fs.StringVar(&c.AllowedLocations, "allowed-locations", "", "comma-separated URI prefixes every table location must lie strictly inside, checked at create, register and set-location and by the purge worker (default: the warehouse)")
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", "", "S3 API endpoint URL for S3-compatible servers (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", "", "S3 signing region (default: the AWS SDK's, else us-east-1)")
 	fs.StringVar(&c.S3AccessKeyID, "s3-access-key-id", "", "S3 access key ID; set with --s3-secret-access-key (default: the AWS SDK's credential chain)")
-	fs.StringVar(&c.S3SecretAccessKey, "s3-secret-access-key", "", "S3 secret access key (never logged)")
+	fs.StringVar(&c.S3SecretAccessKey, "s3-secret-access-key", "", "S3 secret access key; never logged, and never in the Raft log or snapshots (each node uses its own)")
 	fs.BoolVar(&c.S3PathStyle, "s3-path-style", false, "address S3 buckets as <endpoint>/<bucket> (most S3-compatible servers need it)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
-	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy); default: --cluster-addr")
+	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy, a bind on every interface) (default: --cluster-addr)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
 	fs.BoolVar(&c.RejoinAsNonvoter, "rejoin-as-nonvoter", false, "with --join: a node without Raft state whose --node-id is a voter (it lost its data directory) rejoins as a non-voter for an operator to promote, instead of being refused")
@@ -194,7 +205,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
-	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", "", "PEM certificate (and intermediates) for HTTPS on --http-addr, with --http-tls-key; reloaded when the files change")
+	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", "", "PEM certificate (and intermediates) for HTTPS on --http-addr, with --http-tls-key; both files are checked at most once a second and reloaded when they change (a failed reload keeps the previous certificate)")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", "", "PEM private key for --http-tls-cert")
 	fs.IntVar(&c.HTTPMaxHeaderBytes, "http-max-header-bytes", httpserve.DefaultMaxHeaderBytes, "largest request line and headers accepted, in bytes (431 beyond)")
 	fs.DurationVar(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", httpserve.DefaultReadHeaderTimeout, "time allowed to read a request's line and headers")
@@ -203,7 +214,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", httpserve.DefaultIdleTimeout, "how long a keep-alive connection may sit idle; 0: --http-read-timeout")
 	fs.IntVar(&c.HTTPMaxInFlight, "http-max-in-flight", httpserve.DefaultMaxInFlight, "requests this node serves at once; more are answered 503 with Retry-After: 1 (/healthz, /readyz and /metrics never are); 0: no cap")
 	fs.StringVar(&c.Auth, "auth", authOff, "authentication and authorization of the client and operator APIs: off (anyone may do anything; warned at start) or on (a bearer token on every request but /v1/config, /v1/oauth/tokens and the probes; grants decide)")
-	fs.StringVar(&c.AuthRootToken, "auth-root-token", "", "with --auth=on: a bearer token (16+ characters) for the root principal, which may do everything; set it through FLOE_AUTH_ROOT_TOKEN rather than the command line (never logged)")
+	fs.StringVar(&c.AuthRootToken, "auth-root-token", "", "with --auth=on: a bearer token (16+ characters) for the root principal, which may do everything; set it through FLOE_AUTH_ROOT_TOKEN or a configuration file only its owner may read, rather than the command line (never logged)")
 	fs.StringVar(&c.AuthAudience, "auth-audience", "floe", "the aud claim of the access tokens this cluster issues and accepts; the same on every node")
 	fs.DurationVar(&c.AuthTokenTTL, "auth-token-ttl", auth.DefaultTokenTTL, "lifetime of access tokens issued at /v1/oauth/tokens")
 	fs.DurationVar(&c.AuthMaxTokenTTL, "auth-max-token-ttl", auth.DefaultMaxTokenTTL, "longest lifetime of any access token; a retired signing key keeps verifying this long; the same on every node")
@@ -237,8 +248,10 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 floe is an Apache Iceberg REST catalog replicated with Raft. With no flags it
 starts a single-node cluster with its data under ./floe-data.
 
-Every flag can also be set through the environment variable shown; a flag on
-the command line wins over the environment, which wins over the default.
+Every flag can also be set through the environment variable shown, and in
+the YAML file named by --config under the flag's name (data-dir: /srv/floe).
+A flag on the command line wins over the environment, which wins over the
+configuration file, which wins over the default.
 
 Flags:
 `)
@@ -259,9 +272,12 @@ Flags:
 	})
 }
 
-// parseConfig reads flags from args and their twins from env (KEY=VALUE
-// entries). It returns flag.ErrHelp after printing usage to stdout for
-// -h/--help, and a usageError for any bad flag or value.
+// parseConfig reads flags from args, their twins from env (KEY=VALUE
+// entries) and the configuration file named by --config (or FLOE_CONFIG), if
+// any: a flag on the command line wins over the environment, which wins over
+// the file, which wins over the default. It returns flag.ErrHelp after
+// printing usage to stdout for -h/--help, and a usageError for any bad flag,
+// value or file.
 func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 	var c config
 	fs := newFlagSet(&c)
@@ -278,6 +294,32 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	vars := envMap(env)
+	path := c.Config
+	if !onCommandLine[configFlag] {
+		path = vars[envName(configFlag)]
+	}
+	var file *configFile
+	if path != "" {
+		var err error
+		if file, err = readConfigFile(path); err != nil {
+			return c, err
+		}
+		// The file's values go in under the environment's and the
+		// command line's: flags set there are left alone.
+		for _, s := range file.settings {
+			if onCommandLine[s.name] {
+				continue
+			}
+			if _, inEnv := vars[envName(s.name)]; inEnv {
+				continue
+			}
+			if err := fs.Set(s.name, s.value); err != nil {
+				return c, file.errorf(s, "invalid value %q: %v", s.value, unwrapParse(err)) // checked by readConfigFile
+			}
+			file.applied[s.name] = s
+		}
+		c.notices = append(c.notices, file.notices()...)
+	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || onCommandLine[f.Name] {
@@ -292,7 +334,10 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 	if err != nil {
 		return c, err
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, file.annotate(err)
+	}
+	return c, nil
 }
 
 // unwrapParse drops strconv's function-name prefix from a flag.Set error.
@@ -376,6 +421,9 @@ func (c *config) validate() error {
 			return usagef("--cluster-advertise %q: want host:port: %v", c.ClusterAdvertise, err)
 		}
 	}
+	if c.HTTPAdvertise, err = c.httpAdvertise(); err != nil {
+		return err
+	}
 	for _, a := range c.joinAddrs() {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return usagef("--join %q: want host:port[,host:port...]: %v", c.Join, err)
@@ -453,6 +501,50 @@ func (c *config) validate() error {
 	return nil
 }
 
+// wildcardHost reports whether host, from a listen address, stands for every
+// interface ("", 0.0.0.0, ::) and so names no address to dial.
+func wildcardHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// httpAdvertise is the HTTP address this node publishes to the cluster (the
+// members' http-address of GET /management/v1/cluster): --http-advertise
+// when set, else --http-addr. An --http-addr on every interface (0.0.0.0:8181,
+// :8181) names no address anyone could dial, so its port is then paired with
+// the host other nodes already reach this one by: that of --cluster-advertise,
+// else of --cluster-addr (which validate only lets listen on every interface
+// with --cluster-advertise). In a container or a StatefulSet that is the
+// stable DNS name the node is known by; behind a port mapping or a proxy,
+// set --http-advertise.
+func (c config) httpAdvertise() (string, error) {
+	if c.HTTPAdvertise != "" {
+		host, port, err := net.SplitHostPort(c.HTTPAdvertise)
+		if err != nil {
+			return "", usagef("--http-advertise %q: want host:port: %v", c.HTTPAdvertise, err)
+		}
+		if wildcardHost(host) || port == "" || port == "0" {
+			return "", usagef("--http-advertise %q: want the host and port clients and other nodes dial, not a wildcard", c.HTTPAdvertise)
+		}
+		return c.HTTPAdvertise, nil
+	}
+	host, port, _ := net.SplitHostPort(c.HTTPAddr) // validated
+	if !wildcardHost(host) {
+		return c.HTTPAddr, nil
+	}
+	cluster := c.ClusterAdvertise
+	if cluster == "" {
+		cluster = c.ClusterAddr
+	}
+	if chost, _, err := net.SplitHostPort(cluster); err == nil && !wildcardHost(chost) {
+		return net.JoinHostPort(chost, port), nil
+	}
+	return "", usagef("--http-addr %q listens on every interface: set --http-advertise to the address clients and other nodes dial", c.HTTPAddr)
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(s) {
 	case "debug":
@@ -484,9 +576,11 @@ func (c config) logAttrs() []any {
 		nodeID = c.ClusterAddr + " (cluster address)"
 	}
 	return []any{
+		"config_file", c.Config,
 		"node_id", nodeID,
 		"data_dir", c.DataDir,
 		"http_addr", c.HTTPAddr,
+		"http_advertise", c.HTTPAdvertise,
 		"cluster_addr", c.ClusterAddr,
 		"warehouse", c.Warehouse,
 		"allowed_locations", c.allowedLocations(),

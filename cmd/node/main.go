@@ -42,6 +42,12 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	// floe COMMAND [arguments] runs a subcommand (floe help lists them);
+	// floe [flags] runs a node.
+	if code, ok := runCommand(ctx, os.Args[1:], os.Stdout, os.Stderr); ok {
+		stop()
+		os.Exit(code)
+	}
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -73,6 +79,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	logger := newLogger(cfg, stderr)
 	logger.Info("starting floe", cfg.logAttrs()...)
+	cfg.logNotices(logger)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -86,7 +93,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		DataDir:       cfg.DataDir,
 		ClusterAddr:   cfg.ClusterAddr,
 		AdvertiseAddr: cfg.ClusterAdvertise,
-		HTTPAddr:      cfg.HTTPAddr,
+		HTTPAddr:      cfg.HTTPAdvertise, // published to the cluster; --http-addr when not set
 		// Without --join a node forms a cluster of one; --bootstrap-expect 1
 		// says the same explicitly. A node with state never bootstraps.
 		Bootstrap:         len(join) == 0 || cfg.BootstrapExpect == 1,
@@ -160,7 +167,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 
 	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger, Principal: sec.principal})
 	handler := routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node),
-		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()})), sec.tokens, node, reg)
+		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
+		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: ctx.Done()}),
+		management.Backup(node, reg)), sec.tokens, node, reg)
 	srv, err := httpserve.New(collapseLeadingSlashes(sec.wrap(handler)), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
 		KeyFile:           cfg.HTTPTLSKey,
@@ -230,9 +239,12 @@ func explainNodeFailure(err error, id, clusterAddr string) error {
 
 // managementRoutes serves the operator API: the cluster under
 // /management/v1/cluster and the rest, purge jobs under
-// /management/v1/purge-jobs.
-func managementRoutes(cluster, purgeJobs, authAPI http.Handler) http.Handler {
+// /management/v1/purge-jobs, the change feed at /management/v1/events,
+// backups at /management/v1/backup.
+func managementRoutes(cluster, purgeJobs, authAPI, events, backupAPI http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/management/v1/events", events)
+	mux.Handle("/management/v1/backup", backupAPI)
 	mux.Handle("/management/v1/auth/", authAPI)
 	mux.Handle("/management/", cluster)
 	mux.Handle("/management/v1/purge-jobs", purgeJobs)

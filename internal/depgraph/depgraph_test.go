@@ -29,7 +29,8 @@ var layers = map[string][]string{
 	"internal/raftnode": {"fsm", "internal/raftlog", "internal/replica", "transport"},
 	// Fault injection for in-process cluster tests: imported by tests only.
 	"internal/raftnode/raftfault": nil,
-	"internal/admin":              {"fsm", "idempotency", "internal/raftnode", "internal/auth"},
+	"internal/admin":              {"fsm", "idempotency", "internal/raftnode", "internal/auth", "internal/backup"},
+	"internal/backup":             {"internal/raftnode"},
 	"internal/auth":               nil,
 	"internal/vending":            {"internal/location"},
 	"internal/vending/ststest":    nil,

@@ -384,6 +384,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.id = raft.ServerID(cfg.NodeID)
 	n.logger = cfg.Logger.With("node_id", cfg.NodeID)
+	seeded, err := n.checkSeed()
+	if err != nil {
+		return nil, err
+	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = n.id
@@ -447,6 +451,9 @@ func Open(cfg Config) (*Node, error) {
 
 	n.logger.Info("raft node started", "cluster_addr", string(n.trans.LocalAddr()), "data_dir", cfg.DataDir,
 		"applied_index", n.fsm.AppliedIndex(), "last_index", n.raft.LastIndex())
+	if seeded {
+		n.clearSeed()
+	}
 	ok = true
 	return n, nil
 }

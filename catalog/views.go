@@ -1,0 +1,617 @@
+package catalog
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/view"
+	"github.com/google/uuid"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// Views are served like tables: the state machine keeps a pointer to each
+// view's current metadata file, the catalog builds new metadata with
+// iceberg-go's view package and writes the file before proposing, and the
+// state machine swaps the pointer with a compare-and-set. A name in a
+// namespace is a table or a view, never both; the state machine decides it.
+
+// viewOps are the view operations; their domain outcomes are answered by
+// viewOutcomeError.
+var viewOps = map[string]bool{
+	"listViews": true, "createView": true, "registerView": true, "loadView": true,
+	"viewExists": true, "replaceView": true, "dropView": true, "renameView": true,
+}
+
+// viewMetadata is one parsed view metadata file.
+type viewMetadata struct {
+	location string
+	raw      []byte
+	meta     view.Metadata
+}
+
+type loadViewResult struct {
+	MetadataLocation string          `json:"metadata-location"`
+	Metadata         json.RawMessage `json:"metadata"`
+}
+
+func writeLoadViewResult(w http.ResponseWriter, vm *viewMetadata) {
+	writeJSON(w, http.StatusOK, loadViewResult{MetadataLocation: vm.location, Metadata: vm.raw})
+}
+
+func notFoundView(format string, args ...any) error {
+	return &apiError{status: http.StatusNotFound, typ: "NoSuchViewException", msg: fmt.Sprintf(format, args...)}
+}
+
+// viewOutcomeError turns a domain outcome of the view operation op (fresh
+// from Apply, or stored under an Idempotency-Key) into op's answer.
+func viewOutcomeError(op string, res fsm.Result) error {
+	err := res.Err()
+	if err == nil {
+		return nil
+	}
+	switch res.Status {
+	case fsm.StatusNoSuchView:
+		return notFoundView("%s", res.Message)
+	case fsm.StatusCommitFailed, fsm.StatusLocationInUse, fsm.StatusBeingPurged:
+		if op == "replaceView" {
+			return commitFailed("%s", res.Message)
+		}
+	}
+	return err
+}
+
+// opOutcomeError is outcomeError for every operation, views included.
+func opOutcomeError(op string, res fsm.Result) error {
+	if viewOps[op] {
+		return viewOutcomeError(op, res)
+	}
+	return outcomeError(op, res)
+}
+
+var errCorruptViewMetadata = errors.New("unreadable view metadata")
+
+// readViewMetadata reads and parses the view metadata file at loc. View
+// metadata is not cached: views are loaded far less often than tables.
+func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadata, error) {
+	raw, err := s.objects.Read(ctx, loc)
+	if err != nil {
+		return nil, fmt.Errorf("read view metadata %s: %w", loc, err)
+	}
+	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
+		}
+	}
+	meta, err := view.ParseMetadataBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
+	}
+	return &viewMetadata{location: loc, raw: raw, meta: meta}, nil
+}
+
+// writeViewMetadata writes meta as
+// <viewLocation>/metadata/<version>-<uuid>.metadata.json, the way table
+// metadata is written (writeMetadata): before the command that points at
+// it is proposed; the caller deletes it if the command does not take
+// effect.
+func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, version int) (*viewMetadata, error) {
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("encode view metadata: %w", err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
+	if err := s.objects.Write(ctx, loc, raw); err != nil {
+		return nil, fmt.Errorf("write view metadata %s: %w", loc, err)
+	}
+	return &viewMetadata{location: loc, raw: raw, meta: meta}, nil
+}
+
+// checkViewOwner answers early, before any file is written, when loc is
+// equal to, inside or around the location of a live table or of a view
+// other than id, or of a table being purged. Advice, read linearizably:
+// the state machine decides again.
+func (s *Server) checkViewOwner(ctx context.Context, id fsm.Ident, loc string) error {
+	return s.store.Read(ctx, func(rd *fsm.Reader) error { return rd.CheckViewClaim(id, loc) })
+}
+
+// checkNewVersions refuses versions added on top of base (nil: all of
+// them) without the fields the spec requires of every view version.
+func checkNewVersions(base, meta view.Metadata) error {
+	known := map[int64]bool{}
+	if base != nil {
+		for _, v := range base.Versions() {
+			known[v.VersionID] = true
+		}
+	}
+	for _, v := range meta.Versions() {
+		if known[v.VersionID] {
+			continue
+		}
+		if v.DefaultNamespace == nil {
+			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
+		}
+		if v.Summary == nil {
+			return badRequest("view version %d has no summary", v.VersionID)
+		}
+	}
+	return nil
+}
+
+// checkViewName answers early, read linearizably, when a new view at id
+// would be refused: its namespace is missing (404), or a view or a table
+// has its name (409). The state machine decides again when the command is
+// applied.
+func (s *Server) checkViewName(ctx context.Context, id fsm.Ident) error {
+	return s.store.Read(ctx, func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(id.Namespace); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(id.Namespace))
+		}
+		if _, ok := rd.View(id); ok {
+			return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: "view already exists: " + id.String()}
+		}
+		if _, ok := rd.Table(id); ok {
+			return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: "table already exists: " + id.String()}
+		}
+		return nil
+	})
+}
+
+func viewVar(r *http.Request) (fsm.Ident, error) {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return fsm.Ident{}, err
+	}
+	name, err := escapedVar(r, "view")
+	if err != nil {
+		return fsm.Ident{}, err
+	}
+	if err := validateName("view name", name); err != nil {
+		return fsm.Ident{}, err
+	}
+	return fsm.Ident{Namespace: levels, Name: name}, nil
+}
+
+// lookupView reads one view entry (see read): 404 NoSuchView when it or
+// its namespace is missing.
+func (s *Server) lookupView(r *http.Request, id fsm.Ident) (fsm.View, error) {
+	var v fsm.View
+	err := s.read(r, func(rd *fsm.Reader) error {
+		var ok bool
+		if v, ok = rd.View(id); ok {
+			return nil
+		}
+		if _, nsOK := rd.Namespace(id.Namespace); !nsOK {
+			return notFoundView("view does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
+		}
+		return notFoundView("view does not exist: %s", id)
+	})
+	return v, err
+}
+
+func (s *Server) listViews(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	resp := listTablesResponse{Identifiers: []tableIdentifier{}}
+	err = s.read(r, func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(levels); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
+		}
+		list, more := rd.Views(levels, after, limit)
+		for _, v := range list {
+			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: v.Namespace, Name: v.Name})
+		}
+		if len(list) > 0 {
+			resp.NextPageToken = nextToken(more, list[len(list)-1].Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+type createViewRequest struct {
+	Name        string            `json:"name"`
+	Location    string            `json:"location"`
+	Schema      *iceberg.Schema   `json:"schema"`
+	ViewVersion *view.Version     `json:"view-version"`
+	Properties  map[string]string `json:"properties"`
+}
+
+func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var req createViewRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateName("view name", req.Name); err != nil {
+		return err
+	}
+	if req.Schema == nil {
+		return badRequest("schema is required")
+	}
+	if req.ViewVersion == nil {
+		return badRequest("view-version is required")
+	}
+	if err := validateProperties(req.Properties); err != nil {
+		return err
+	}
+	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	setAuditTarget(r, id.String())
+	if err := s.checkViewName(r.Context(), id); err != nil {
+		return err
+	}
+	loc := strings.TrimSuffix(req.Location, "/")
+	if loc == "" {
+		loc = s.defaultLocation(id)
+	}
+	if err := s.checkLocation(loc); err != nil {
+		return err
+	}
+	if err := s.checkViewOwner(r.Context(), id, loc); err != nil {
+		return err
+	}
+	viewUUID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	// The builder gives the version id 1 and the schema id it assigns to
+	// the schema, as the spec asks.
+	meta, err := view.NewMetadataWithUUID(req.ViewVersion, req.Schema, loc, req.Properties, viewUUID)
+	if err != nil {
+		return badRequest("invalid view definition: %v", err)
+	}
+	if err := checkNewVersions(nil, meta); err != nil {
+		return err
+	}
+	vm, err := s.writeViewMetadata(r.Context(), meta, 0)
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.CreateView{
+		Ident: id, UUID: viewUUID.String(), Location: loc, LocationKey: fsm.LocationKey(loc),
+		MetadataLocation: vm.location, AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		if !isOutcomeUnknown(err) {
+			s.discard(r.Context(), vm.location)
+		}
+		return err
+	}
+	if err := viewOutcomeError("createView", res); err != nil {
+		s.discard(r.Context(), vm.location)
+		return err
+	}
+	writeLoadViewResult(w, vm)
+	return nil
+}
+
+func (s *Server) loadView(w http.ResponseWriter, r *http.Request) error {
+	id, err := viewVar(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.lookupView(r, id)
+	if err != nil {
+		return err
+	}
+	vm, err := s.readViewMetadata(r.Context(), v.MetadataLocation)
+	if err != nil {
+		return err
+	}
+	writeLoadViewResult(w, vm)
+	return nil
+}
+
+func (s *Server) viewExists(w http.ResponseWriter, r *http.Request) error {
+	id, err := viewVar(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.lookupView(r, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type commitViewRequest struct {
+	Identifier   *tableIdentifier  `json:"identifier"`
+	Requirements view.Requirements `json:"requirements"`
+	Updates      view.Updates      `json:"updates"`
+}
+
+// decodeViewCommit parses a CommitViewRequest; missing updates, an unknown
+// requirement or update type, or a field of the wrong type is a 400.
+func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
+	var probe struct {
+		Updates json.RawMessage `json:"updates"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return commitViewRequest{}, badRequest("malformed view commit: %v", err)
+	}
+	if probe.Updates == nil {
+		return commitViewRequest{}, badRequest("view commit must have updates")
+	}
+	var req commitViewRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return commitViewRequest{}, badRequest("invalid view commit: %v", err)
+	}
+	return req, nil
+}
+
+func (s *Server) replaceView(w http.ResponseWriter, r *http.Request) error {
+	id, err := viewVar(r)
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := decodeBody(r, &raw); err != nil {
+		return err
+	}
+	req, err := decodeViewCommit(raw)
+	if err != nil {
+		return err
+	}
+	if req.Identifier != nil {
+		bodyID, err := req.Identifier.ident()
+		if err != nil {
+			return err
+		}
+		if bodyID.String() != id.String() {
+			return badRequest("identifier %s in the body does not match the route's %s", bodyID, id)
+		}
+	}
+	vm, err := s.commitView(r.Context(), id, req)
+	if err != nil {
+		return err
+	}
+	writeLoadViewResult(w, vm)
+	return nil
+}
+
+// commitView applies a view commit: it builds the new metadata on the
+// current one, writes the file and proposes a ReplaceView, a
+// compare-and-set of the metadata pointer. When it loses to a concurrent
+// commit it rebuilds on the newer metadata (requirements are checked
+// again) up to CommitRetries times, then answers 409. The file of an
+// attempt that lost is deleted; when the outcome is unknown it is kept,
+// since the pointer may now reference it. Earlier metadata files are kept.
+func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewRequest) (*viewMetadata, error) {
+	for attempt := 0; ; attempt++ {
+		cmd, after, err := s.prepareViewCommit(ctx, id, req)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.Propose(ctx, cmd)
+		if err != nil {
+			if !isOutcomeUnknown(err) {
+				s.discard(ctx, after.location)
+			}
+			return nil, err
+		}
+		if err := res.Err(); err != nil {
+			s.discard(ctx, after.location)
+			if res.Status == fsm.StatusCommitFailed {
+				if attempt < s.cfg.CommitRetries {
+					s.metrics.commitRetries.Inc()
+					continue
+				}
+				return nil, &apiError{status: http.StatusConflict, typ: "CommitFailedException", contended: true,
+					msg: fmt.Sprintf("gave up after %d attempts against concurrent commits: %v", attempt+1, err)}
+			}
+			return nil, viewOutcomeError("replaceView", res)
+		}
+		return after, nil
+	}
+}
+
+// prepareViewCommit reads the view's pointer linearizably, builds the new
+// metadata on the current file and writes it. It returns the command to
+// propose and the file written; on error no file is left behind.
+func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commitViewRequest) (fsm.ReplaceView, *viewMetadata, error) {
+	var cur fsm.View
+	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		var ok bool
+		if cur, ok = rd.View(id); ok {
+			return nil
+		}
+		if _, nsOK := rd.Namespace(id.Namespace); !nsOK {
+			return notFoundView("view does not exist: %s (namespace %s does not exist)", id, nsString(id.Namespace))
+		}
+		return notFoundView("view does not exist: %s", id)
+	})
+	if err != nil {
+		return fsm.ReplaceView{}, nil, err
+	}
+	before, err := s.readViewMetadata(ctx, cur.MetadataLocation)
+	if err != nil {
+		return fsm.ReplaceView{}, nil, err
+	}
+	for _, rq := range req.Requirements {
+		if err := rq.Validate(before.meta); err != nil {
+			return fsm.ReplaceView{}, nil, commitFailed("requirement failed for view %s: %v", id, err)
+		}
+	}
+	builder, err := view.MetadataBuilderFromBase(before.meta)
+	if err != nil {
+		return fsm.ReplaceView{}, nil, err
+	}
+	for _, u := range req.Updates {
+		if err := u.Apply(builder); err != nil {
+			return fsm.ReplaceView{}, nil, badRequest("cannot apply %s to view %s: %v", u.Action(), id, err)
+		}
+	}
+	meta, err := builder.Build()
+	if err != nil {
+		return fsm.ReplaceView{}, nil, badRequest("invalid metadata for view %s: %v", id, err)
+	}
+	if err := checkNewVersions(before.meta, meta); err != nil {
+		return fsm.ReplaceView{}, nil, err
+	}
+	if meta.Location() != cur.Location {
+		if err := s.checkLocation(meta.Location()); err != nil {
+			return fsm.ReplaceView{}, nil, err
+		}
+		if err := s.checkViewOwner(ctx, id, meta.Location()); err != nil {
+			return fsm.ReplaceView{}, nil, err
+		}
+	}
+	after, err := s.writeViewMetadata(ctx, meta, max(metadataVersion(cur.MetadataLocation), 0)+1)
+	if err != nil {
+		return fsm.ReplaceView{}, nil, err
+	}
+	cmd := fsm.ReplaceView{
+		Ident: id, ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
+		MetadataLocation: after.location, Location: meta.Location(), LocationKey: fsm.LocationKey(meta.Location()),
+		AtMs: s.cfg.Now().UnixMilli(),
+	}
+	return cmd, after, nil
+}
+
+// dropView removes the view's entry; its metadata files stay where they
+// are, like the files of a table dropped without purge.
+func (s *Server) dropView(w http.ResponseWriter, r *http.Request) error {
+	id, err := viewVar(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.DropView{Ident: id, AtMs: s.cfg.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := viewOutcomeError("dropView", res); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
+	var req renameTableRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if req.Source == nil || req.Destination == nil {
+		return badRequest("source and destination are required")
+	}
+	from, err := req.Source.ident()
+	if err != nil {
+		return err
+	}
+	to, err := req.Destination.ident()
+	if err != nil {
+		return err
+	}
+	setAuditTarget(r, from.String()+" -> "+to.String())
+	if err := s.authorize(r, PrivDrop, from.Namespace, func() error {
+		return notFoundView("view does not exist: %s", from)
+	}); err != nil {
+		return err
+	}
+	if err := s.authorize(r, PrivWrite, to.Namespace, func() error {
+		return notFoundNamespace("namespace does not exist: %s", nsString(to.Namespace))
+	}); err != nil {
+		return err
+	}
+	res, err := s.store.Propose(r.Context(), fsm.RenameView{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := viewOutcomeError("renameView", res); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type registerViewRequest struct {
+	Name             string `json:"name"`
+	MetadataLocation string `json:"metadata-location"`
+}
+
+func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
+	levels, err := namespaceVar(r)
+	if err != nil {
+		return err
+	}
+	var req registerViewRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	if err := validateName("view name", req.Name); err != nil {
+		return err
+	}
+	if req.MetadataLocation == "" {
+		return badRequest("metadata-location is required")
+	}
+	if err := s.checkLocation(req.MetadataLocation); err != nil {
+		return err
+	}
+	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	setAuditTarget(r, id.String())
+	if err := s.checkViewName(r.Context(), id); err != nil {
+		return err
+	}
+	vm, err := s.readViewMetadata(r.Context(), req.MetadataLocation)
+	if err != nil {
+		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+	}
+	if err := s.checkLocation(vm.meta.Location()); err != nil {
+		return err
+	}
+	// The metadata file must be the view's own, inside the location its
+	// metadata declares, as for a registered table.
+	if !storage.IsWithin(vm.meta.Location(), vm.location) {
+		return badRequest("metadata-location %s is not inside the location its metadata declares (%s)", vm.location, vm.meta.Location())
+	}
+	if err := s.checkViewOwner(r.Context(), id, vm.meta.Location()); err != nil {
+		return err
+	}
+	// The file must still be there after that check: a purge that finished
+	// just before it may have deleted the file after the first read.
+	if _, err := s.objects.Read(r.Context(), vm.location); err != nil {
+		return badRequest("cannot read metadata-location %s: %v", vm.location, err)
+	}
+	res, err := s.store.Propose(r.Context(), fsm.CreateView{
+		Ident: id, UUID: vm.meta.ViewUUID().String(), Location: vm.meta.Location(),
+		LocationKey: fsm.LocationKey(vm.meta.Location()), MetadataLocation: vm.location, AtMs: s.cfg.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := viewOutcomeError("registerView", res); err != nil {
+		return err
+	}
+	writeLoadViewResult(w, vm)
+	return nil
+}

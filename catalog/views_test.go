@@ -1,0 +1,588 @@
+package catalog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icecatalog "github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/view"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/spectest"
+)
+
+// viewTransport validates every response against the Iceberg REST spec,
+// like spectest's transport, except the error answers the spec gives the
+// bare ErrorModel schema on the view routes (404, 409, and a replace's
+// 5xx), against its own examples and every client's error parser. Those
+// are checked to be what every other route answers: {"error": {...}}.
+type viewTransport struct {
+	t testing.TB
+	v *spectest.Validator // nil: the spec was not found, nothing is validated
+}
+
+func newViewTransport(t testing.TB) *viewTransport {
+	t.Helper()
+	v, err := spectest.Load()
+	if err != nil {
+		if spectest.Required() {
+			t.Fatalf("spectest: %v", err)
+		}
+		t.Logf("spectest: responses not validated: %s", spectest.MissingHint)
+	}
+	return &viewTransport{t: t, v: v}
+}
+
+func (tr *viewTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if bareErrorModel(req, resp.StatusCode) {
+		var e struct {
+			Error *struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+				Code    int    `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(body, &e); err != nil || e.Error == nil || e.Error.Code != resp.StatusCode ||
+			e.Error.Type == "" || e.Error.Message == "" {
+			tr.t.Errorf("%s %s -> %d: not an Iceberg error response: %s", req.Method, req.URL.Path, resp.StatusCode, body)
+		}
+		return resp, nil
+	}
+	if tr.v != nil {
+		if err := tr.v.Check(req, resp, body); err != nil {
+			tr.t.Errorf("spectest: response violates the Iceberg REST spec: %s %s -> %d: %v",
+				req.Method, req.URL.EscapedPath(), resp.StatusCode, err)
+		}
+	}
+	return resp, nil
+}
+
+// bareErrorModel reports whether the spec gives the answer the bare
+// ErrorModel schema: a 404, 409 or 5xx with a body on a /views route
+// (register-view answers IcebergErrorResponse).
+func bareErrorModel(req *http.Request, status int) bool {
+	p := req.URL.Path
+	onViews := strings.Contains(p, "/views/") || strings.HasSuffix(p, "/views")
+	return onViews && req.Method != http.MethodHead && (status == 404 || status == 409 || status >= 500)
+}
+
+// viewCatalog is n.catalog with viewTransport.
+func viewCatalog(t *testing.T, n *node) *rest.Catalog {
+	t.Helper()
+	opts := []rest.Option{rest.WithCustomTransport(newViewTransport(t))}
+	if n.scfg.S3AccessKeyID != "" {
+		opts = append(opts, rest.WithAdditionalProps(iceberg.Properties{
+			"s3.access-key-id": n.scfg.S3AccessKeyID, "s3.secret-access-key": n.scfg.S3SecretAccessKey,
+		}))
+	}
+	cat, err := rest.NewCatalog(context.Background(), "floe", n.URL, opts...)
+	require.NoError(t, err)
+	return cat
+}
+
+// vdo is n.do through viewTransport.
+func (n *node) vdo(t *testing.T, method, path string, body any, headers ...string) response {
+	t.Helper()
+	return n.doWith(t, &http.Client{Transport: newViewTransport(t), Timeout: 30 * time.Second}, method, path, body, headers...)
+}
+
+var viewSchema = iceberg.NewSchema(0,
+	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+	iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.PrimitiveTypes.String},
+)
+
+func sqlVersion(t *testing.T, id int64, sql string, ns ...string) *view.Version {
+	t.Helper()
+	v, err := view.NewVersionFromSQL(id, 0, sql, table.Identifier(append([]string{}, ns...)))
+	require.NoError(t, err)
+	return v
+}
+
+// createViewBody is a CreateViewRequest as a client sends it.
+func createViewBody(name, sql string, ns ...string) map[string]any {
+	return map[string]any{
+		"name": name,
+		"schema": map[string]any{"type": "struct", "schema-id": 0, "fields": []any{
+			map[string]any{"id": 1, "name": "id", "type": "long", "required": true},
+		}},
+		"view-version": map[string]any{
+			"version-id": 1, "schema-id": 0, "timestamp-ms": time.Now().UnixMilli(),
+			"summary":           map[string]string{"engine-name": "test"},
+			"representations":   []any{map[string]any{"type": "sql", "sql": sql, "dialect": "spark"}},
+			"default-namespace": append([]string{}, ns...),
+		},
+		"properties": map[string]string{},
+	}
+}
+
+// addVersionBody is a CommitViewRequest that adds a version with sql and
+// makes it current.
+func addVersionBody(sql string, ns ...string) map[string]any {
+	return map[string]any{
+		"requirements": []any{},
+		"updates": []any{
+			map[string]any{"action": "add-view-version", "view-version": map[string]any{
+				"version-id": 99, "schema-id": 0, "timestamp-ms": time.Now().UnixMilli(),
+				"summary":           map[string]string{"engine-name": "test"},
+				"representations":   []any{map[string]any{"type": "sql", "sql": sql, "dialect": "spark"}},
+				"default-namespace": append([]string{}, ns...),
+			}},
+			map[string]any{"action": "set-current-view-version", "view-version-id": -1},
+		},
+	}
+}
+
+// viewsState is everything a client can see of the views of namespaces
+// (name and metadata location), and of the tables (n.state).
+func (n *node) viewsState(t *testing.T, namespaces ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(n.state(t))
+	for _, ns := range namespaces {
+		r := n.vdo(t, "GET", "/v1/namespaces/"+ns+"/views", nil)
+		if r.status == 404 {
+			b.WriteString(ns + ": no namespace\n")
+			continue
+		}
+		require.Equal(t, 200, r.status, "%s", r.body)
+		for _, id := range r.json(t)["identifiers"].([]any) {
+			name := id.(map[string]any)["name"].(string)
+			lr := n.vdo(t, "GET", "/v1/namespaces/"+ns+"/views/"+name, nil)
+			require.Equal(t, 200, lr.status, "%s", lr.body)
+			b.WriteString(ns + "." + name + ":" + lr.json(t)["metadata-location"].(string) + "\n")
+		}
+	}
+	return b.String()
+}
+
+var viewFileRE = regexp.MustCompile(`/metadata/(\d{5})-[0-9a-f-]{36}\.metadata\.json$`)
+
+// TestViews serves every view operation through a follower of a
+// three-node cluster: writes are forwarded to the leader, reads are
+// linearizable on every node.
+func TestViews(t *testing.T) {
+	forEachWarehouse(t, func(t *testing.T, wh warehouse) {
+		nodes := startCluster(t, wh, 3)
+		f := follower(t, nodes)
+		t.Run("lifecycle", func(t *testing.T) { testViewLifecycle(t, nodes, f) })
+		if wh.name != "file" {
+			return // the rest does not depend on the storage
+		}
+		t.Run("keyed", func(t *testing.T) { testKeyedViews(t, f) })
+		t.Run("names", func(t *testing.T) { testViewTableNames(t, f) })
+		t.Run("namespace", func(t *testing.T) { testNamespaceWithView(t, f) })
+		t.Run("bad input", func(t *testing.T) { testBadViewInput(t, f) })
+		t.Run("register", func(t *testing.T) { testRegisterView(t, f) })
+		t.Run("concurrent replaces", func(t *testing.T) { testConcurrentViewReplaces(t, nodes) })
+	})
+}
+
+func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
+	ctx := context.Background()
+	cat := viewCatalog(t, f)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"vs"}, nil))
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"vs2"}, nil))
+	id := table.Identifier{"vs", "v"}
+
+	created, err := cat.CreateView(ctx, id, sqlVersion(t, 1, "select 1", "vs"), viewSchema,
+		icecatalog.WithViewProperties(iceberg.Properties{"owner": "me"}))
+	require.NoError(t, err)
+	first := created.MetadataLocation()
+	m := viewFileRE.FindStringSubmatch(first)
+	require.NotNil(t, m, first)
+	assert.Equal(t, "00000", m[1])
+	assert.True(t, strings.HasPrefix(first, f.warehouse+"/vs/v/metadata/"), first)
+	assert.Equal(t, f.warehouse+"/vs/v", created.Location())
+	assert.Equal(t, int64(1), created.CurrentVersion().VersionID)
+	assert.Equal(t, "me", created.Properties()["owner"])
+	_, err = cat.CreateView(ctx, id, sqlVersion(t, 1, "select 1", "vs"), viewSchema)
+	assert.ErrorIs(t, err, icecatalog.ErrViewAlreadyExists)
+
+	// Every node sees it at once.
+	for _, n := range nodes {
+		loaded, err := viewCatalog(t, n).LoadView(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, first, loaded.MetadataLocation())
+		assert.Equal(t, "select 1", loaded.CurrentVersion().Representations[0].Sql)
+	}
+	ok, err := cat.CheckViewExists(ctx, id)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = cat.CheckViewExists(ctx, table.Identifier{"vs", "missing"})
+	require.NoError(t, err)
+	assert.False(t, ok)
+	_, err = cat.LoadView(ctx, table.Identifier{"vs", "missing"})
+	assert.ErrorIs(t, err, icecatalog.ErrNoSuchView)
+
+	// Replace: a new version in a new metadata file; the old file stays.
+	uuidReq := view.AssertViewUUID(created.Metadata().ViewUUID())
+	replaced, err := cat.UpdateView(ctx, id, []view.Requirement{uuidReq}, []view.Update{
+		view.NewAddViewVersionUpdate(sqlVersion(t, 2, "select 2", "vs")),
+		view.NewSetCurrentVersionUpdate(view.LastAddedID),
+	})
+	require.NoError(t, err)
+	second := replaced.MetadataLocation()
+	m = viewFileRE.FindStringSubmatch(second)
+	require.NotNil(t, m, second)
+	assert.Equal(t, "00001", m[1])
+	assert.Equal(t, int64(2), replaced.CurrentVersion().VersionID)
+	assert.Equal(t, "select 2", replaced.CurrentVersion().Representations[0].Sql)
+	assert.Len(t, replaced.Versions(), 2)
+	assert.Len(t, replaced.Metadata().VersionLog(), 2)
+	_, err = f.objects.Read(ctx, first)
+	assert.NoError(t, err, "the previous metadata file is kept")
+	loaded, err := viewCatalog(t, nodes[0]).LoadView(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, second, loaded.MetadataLocation())
+
+	// A requirement that does not hold: 409, nothing changes.
+	before := f.viewsState(t, "vs", "vs2")
+	_, err = cat.UpdateView(ctx, id, []view.Requirement{view.AssertViewUUID([16]byte{1})}, []view.Update{
+		view.NewSetPropertiesUpdate(iceberg.Properties{"x": "1"}),
+	})
+	assert.ErrorIs(t, err, rest.ErrCommitFailed)
+	_, err = cat.UpdateView(ctx, table.Identifier{"vs", "missing"}, nil, []view.Update{
+		view.NewSetPropertiesUpdate(iceberg.Properties{"x": "1"}),
+	})
+	assert.ErrorIs(t, err, icecatalog.ErrNoSuchView)
+	assert.Equal(t, before, f.viewsState(t, "vs", "vs2"))
+
+	// List, a page at a time.
+	for _, name := range []string{"c", "a", "b", "d"} {
+		_, err := cat.CreateView(ctx, table.Identifier{"vs", name}, sqlVersion(t, 1, "select '"+name+"'", "vs"), viewSchema)
+		require.NoError(t, err)
+	}
+	var names []string
+	for ident, err := range cat.ListViews(cat.SetPageSize(ctx, 2), table.Identifier{"vs"}) {
+		require.NoError(t, err)
+		names = append(names, ident[len(ident)-1])
+	}
+	assert.Equal(t, []string{"a", "b", "c", "d", "v"}, names)
+	r := f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Len(t, r.json(t)["identifiers"], 3)
+	token, _ := r.json(t)["next-page-token"].(string)
+	require.NotEmpty(t, token)
+	r = f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3&pageToken="+token, nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Len(t, r.json(t)["identifiers"], 2)
+	assert.Nil(t, r.json(t)["next-page-token"])
+	tables, err := collect(cat.ListTables(ctx, table.Identifier{"vs"}))
+	require.NoError(t, err)
+	assert.Empty(t, tables, "views are not tables")
+
+	// Rename, across namespaces: the metadata stays where it is.
+	renamed, err := cat.RenameView(ctx, id, table.Identifier{"vs2", "moved"})
+	require.NoError(t, err)
+	assert.Equal(t, second, renamed.MetadataLocation())
+	_, err = cat.LoadView(ctx, id)
+	assert.ErrorIs(t, err, icecatalog.ErrNoSuchView)
+	_, err = cat.RenameView(ctx, id, table.Identifier{"vs2", "again"})
+	assert.ErrorIs(t, err, icecatalog.ErrNoSuchView)
+	_, err = cat.RenameView(ctx, table.Identifier{"vs", "a"}, table.Identifier{"vs2", "moved"})
+	assert.ErrorIs(t, err, icecatalog.ErrViewAlreadyExists)
+
+	// Drop: gone on every node; a second drop finds nothing.
+	require.NoError(t, cat.DropView(ctx, table.Identifier{"vs2", "moved"}))
+	for _, n := range nodes {
+		ok, err := viewCatalog(t, n).CheckViewExists(ctx, table.Identifier{"vs2", "moved"})
+		require.NoError(t, err)
+		assert.False(t, ok)
+	}
+	assert.ErrorIs(t, cat.DropView(ctx, table.Identifier{"vs2", "moved"}), icecatalog.ErrNoSuchView)
+}
+
+func collect(seq func(func(table.Identifier, error) bool)) ([]table.Identifier, error) {
+	var out []table.Identifier
+	for id, err := range seq {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// Each view mutation sent twice with one Idempotency-Key: one effect, the
+// same answer, the second marked as a replay.
+func testKeyedViews(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"kv"}}).status)
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"kv2"}}).status)
+	twice := func(method, path string, body any, want int) (response, response) {
+		t.Helper()
+		key := newKey(t)
+		a := f.vdo(t, method, path, body, "Idempotency-Key", key)
+		b := f.vdo(t, method, path, body, "Idempotency-Key", key)
+		require.Equal(t, want, a.status, "%s %s: %s", method, path, a.body)
+		require.Equal(t, want, b.status, "replay of %s %s: %s", method, path, b.body)
+		assert.Empty(t, a.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, "true", b.header.Get("Idempotent-Replayed"))
+		return a, b
+	}
+	versions := func(name string) int {
+		r := f.vdo(t, "GET", "/v1/namespaces/kv/views/"+name, nil)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return len(r.json(t)["metadata"].(map[string]any)["versions"].([]any))
+	}
+
+	a, b := twice("POST", "/v1/namespaces/kv/views", createViewBody("v", "select 1", "kv"), 200)
+	assert.Equal(t, a.json(t)["metadata-location"], b.json(t)["metadata-location"])
+	assert.Equal(t, a.json(t)["metadata"], b.json(t)["metadata"])
+
+	a, b = twice("POST", "/v1/namespaces/kv/views/v", addVersionBody("select 2", "kv"), 200)
+	assert.Equal(t, a.json(t)["metadata-location"], b.json(t)["metadata-location"])
+	assert.Equal(t, 2, versions("v"), "one replace, not two")
+
+	twice("POST", "/v1/views/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"kv"}, "name": "v"}, "destination": map[string]any{"namespace": []string{"kv"}, "name": "w"}}, 204)
+	r := f.vdo(t, "GET", "/v1/namespaces/kv/views/w", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata-location"].(string)
+	twice("DELETE", "/v1/namespaces/kv/views/w", nil, 204) // a replayed drop is 204, not 404
+	a, b = twice("POST", "/v1/namespaces/kv2/register-view", map[string]any{"name": "r", "metadata-location": loc}, 200)
+	assert.Equal(t, loc, a.json(t)["metadata-location"])
+	assert.Equal(t, a.json(t)["metadata"], b.json(t)["metadata"])
+
+	// A deterministic failure replays as the same failure, even when the
+	// state changes in between.
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/kv/tables", withName("t")).status)
+	a, b = twice("POST", "/v1/namespaces/kv/views", createViewBody("t", "select 1", "kv"), 409)
+	assert.Equal(t, "AlreadyExistsException", b.errorType(t))
+	key := newKey(t)
+	r = f.vdo(t, "DELETE", "/v1/namespaces/kv/views/later", nil, "Idempotency-Key", key)
+	require.Equal(t, 404, r.status)
+	assert.Equal(t, "NoSuchViewException", r.errorType(t))
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/kv/views", createViewBody("later", "select 1", "kv")).status)
+	r = f.vdo(t, "DELETE", "/v1/namespaces/kv/views/later", nil, "Idempotency-Key", key)
+	assert.Equal(t, 404, r.status)
+	assert.Equal(t, "NoSuchViewException", r.errorType(t))
+	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, 204, f.vdo(t, "HEAD", "/v1/namespaces/kv/views/later", nil).status, "the replay dropped nothing")
+
+	// A failed requirement is stored too.
+	_, b = twice("POST", "/v1/namespaces/kv/views/later", map[string]any{
+		"requirements": []any{map[string]any{"type": "assert-view-uuid", "uuid": "00000000-0000-0000-0000-000000000001"}},
+		"updates":      []any{},
+	}, 409)
+	assert.Equal(t, "CommitFailedException", b.errorType(t))
+
+	// The same key on another view is another request: 422.
+	key = newKey(t)
+	require.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/kv/views/later", nil, "Idempotency-Key", key).status)
+	r = f.doRaw(t, "DELETE", "/v1/namespaces/kv/views/other", nil, "Idempotency-Key", key)
+	assert.Equal(t, 422, r.status, "%s", r.body)
+}
+
+// A name in a namespace is a table or a view, never both: each refuses
+// the other with 409, whichever operation gives the name.
+func testViewTableNames(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"nm"}}).status)
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/nm/tables", withName("t")).status)
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/nm/views", createViewBody("v", "select 1", "nm")).status)
+	before := f.viewsState(t, "nm")
+
+	r := f.vdo(t, "POST", "/v1/namespaces/nm/views", createViewBody("t", "select 1", "nm"))
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+
+	// A table at the view's name: refused early at the view's default
+	// location, and by the state machine at any other location.
+	r = f.vdo(t, "POST", "/v1/namespaces/nm/tables", withName("v"))
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+	elsewhere := withName("v")
+	elsewhere["location"] = f.warehouse + "/elsewhere/v"
+	r = f.vdo(t, "POST", "/v1/namespaces/nm/tables", elsewhere)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+	assert.Contains(t, string(r.body), "view already exists: nm.v")
+	tr := f.vdo(t, "GET", "/v1/namespaces/nm/tables/t", nil)
+	require.Equal(t, 200, tr.status)
+	r = f.vdo(t, "POST", "/v1/namespaces/nm/register", map[string]any{
+		"name": "v", "metadata-location": tr.json(t)["metadata-location"], "overwrite": true})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+
+	// Renames onto the other kind's name.
+	r = f.vdo(t, "POST", "/v1/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"nm"}, "name": "t"}, "destination": map[string]any{"namespace": []string{"nm"}, "name": "v"}})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+	r = f.vdo(t, "POST", "/v1/views/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"nm"}, "name": "v"}, "destination": map[string]any{"namespace": []string{"nm"}, "name": "t"}})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+
+	// A view may not share a table's location either.
+	inside := createViewBody("inside", "select 1", "nm")
+	inside["location"] = tr.json(t)["metadata"].(map[string]any)["location"].(string) + "/views/inside"
+	r = f.vdo(t, "POST", "/v1/namespaces/nm/views", inside)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "the location of table nm.t")
+
+	assert.Equal(t, before, f.viewsState(t, "nm"))
+}
+
+func testNamespaceWithView(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ne"}}).status)
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/ne/views", createViewBody("v", "select 1", "ne")).status)
+	r := f.vdo(t, "DELETE", "/v1/namespaces/ne", nil)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "NamespaceNotEmptyException", r.errorType(t))
+	assert.Contains(t, string(r.body), "contains views")
+	require.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/ne/views/v", nil).status)
+	assert.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/ne", nil).status)
+}
+
+// Malformed bodies, unknown namespaces and missing views get the spec's
+// errors and change nothing.
+func testBadViewInput(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"bad"}}).status)
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/bad/views", createViewBody("v", "select 1", "bad")).status)
+	before := f.viewsState(t, "bad", "nope")
+
+	noSchema := createViewBody("x", "select 1", "bad")
+	delete(noSchema, "schema")
+	noVersion := createViewBody("x", "select 1", "bad")
+	delete(noVersion, "view-version")
+	noSQL := createViewBody("x", "select 1", "bad")
+	noSQL["view-version"].(map[string]any)["representations"] = []any{}
+	noDefaultNS := createViewBody("x", "select 1", "bad")
+	delete(noDefaultNS["view-version"].(map[string]any), "default-namespace")
+	outside := createViewBody("x", "select 1", "bad")
+	outside["location"] = "file:///somewhere/else"
+	for i, body := range []any{`{"name":`, `[]`, noSchema, noVersion, noSQL, noDefaultNS, outside, createViewBody("", "select 1", "bad")} {
+		r := f.vdo(t, "POST", "/v1/namespaces/bad/views", body)
+		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
+		assert.Equal(t, "BadRequestException", r.errorType(t))
+	}
+	for i, body := range []any{
+		`{"requirements":[]}`,
+		`{"updates":[{"action":"no-such-update"}]}`,
+		`{"requirements":[{"type":"assert-table-uuid","uuid":"00000000-0000-0000-0000-000000000001"}],"updates":[]}`,
+		`{"identifier":{"namespace":["bad"],"name":"other"},"updates":[]}`,
+		`{"updates":[{"action":"set-current-view-version","view-version-id":7}]}`,
+	} {
+		r := f.vdo(t, "POST", "/v1/namespaces/bad/views/v", body)
+		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
+		assert.Equal(t, "BadRequestException", r.errorType(t))
+	}
+	r := f.vdo(t, "POST", "/v1/views/rename", `{"source":{"namespace":["bad"],"name":"v"}}`)
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	r = f.vdo(t, "POST", "/v1/namespaces/bad/register-view", `{"name":"r"}`)
+	assert.Equal(t, 400, r.status, "%s", r.body)
+
+	notFound := []struct {
+		method, path string
+		body         any
+		typ          string
+	}{
+		{"POST", "/v1/namespaces/nope/views", createViewBody("x", "select 1", "nope"), "NoSuchNamespaceException"},
+		{"GET", "/v1/namespaces/nope/views", nil, "NoSuchNamespaceException"},
+		{"GET", "/v1/namespaces/bad/views/missing", nil, "NoSuchViewException"},
+		{"GET", "/v1/namespaces/nope/views/v", nil, "NoSuchViewException"},
+		{"POST", "/v1/namespaces/bad/views/missing", addVersionBody("select 2", "bad"), "NoSuchViewException"},
+		{"DELETE", "/v1/namespaces/bad/views/missing", nil, "NoSuchViewException"},
+		{"DELETE", "/v1/namespaces/nope/views/v", nil, "NoSuchViewException"},
+		{"POST", "/v1/views/rename", map[string]any{"source": map[string]any{"namespace": []string{"bad"}, "name": "missing"},
+			"destination": map[string]any{"namespace": []string{"bad"}, "name": "x"}}, "NoSuchViewException"},
+		{"POST", "/v1/views/rename", map[string]any{"source": map[string]any{"namespace": []string{"bad"}, "name": "v"},
+			"destination": map[string]any{"namespace": []string{"nope"}, "name": "x"}}, "NoSuchNamespaceException"},
+	}
+	for _, c := range notFound {
+		r := f.vdo(t, c.method, c.path, c.body)
+		assert.Equal(t, 404, r.status, "%s %s: %s", c.method, c.path, r.body)
+		assert.Equal(t, c.typ, r.errorType(t), "%s %s", c.method, c.path)
+	}
+	assert.Equal(t, 404, f.vdo(t, "HEAD", "/v1/namespaces/bad/views/missing", nil).status)
+	assert.Equal(t, before, f.viewsState(t, "bad", "nope"))
+}
+
+// registerView points a new view at an existing metadata file, inside a
+// location no live table or view holds.
+func testRegisterView(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"rg"}}).status)
+	r := f.vdo(t, "POST", "/v1/namespaces/rg/views", createViewBody("a", "select 1", "rg"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata-location"].(string)
+
+	// Held by the live view a: refused.
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "b", "metadata-location": loc})
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+	assert.Contains(t, string(r.body), "the location of view rg.a")
+
+	require.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/rg/views/a", nil).status)
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "b", "metadata-location": loc})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, loc, r.json(t)["metadata-location"])
+	r = f.vdo(t, "GET", "/v1/namespaces/rg/views/b", nil)
+	require.Equal(t, 200, r.status)
+	assert.Equal(t, loc, r.json(t)["metadata-location"])
+
+	r = f.vdo(t, "POST", "/v1/namespaces/nope/register-view", map[string]any{"name": "c", "metadata-location": loc})
+	assert.Equal(t, 404, r.status, "%s", r.body)
+	assert.Equal(t, "NoSuchNamespaceException", r.errorType(t))
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "c", "metadata-location": f.warehouse + "/rg/none/metadata/x.metadata.json"})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+}
+
+// Concurrent replaces of one view through every node: each loses the
+// compare-and-set to the others at most a few times, is rebuilt on the
+// newer metadata by the server, and lands.
+func testConcurrentViewReplaces(t *testing.T, nodes []*node) {
+	f := nodes[0]
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"cc"}}).status)
+	r := f.vdo(t, "POST", "/v1/namespaces/cc/views", createViewBody("v", "select 0", "cc"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	uuid := r.json(t)["metadata"].(map[string]any)["view-uuid"].(string)
+
+	const writers = 6
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := addVersionBody(fmt.Sprintf("select %d", i+1), "cc")
+			body["requirements"] = []any{map[string]any{"type": "assert-view-uuid", "uuid": uuid}}
+			r := nodes[i%len(nodes)].vdo(t, "POST", "/v1/namespaces/cc/views/v", body)
+			assert.Equal(t, 200, r.status, "%s", r.body)
+		}()
+	}
+	wg.Wait()
+	r = f.vdo(t, "GET", "/v1/namespaces/cc/views/v", nil)
+	require.Equal(t, 200, r.status)
+	meta := r.json(t)["metadata"].(map[string]any)
+	var sqls []string
+	for _, v := range meta["versions"].([]any) {
+		sqls = append(sqls, v.(map[string]any)["representations"].([]any)[0].(map[string]any)["sql"].(string))
+	}
+	slices.Sort(sqls)
+	assert.Equal(t, []string{"select 0", "select 1", "select 2", "select 3", "select 4", "select 5", "select 6"}, sqls)
+	m := viewFileRE.FindStringSubmatch(r.json(t)["metadata-location"].(string))
+	require.NotNil(t, m)
+	assert.Equal(t, fmt.Sprintf("%05d", writers), m[1])
+}

@@ -1,0 +1,478 @@
+package main
+
+// floe backup and floe restore: a backup file of the whole replicated state
+// taken through any node's operator API (GET /management/v1/backup), and a
+// new cluster seeded from one. See internal/backup.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/backup"
+	"github.com/floe-catalog/floe/internal/raftnode"
+)
+
+func init() {
+	commands["backup"] = command{summary: "write a backup of the whole replicated state, taken through any node, to a file", run: runBackupCommand}
+	commands["restore"] = command{summary: "seed a new cluster's first node from a backup file (offline)", run: runRestoreCommand}
+}
+
+// Exit codes of backup and restore.
+const (
+	backupExitOK     = 0
+	backupExitFailed = 1
+	backupExitUsage  = 2
+)
+
+// backupProgressEvery is how often floe backup reports progress on stderr.
+const backupProgressEvery = time.Second
+
+// backupSummary is what floe backup --json and floe restore --json print.
+type backupSummary struct {
+	File     string    `json:"file"`
+	DataDir  string    `json:"data-dir,omitempty"`
+	Bytes    int64     `json:"bytes"`
+	Index    uint64    `json:"index"`
+	NodeID   string    `json:"node-id"`
+	Members  []string  `json:"members"`
+	Created  time.Time `json:"created"`
+	SHA256   string    `json:"sha256"`
+	Duration float64   `json:"duration-seconds,omitempty"`
+}
+
+func summaryOf(file string, size int64, h backup.Header, sum string) backupSummary {
+	return backupSummary{File: file, Bytes: size, Index: h.Index, NodeID: h.NodeID, Members: h.Members, Created: h.Created, SHA256: sum}
+}
+
+// runBackupCommand is floe backup --to FILE.
+func runBackupCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("floe backup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		node, token, ca, to string
+		fromDataDir         string
+		asJSON              bool
+		timeout             time.Duration
+	)
+	fs.StringVar(&to, "to", "", "the backup file to write (written to FILE.tmp, synced, then renamed); required")
+	fs.StringVar(&node, "node", "", "URL of any node's HTTP API, http:// or https:// (env FLOE_NODE; default "+defaultNodeURL+")")
+	fs.StringVar(&token, "token", "", "bearer token of a principal with the admin privilege, needed with --auth=on (env FLOE_TOKEN)")
+	fs.StringVar(&ca, "ca", "", "PEM file of the CA that signs the node's HTTPS certificate (default: the system's roots)")
+	fs.StringVar(&fromDataDir, "from-data-dir", "", "back up a STOPPED node's data directory instead of asking a running cluster: "+
+		"the way out after losing quorum (the copy holds what that node had applied)")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long; 0: no limit")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: floe backup --to FILE [flags]
+
+Writes one consistent, point-in-time copy of the whole replicated state
+(catalog, purge jobs, idempotency records, authentication state) to FILE,
+taken through the node named by --node, which may be any member: the node
+waits until it has applied every write acknowledged before the request,
+then streams its state. The file carries a header (format version, the
+cluster's member IDs, the log index the copy reflects, creation time, the
+node's ID) and SHA-256 checksums; it is verified as it downloads and only
+renamed to FILE once whole and sound. Progress goes to stderr.
+
+Flags:
+`)
+		printFlags(w, fs)
+		fmt.Fprint(w, "\nExit codes: 0 written, 1 failed (FILE is left as it was), 2 usage error.\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return backupExitOK
+		}
+		fmt.Fprintf(stderr, "floe backup: %v\nRun 'floe backup --help' for usage.\n", err)
+		return backupExitUsage
+	}
+	if fs.NArg() > 0 || to == "" {
+		msg := "--to FILE is required"
+		if fs.NArg() > 0 {
+			msg = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+		}
+		fmt.Fprintf(stderr, "floe backup: %s\nRun 'floe backup --help' for usage.\n", msg)
+		return backupExitUsage
+	}
+	if node == "" {
+		node = os.Getenv("FLOE_NODE")
+	}
+	if node == "" {
+		node = defaultNodeURL
+	}
+	if token == "" {
+		token = os.Getenv("FLOE_TOKEN")
+	}
+	api, err := newAPIClient(node, token, ca)
+	if err != nil {
+		fmt.Fprintf(stderr, "floe backup: %v\nRun 'floe backup --help' for usage.\n", err)
+		return backupExitUsage
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	start := time.Now()
+	var sum backupSummary
+	if fromDataDir != "" {
+		sum, err = offlineBackup(ctx, fromDataDir, to, stderr)
+	} else {
+		sum, err = downloadBackup(ctx, api, to, stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "floe backup: %v\n", err)
+		return backupExitFailed
+	}
+	sum.Duration = time.Since(start).Seconds()
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sum)
+		return backupExitOK
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d bytes, log index %d, taken on %s at %s (members %s), sha256 %s\n",
+		sum.File, sum.Bytes, sum.Index, sum.NodeID, sum.Created.Format(time.RFC3339), strings.Join(sum.Members, ","), sum.SHA256)
+	return backupExitOK
+}
+
+// downloadBackup fetches a backup from the node into to.tmp, verifying it
+// on the way, then syncs it and renames it to to. On failure the temp file
+// is removed and to is untouched.
+func downloadBackup(ctx context.Context, api *apiClient, to string, stderr io.Writer) (backupSummary, error) {
+	resp, err := requestBackup(ctx, api)
+	if err != nil {
+		return backupSummary{}, err
+	}
+	defer resp.Body.Close()
+	return saveBackup(ctx, resp.Body, resp.ContentLength, to, stderr)
+}
+
+// saveBackup writes the backup file read from body (size bytes; -1 when
+// unknown) into to.tmp, verifying it on the way, then syncs it and renames
+// it to to. On failure the temp file is removed and to is untouched.
+func saveBackup(ctx context.Context, body io.Reader, size int64, to string, stderr io.Writer) (backupSummary, error) {
+	tmp := to + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return backupSummary{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+
+	var got atomic.Int64
+	stopProgress := reportProgress(stderr, &got, size)
+	out := bufio.NewWriterSize(f, 1<<20)
+	// Every byte read from the node goes to the file; the backup reader
+	// checks them as they pass and returns io.EOF only after the file
+	// checksum matched and the body ended.
+	br, err := backup.NewReader(io.TeeReader(body, &countingWriter{w: out, n: &got}))
+	if err == nil {
+		_, err = io.Copy(io.Discard, br)
+	}
+	stopProgress()
+	if err != nil {
+		if ctx.Err() != nil {
+			return backupSummary{}, fmt.Errorf("download stopped after %d bytes: %w", got.Load(), ctx.Err())
+		}
+		return backupSummary{}, fmt.Errorf("the download is not a sound backup after %d bytes (nothing was written to %s): %w", got.Load(), to, err)
+	}
+	if err := out.Flush(); err != nil {
+		return backupSummary{}, err
+	}
+	if err := f.Sync(); err != nil {
+		return backupSummary{}, err
+	}
+	if err := f.Close(); err != nil {
+		return backupSummary{}, err
+	}
+	if err := os.Rename(tmp, to); err != nil {
+		return backupSummary{}, err
+	}
+	ok = true
+	if err := syncParent(to); err != nil {
+		return backupSummary{}, fmt.Errorf("%s written, but syncing its directory failed: %w", to, err)
+	}
+	return summaryOf(to, got.Load(), br.Header(), br.Checksum()), nil
+}
+
+// offlineBackup writes a backup of the state machine in dataDir, a
+// stopped node's data directory: the way out when the cluster has lost its
+// quorum and no node can serve GET /management/v1/backup. The copy holds
+// what that node had applied; entries it had only logged are not in it. It
+// fails if the node is running (its state file is locked).
+func offlineBackup(ctx context.Context, dataDir, to string, stderr io.Writer) (backupSummary, error) {
+	path := filepath.Join(dataDir, "fsm.db")
+	if _, err := os.Stat(path); err != nil {
+		return backupSummary{}, fmt.Errorf("no state machine in %s: %w", dataDir, err)
+	}
+	f, err := fsm.Open(path, slog.New(slog.DiscardHandler))
+	if errors.Is(err, bolt.ErrTimeout) {
+		return backupSummary{}, fmt.Errorf("%s is locked: stop the node first, or back up through a running cluster with --node", path)
+	}
+	if err != nil {
+		return backupSummary{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	pr, pw := io.Pipe()
+	var size int64 = -1
+	sized := make(chan struct{})
+	go func() {
+		err := f.View(func(r *fsm.Reader) error {
+			h := backup.Header{Created: time.Now().UTC(), NodeID: "offline:" + dataDir, Members: []string{},
+				Index: r.AppliedIndex(), PayloadSize: r.Size()}
+			if n, err := backup.Size(h); err == nil {
+				size = n
+			}
+			close(sized)
+			bw, err := backup.NewWriter(pw, h)
+			if err != nil {
+				return err
+			}
+			if _, err := r.WriteTo(bw); err != nil {
+				return err
+			}
+			return bw.Close()
+		})
+		pw.CloseWithError(err)
+	}()
+	select {
+	case <-sized:
+	case <-ctx.Done():
+		pr.CloseWithError(ctx.Err())
+		return backupSummary{}, ctx.Err()
+	}
+	return saveBackup(ctx, pr, size, to, stderr)
+}
+
+// requestBackup sends GET /management/v1/backup and returns a 200 answer,
+// sending it again (up to cliAttempts times) while the node cannot be
+// reached or answers 503, as during a leader election.
+func requestBackup(ctx context.Context, api *apiClient) (*http.Response, error) {
+	target := api.base + "/management/v1/backup"
+	wait := cliBackoff
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("User-Agent", "floe-cli")
+		if api.token != "" {
+			req.Header.Set("Authorization", "Bearer "+api.token)
+		}
+		resp, err := api.http.Do(req)
+		var failure error
+		retry := false
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("no answer from %s: %w", target, ctx.Err())
+			}
+			failure, retry = fmt.Errorf("no answer from %s: %s", target, shortError(err)), true
+		case resp.StatusCode == http.StatusOK:
+			return resp, nil
+		default:
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			failure = errorOf(resp.StatusCode, body)
+			retry = resp.StatusCode == http.StatusServiceUnavailable
+		}
+		if !retry || attempt >= cliAttempts {
+			if attempt > 1 {
+				return nil, fmt.Errorf("%w; gave up after %d attempts", failure, attempt)
+			}
+			return nil, failure
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", failure, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, cliMaxBackoff)
+	}
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// reportProgress prints the bytes downloaded so far every
+// backupProgressEvery, and once more when the returned stop is called.
+// total is the expected size, -1 when unknown.
+func reportProgress(w io.Writer, got *atomic.Int64, total int64) (stop func()) {
+	line := func() {
+		if total > 0 {
+			fmt.Fprintf(w, "floe backup: %s of %s (%d%%)\n", humanBytes(got.Load()), humanBytes(total), got.Load()*100/total)
+			return
+		}
+		fmt.Fprintf(w, "floe backup: %s\n", humanBytes(got.Load()))
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(backupProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				line()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		line()
+	}
+}
+
+// syncParent fsyncs the directory holding path, so that a rename into it
+// survives a crash.
+func syncParent(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// runRestoreCommand is floe restore --from FILE --data-dir DIR.
+func runRestoreCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("floe restore", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		from, dataDir, nodeID, clusterAddr string
+		asJSON                             bool
+	)
+	fs.StringVar(&from, "from", "", "the backup file to restore; required")
+	fs.StringVar(&dataDir, "data-dir", "", "data directory of the new cluster's first node; it must hold no node state; required")
+	fs.StringVar(&nodeID, "node-id", "", "the --node-id that node will start with (default: --cluster-addr, as for a node)")
+	fs.StringVar(&clusterAddr, "cluster-addr", defaultClusterAddr, "the cluster address that node will advertise: its --cluster-advertise if it has one, else its --cluster-addr")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: floe restore --from FILE --data-dir DIR [--node-id ID] [--cluster-addr HOST:PORT]
+
+Seeds a NEW cluster from a backup file written by floe backup. Run it with
+no node running on DIR. It verifies the whole file first and refuses a
+file that is truncated or altered anywhere, writing nothing. It refuses a
+data directory that already holds a node's state. Then it installs the
+backup's state in DIR as the node's Raft snapshot, with a configuration of
+that node alone.
+
+Next steps:
+  1. Start the node on DIR with the --node-id and cluster address given
+     here (it refuses to start under others). It leads a cluster of one
+     holding the backup's state; the log goes on after the backup's index.
+  2. Start every other node with an EMPTY data directory and --join naming
+     the first node's cluster address. They join as voters and receive the
+     state from the leader.
+
+Flags:
+`)
+		printFlags(w, fs)
+		fmt.Fprint(w, "\nExit codes: 0 restored, 1 refused or failed (DIR is left as it was), 2 usage error.\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return backupExitOK
+		}
+		fmt.Fprintf(stderr, "floe restore: %v\nRun 'floe restore --help' for usage.\n", err)
+		return backupExitUsage
+	}
+	var problem string
+	switch {
+	case fs.NArg() > 0:
+		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	case from == "":
+		problem = "--from FILE is required"
+	case dataDir == "":
+		problem = "--data-dir DIR is required"
+	}
+	if problem == "" {
+		if _, _, err := net.SplitHostPort(clusterAddr); err != nil {
+			problem = fmt.Sprintf("--cluster-addr %q: want host:port: %v", clusterAddr, err)
+		}
+	}
+	if problem != "" {
+		fmt.Fprintf(stderr, "floe restore: %s\nRun 'floe restore --help' for usage.\n", problem)
+		return backupExitUsage
+	}
+	if nodeID == "" {
+		nodeID = clusterAddr
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "floe restore: --data-dir %q: %v\n", dataDir, err)
+		return backupExitUsage
+	}
+	dataDir = abs
+
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h, sum, err := backup.Restore(from, backup.RestoreConfig{DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, Logger: logger})
+	if err != nil {
+		switch {
+		case errors.Is(err, raftnode.ErrHasState):
+			fmt.Fprintf(stderr, "floe restore: refusing to restore into %s: %v\nRestore into a new, empty data directory.\n", dataDir, err)
+		case errors.Is(err, backup.ErrNotBackup), errors.Is(err, backup.ErrVersion),
+			errors.Is(err, backup.ErrTruncated), errors.Is(err, backup.ErrCorrupt):
+			fmt.Fprintf(stderr, "floe restore: %s is not a usable backup, nothing was written: %v\n", from, err)
+		default:
+			fmt.Fprintf(stderr, "floe restore: %v\n", err)
+		}
+		return backupExitFailed
+	}
+	st, err := os.Stat(from)
+	var size int64
+	if err == nil {
+		size = st.Size()
+	}
+	if asJSON {
+		s := summaryOf(from, size, h, sum)
+		s.DataDir = dataDir
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s)
+		return backupExitOK
+	}
+	fmt.Fprintf(stdout, `restored %s into %s: log index %d, taken on %s at %s (members %s)
+Next: start the node on %s with --node-id %s and cluster address %s;
+then start each other node with an empty data directory and --join %s.
+`, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), strings.Join(h.Members, ","),
+		dataDir, nodeID, clusterAddr, clusterAddr)
+	return backupExitOK
+}

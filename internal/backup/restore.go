@@ -1,0 +1,71 @@
+package backup
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/floe-catalog/floe/internal/raftnode"
+)
+
+// RestoreConfig says where a backup is restored and for which node.
+type RestoreConfig struct {
+	// DataDir is the data directory of the node that will start the new
+	// cluster. It must hold no node state (raftnode.CheckNoState); it may
+	// not exist yet.
+	DataDir string
+	// NodeID and Address are the Raft server ID and cluster address that
+	// node will start with; it refuses to start under others.
+	NodeID  string
+	Address string
+	// Logger receives the snapshot store's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Restore seeds a new cluster from the backup file at path: it prepares
+// cfg.DataDir so that a node started on it with cfg.NodeID and cfg.Address
+// is a one-node cluster holding the backup's state, at the backup's log
+// index (raftnode.Seed); further nodes join it with empty data directories.
+//
+// Nothing is written before the whole file has been verified: a data
+// directory with state is refused (raftnode.ErrHasState), and a file that is
+// not a backup, of another format version, truncated or altered anywhere is
+// refused with the Reader's errors (ErrNotBackup, ErrVersion, ErrTruncated,
+// ErrCorrupt). The file is then read a second time, checked again, while the
+// state is written; a failure then (the file changed in between, a disk
+// error) removes what was written. It returns the header of the restored
+// backup and its file checksum.
+func Restore(path string, cfg RestoreConfig) (Header, string, error) {
+	if err := raftnode.CheckNoState(cfg.DataDir); err != nil {
+		return Header{}, "", err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, "", fmt.Errorf("backup: %w", err)
+	}
+	defer f.Close()
+	if _, _, err := Verify(bufio.NewReaderSize(f, 1<<20)); err != nil {
+		return Header{}, "", err
+	}
+
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return Header{}, "", fmt.Errorf("backup: %w", err)
+	}
+	br, err := NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return Header{}, "", fmt.Errorf("backup: the file changed after it was verified: %w", err)
+	}
+	h := br.Header()
+	// A snapshot index must be at least 1; a state that reflects no entry
+	// at all is the same state at index 1.
+	index := max(h.Index, 1)
+	err = raftnode.Seed(raftnode.SeedConfig{
+		DataDir: cfg.DataDir, NodeID: cfg.NodeID, Address: cfg.Address, Index: index, Logger: cfg.Logger,
+	}, br)
+	if err != nil {
+		return h, "", err
+	}
+	return h, br.Checksum(), nil
+}

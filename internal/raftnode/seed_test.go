@@ -1,0 +1,127 @@
+package raftnode
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// copyState returns a consistent copy of n's state machine, taken after a
+// linearizable read barrier, and the applied index it reflects.
+func copyState(t *testing.T, n *Node) ([]byte, uint64) {
+	t.Helper()
+	var buf bytes.Buffer
+	var index uint64
+	require.NoError(t, n.Read(ctxTimeout(t, 10*time.Second), func(r *fsm.Reader) error {
+		index = r.AppliedIndex()
+		size, err := r.WriteTo(&buf)
+		if err == nil && size != r.Size() {
+			err = fmt.Errorf("wrote %d bytes, Size says %d", size, r.Size())
+		}
+		return err
+	}))
+	return buf.Bytes(), index
+}
+
+// TestSeededNodeStartsClusterWithState seeds a data directory from a copy
+// of a running cluster's state: a node started on it under another ID is
+// refused, under the seeded ID it leads a cluster of one with the state,
+// takes writes, lets a new node join, and restarts normally.
+func TestSeededNodeStartsClusterWithState(t *testing.T) {
+	srcCfg := testConfig(t, t.TempDir(), freeAddr(t))
+	srcCfg.Bootstrap = true
+	src := mustOpen(t, srcCfg)
+	waitLeaderOf(t, src)
+	for i := range 5 {
+		require.NoError(t, mustPropose(t, src, createNS(fmt.Sprintf("old%d", i))).Err())
+	}
+	state, index := copyState(t, src)
+	require.NoError(t, src.Shutdown())
+
+	dir := filepath.Join(t.TempDir(), "seeded")
+	addr := freeAddr(t)
+	require.NoError(t, Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index, Logger: testLogger(t)}, bytes.NewReader(state)))
+	err := Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index}, bytes.NewReader(state))
+	assert.ErrorIs(t, err, ErrHasState, "a second seed")
+
+	// Another ID: refused.
+	cfg := testConfig(t, dir, addr)
+	cfg.NodeID = "r2"
+	_, err = Open(cfg)
+	require.ErrorIs(t, err, ErrSeedMismatch)
+
+	cfg.NodeID = "r1"
+	cfg.Bootstrap = true // ignored: the node has state
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	require.Eventually(t, func() bool { return n.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+	_, err = os.Stat(filepath.Join(dir, seedFile))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "seed record left after the first start")
+	ids, err := n.MemberIDs()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"r1"}, ids)
+	for i := range 5 {
+		assert.True(t, hasNamespace(t, linearRead(t, n), fmt.Sprintf("old%d", i)))
+	}
+	require.NoError(t, mustPropose(t, n, createNS("new")).Err())
+	assert.Greater(t, n.FSM().AppliedIndex(), index, "the new log goes on after the seeded index")
+
+	// A new node joins with an empty data directory and gets everything.
+	jcfg := testConfig(t, t.TempDir(), freeAddr(t))
+	jcfg.NodeID = "r2"
+	jcfg.Join = []string{addr}
+	joiner := mustOpen(t, jcfg)
+	require.Eventually(t, func() bool { return joiner.Ready() == nil }, 20*time.Second, 20*time.Millisecond)
+	assert.True(t, hasNamespace(t, linearRead(t, joiner), "old0"))
+	assert.True(t, hasNamespace(t, linearRead(t, joiner), "new"))
+
+	// Both restart with their state.
+	require.NoError(t, joiner.Shutdown())
+	require.NoError(t, n.Shutdown())
+	n = mustOpen(t, cfg)
+	joiner = mustOpen(t, jcfg)
+	waitOneLeader(t, []*Node{n, joiner})
+	assert.True(t, hasNamespace(t, linearRead(t, joiner), "old4"))
+	require.NoError(t, mustPropose(t, joiner, createNS("after-restart")).Err())
+}
+
+// failingReader yields some bytes, then an error, as a backup reader does
+// when the file turns out corrupt at its end.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n <= 0 {
+		return 0, errors.New("checksum mismatch")
+	}
+	k := min(len(p), r.n)
+	r.n -= k
+	return k, nil
+}
+
+func TestSeedFailureLeavesDirectoryAsItWas(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "data")
+	err := Seed(SeedConfig{DataDir: missing, NodeID: "a", Address: "127.0.0.1:1", Index: 3, Logger: testLogger(t)}, &failingReader{n: 10000})
+	require.ErrorContains(t, err, "checksum mismatch")
+	_, err = os.Stat(missing)
+	assert.True(t, errors.Is(err, fs.ErrNotExist))
+
+	existing := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(existing, "warehouse"), 0o755))
+	err = Seed(SeedConfig{DataDir: existing, NodeID: "a", Address: "127.0.0.1:1", Index: 3, Logger: testLogger(t)}, &failingReader{n: 10000})
+	require.Error(t, err)
+	entries, err := os.ReadDir(existing)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "warehouse", entries[0].Name())
+	assert.NoError(t, CheckNoState(existing))
+}
