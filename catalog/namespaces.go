@@ -237,7 +237,7 @@ func (s *Server) dropNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.apply(r.Context(), fsm.DropNamespace{Namespace: levels})
+	_, err = s.apply(r.Context(), fsm.DropNamespace{Namespace: levels, AtMs: s.cfg.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}

@@ -141,6 +141,9 @@ type CreateNamespace struct {
 // namespaces).
 type DropNamespace struct {
 	Namespace []string `json:"namespace"`
+	// AtMs is when the proposer dropped it, for the change feed; 0 in
+	// entries written before it was stamped.
+	AtMs int64 `json:"at-ms,omitempty"`
 }
 
 // UpdateNamespace sets and removes namespace properties. A key both set and

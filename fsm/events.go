@@ -54,8 +54,9 @@ const (
 // Event is one committed change. Index is the log index of the entry that
 // made it and Seq its position among that entry's events (a multi-table
 // commit, a purging drop); (Index, Seq) is unique and increasing. AtMs is
-// the time the proposer stamped into the command (absent for commands that
-// carry none: DropNamespace). Fields that do not apply to Type are empty.
+// the time the proposer stamped into the command (absent in DropNamespace
+// entries written before it carried one). Fields that do not apply to Type
+// are empty.
 type Event struct {
 	Index uint64    `json:"index"`
 	Seq   uint32    `json:"seq"`
@@ -157,7 +158,8 @@ func namespaceUpdated(_ *txn, c Command, res Result) []Event {
 }
 
 func namespaceDropped(_ *txn, c Command, _ Result) []Event {
-	return []Event{{Type: EventNamespaceDropped, Namespace: c.(DropNamespace).Namespace}}
+	d := c.(DropNamespace)
+	return []Event{{Type: EventNamespaceDropped, Namespace: d.Namespace, AtMs: d.AtMs}}
 }
 
 // tablesCommitted reports each change of a CommitTables, as written.
