@@ -439,7 +439,7 @@ func (t *txn) checkOwnership(claims []TableChange) (Result, bool) {
 		if ch.locKey() == "" {
 			continue
 		}
-		owner, taken := locationOwner(t.tx, ch.locKey(), isTable(ch.Ident))
+		owner, taken := locationOwner(t.tx, ch.locKey(), otherTables(ch.Ident))
 		if taken {
 			return locationTaken(ch.Location, owner), true
 		}

@@ -149,6 +149,23 @@ func isView(id Ident) func(locHolder) bool {
 	return func(h locHolder) bool { return h.view != nil && string(tableKey(h.view.Ident())) == self }
 }
 
+// otherTables matches every holder but the other live tables: what a
+// table's location may not overlap. A table and a view may share a
+// location (Iceberg's reference catalog allows it, and clients' own
+// suites do it): a view keeps only its metadata files there, and a purge
+// never deletes a live view's metadata (Reader.LocationOwner).
+func otherTables(id Ident) func(locHolder) bool {
+	self := isTable(id)
+	return func(h locHolder) bool { return h.view != nil || self(h) }
+}
+
+// otherViews matches every holder but the other live views: what a view's
+// location may not overlap.
+func otherViews(id Ident) func(locHolder) bool {
+	self := isView(id)
+	return func(h locHolder) bool { return h.table != nil || self(h) }
+}
+
 // locationOwner returns a live table or view, other than those skip
 // matches (nil: none), whose location overlaps the location key n.
 func locationOwner(tx *bolt.Tx, n string, skip func(locHolder) bool) (locHolder, bool) {
@@ -252,13 +269,21 @@ func buildLocationIndex(tx *bolt.Tx) error {
 
 // --- reads ---
 
-// LocationOwner returns a live table or view whose location is equal to,
-// inside or contains uri, if any; a view is returned as a Table value with
-// its identifier, UUID and locations. The purge worker asks it before each
-// delete batch: a file inside a live table's or view's location is never
-// deleted.
+// LocationOwner returns a live table whose location is equal to, inside or
+// contains uri, or a live view whose current metadata file is uri, if any;
+// a view is returned as a Table value with its identifier, UUID and
+// locations. The purge worker asks it before each delete batch: a file
+// inside a live table's location, or a live view's metadata file, is never
+// deleted. (A view may share a table's location, so the rest of a view's
+// location belongs to whichever table lies there.)
 func (r *Reader) LocationOwner(uri string) (Table, bool) {
-	h, ok := locationOwner(r.tx, LocationKey(uri), nil)
+	key := LocationKey(uri)
+	if h, ok := locationOwner(r.tx, key, func(h locHolder) bool { return h.view != nil }); ok {
+		return h.asTable(), true
+	}
+	h, ok := locationOwner(r.tx, key, func(h locHolder) bool {
+		return h.table != nil || LocationKey(h.view.MetadataLocation) != key
+	})
 	if !ok {
 		return Table{}, false
 	}
@@ -286,7 +311,7 @@ func (r *Reader) CheckClaim(id Ident, loc string) error {
 	if j, ok := r.PurgeLocationTombstone(loc); ok {
 		return beingPurgedLocation(loc, j).Err()
 	}
-	if owner, ok := locationOwner(r.tx, LocationKey(loc), isTable(id)); ok {
+	if owner, ok := locationOwner(r.tx, LocationKey(loc), otherTables(id)); ok {
 		return locationTaken(loc, owner).Err()
 	}
 	return nil

@@ -219,7 +219,7 @@ func (t *txn) checkViewClaim(id Ident, loc, key string) (Result, bool) {
 	if key == "" {
 		return Result{}, false
 	}
-	if h, taken := locationOwner(t.tx, key, isView(id)); taken {
+	if h, taken := locationOwner(t.tx, key, otherViews(id)); taken {
 		return locationTaken(loc, h), true
 	}
 	return Result{}, false
@@ -356,7 +356,7 @@ func (r *Reader) CheckViewClaim(id Ident, loc string) error {
 	if j, ok := r.PurgeLocationTombstone(loc); ok {
 		return beingPurgedLocation(loc, j).Err()
 	}
-	if h, ok := locationOwner(r.tx, LocationKey(loc), isView(id)); ok {
+	if h, ok := locationOwner(r.tx, LocationKey(loc), otherViews(id)); ok {
 		return locationTaken(loc, h).Err()
 	}
 	return nil

@@ -92,7 +92,7 @@ func TestRenameView(t *testing.T) {
 		v, ok := r.View(to)
 		require.True(t, ok)
 		assert.Equal(t, "s3://b/w/v", v.Location, "a rename keeps the location")
-		owner, found := r.LocationOwner("s3://b/w/v/metadata/x.json")
+		owner, found := r.LocationOwner(v.MetadataLocation)
 		require.True(t, found)
 		assert.Equal(t, to, owner.Ident(), "the location index follows the rename")
 		return nil
@@ -148,44 +148,51 @@ func TestViewLocationOwnership(t *testing.T) {
 	require.NoError(t, o.create("t", "s3://b/w/t").Err())
 	require.NoError(t, o.apply(createView("v", "s3://b/w/v")).Err())
 
-	// A view's location may not be equal to, inside or around a live
-	// table's or view's, and the other way round.
-	for _, loc := range []string{"s3://b/w/t", "s3://b/w/t/sub", "s3://b/w", "s3://b/w/v", "s3a://b/w/v/sub/"} {
+	// A view's location may not be equal to, inside or around another
+	// live view's.
+	for _, loc := range []string{"s3://b/w/v", "s3://b/w", "s3a://b/w/v/sub/"} {
 		res := o.apply(createView("x", loc))
 		assert.ErrorIs(t, res.Err(), ErrLocationInUse, loc)
+		assert.Contains(t, res.Message, "the location of view a.v", loc)
 	}
-	res := o.create("x", "s3://b/w/v/inner")
-	assert.ErrorIs(t, res.Err(), ErrLocationInUse)
-	assert.Contains(t, res.Message, "the location of view a.v")
 	// s3://b/w/v/ never prefixes s3://b/w/v2/.
 	require.NoError(t, o.apply(createView("v2", "s3://b/w/v2")).Err())
+	// A view and a table may share a location, either way round, as
+	// Iceberg's reference catalog allows.
+	require.NoError(t, o.apply(createView("beside", "s3://b/w/t")).Err())
+	require.NoError(t, o.create("under", "s3://b/w/v2/under").Err())
 
-	// Moving a view onto a table's location is refused; moving it
+	// Moving a view onto another view's location is refused; moving it
 	// elsewhere frees the old location.
 	move := ReplaceView{Ident: viewIdent("v"), ExpectedMetadataLocation: "s3://b/w/v/metadata/00000-a.metadata.json",
 		ExpectedUUID: "v-v", MetadataLocation: "s3://b/w/moved/metadata/00001-b.metadata.json", AtMs: 2}
-	move.Location, move.LocationKey = "s3://b/w/t/v", LocationKey("s3://b/w/t/v")
+	move.Location, move.LocationKey = "s3://b/w/v2/v", LocationKey("s3://b/w/v2/v")
 	assert.ErrorIs(t, o.apply(move).Err(), ErrLocationInUse)
 	move.Location, move.LocationKey = "s3://b/w/moved", LocationKey("s3://b/w/moved")
 	require.NoError(t, o.apply(move).Err())
-	require.NoError(t, o.create("x", "s3://b/w/v").Err(), "the view's old location is free")
+	require.NoError(t, o.apply(createView("x", "s3://b/w/v")).Err(), "the view's old location is free")
 
 	require.NoError(t, o.f.View(func(r *Reader) error {
 		owner, found := r.LocationOwner("s3://b/w/moved/metadata/00001-b.metadata.json")
-		require.True(t, found, "the purge worker never deletes a file inside a view's location")
+		require.True(t, found, "the purge worker never deletes a live view's metadata file")
 		assert.Equal(t, viewIdent("v"), owner.Ident())
 		assert.Equal(t, "s3://b/w/moved", owner.Location)
+		_, found = r.LocationOwner("s3://b/w/moved/data/f.parquet")
+		assert.False(t, found, "the rest of a view's location is no view's")
+		owner, found = r.LocationOwner("s3://b/w/t/data/f.parquet")
+		require.True(t, found)
+		assert.Equal(t, viewIdent("t"), owner.Ident(), "a table owns its location even with a view beside it")
 		assert.Error(t, r.CheckViewClaim(viewIdent("y"), "s3://b/w/moved/y"))
 		assert.NoError(t, r.CheckViewClaim(viewIdent("v"), "s3://b/w/moved"), "a view never conflicts with itself")
-		assert.Error(t, r.CheckClaim(viewIdent("v"), "s3://b/w/moved"), "a table at the view's name does not own the view's location")
+		assert.NoError(t, r.CheckClaim(viewIdent("z"), "s3://b/w/moved"), "a table may lie at a view's location")
 		conflicts, _ := r.LocationConflicts(0)
 		assert.Empty(t, conflicts)
 		return nil
 	}))
 
-	// Dropping a view frees its location.
+	// Dropping a view frees its location for views.
 	require.NoError(t, o.apply(DropView{Ident: viewIdent("v")}).Err())
-	require.NoError(t, o.create("y", "s3://b/w/moved").Err())
+	require.NoError(t, o.apply(createView("y", "s3://b/w/moved")).Err())
 }
 
 // A view may not claim a location a purge job still holds; a purged
@@ -292,9 +299,10 @@ func TestIndexRebuildKeepsViews(t *testing.T) {
 
 	f2 := mustOpen(t, path)
 	require.NoError(t, f2.View(func(r *Reader) error {
-		owner, found := r.LocationOwner("s3://b/w/v/x")
+		owner, found := r.LocationOwner("s3://b/w/v/metadata/00000-a.metadata.json")
 		require.True(t, found)
 		assert.Equal(t, viewIdent("v"), owner.Ident())
+		assert.Error(t, r.CheckViewClaim(viewIdent("w"), "s3://b/w/v/inner"), "the rebuilt index still holds the view")
 		return nil
 	}))
 }
