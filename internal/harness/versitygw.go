@@ -85,6 +85,10 @@ type VersitygwConfig struct {
 	Name string
 	// Tool names the starter in the log's marker line (see Process.Start).
 	Tool string
+	// AccessKeyID, SecretAccessKey and Bucket fix the root account and the
+	// bucket, for clients whose settings are fixed (a third-party test
+	// suite); each "" means random.
+	AccessKeyID, SecretAccessKey, Bucket string
 }
 
 // Versitygw is a running versitygw server (posix backend) on a free
@@ -127,6 +131,15 @@ func StartVersitygw(ctx context.Context, cfg VersitygwConfig) (*Versitygw, error
 		Bucket:          cfg.Name + "-" + randHex(6),
 		Root:            cfg.Root,
 		LogFile:         filepath.Join(cfg.Dir, "versitygw.log"),
+	}
+	if cfg.AccessKeyID != "" {
+		s.AccessKeyID = cfg.AccessKeyID
+	}
+	if cfg.SecretAccessKey != "" {
+		s.SecretAccessKey = cfg.SecretAccessKey
+	}
+	if cfg.Bucket != "" {
+		s.Bucket = cfg.Bucket
 	}
 	if s.Root == "" {
 		s.Root = filepath.Join(cfg.Dir, "root")
