@@ -271,8 +271,11 @@ func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
 		_, err := v.Verify(ctx, forged)
 		wantErr(t, err, ErrInvalidToken)
 	}
-	if _, jwks := ti.counts(); jwks-jwksBefore != 1 {
-		t.Fatalf("20 forged kids within 100ms fetched the JWKS %d times, want 1", jwks-jwksBefore)
+	// At most one fetch: go-oidc may even answer the first forged kid from
+	// the fetch the valid token started, when that one has not yet let go
+	// of its in-flight slot (a loaded machine), so zero is fine too.
+	if _, jwks := ti.counts(); jwks-jwksBefore > 1 {
+		t.Fatalf("20 forged kids within 100ms fetched the JWKS %d times, want at most 1", jwks-jwksBefore)
 	}
 	// The known key keeps working meanwhile.
 	if _, err := v.Verify(ctx, valid); err != nil {
