@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -80,7 +82,40 @@ func TestEveryOperationOfTheSpecIsServedOrRefused(t *testing.T) {
 	for _, ep := range cfg.Endpoints {
 		assert.True(t, specOps[ep], "advertised endpoint %q is not an operation of the spec", ep)
 	}
+
+	// README's "Spec coverage" table lists every operation, served or not,
+	// as the router does.
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	rows := map[string]string{} // "METHOD path" → served column
+	for _, line := range strings.Split(string(readme), "\n") {
+		m := readmeRow.FindStringSubmatch(line)
+		if m != nil {
+			rows[m[2]] = m[3]
+		}
+	}
+	for _, op := range v.SpecOperations() {
+		ep := op.Method + " " + op.Path
+		served, listed := rows[ep]
+		if !assert.True(t, listed, "README's spec coverage table lacks %s (%s)", op.ID, ep) {
+			continue
+		}
+		switch {
+		case op.ID == "getToken":
+			assert.Equal(t, "with `--auth=on`", served, ep)
+		case alwaysServed[op.ID] || slices.Contains(cfg.Endpoints, ep):
+			assert.Equal(t, "yes", served, "README says %s is not served, but it is", ep)
+		default:
+			assert.Equal(t, "no", served, "README says %s is served, but it is not", ep)
+		}
+		delete(rows, ep)
+	}
+	assert.Empty(t, rows, "README lists operations the spec does not have")
 }
+
+// readmeRow matches a row of README's spec coverage table:
+// | `operationId` | `METHOD path` | served |.
+var readmeRow = regexp.MustCompile("^\\| `([A-Za-z]+)` \\| `([A-Z]+ [^`]+)` \\| (.+?) \\|$")
 
 // checkExercised reports the advertised operations no test of the package
 // sent and validated. It runs only after a full run of the package's tests
