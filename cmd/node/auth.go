@@ -17,6 +17,7 @@ import (
 	"github.com/floe-catalog/floe/internal/admin"
 	"github.com/floe-catalog/floe/internal/auth"
 	"github.com/floe-catalog/floe/internal/raftnode"
+	"github.com/floe-catalog/floe/internal/ui"
 )
 
 // Authentication modes (--auth).
@@ -118,13 +119,14 @@ func (s *security) principal(r *http.Request) string {
 }
 
 // openPaths are answered without a token: the handshake clients make
-// before they have one, the token endpoint, and the probes and metrics.
+// before they have one, the token endpoint, the probes and metrics, and
+// the status page's login form.
 func openPath(r *http.Request) bool {
 	switch r.URL.Path {
 	case "/v1/config", "/v1/oauth/tokens", "/healthz", "/readyz", "/metrics":
 		return true
 	}
-	return false
+	return ui.IsOpenPath(r.URL.Path)
 }
 
 // requestIDHeader names a request in the audit log and in answers.
@@ -152,8 +154,11 @@ func validRequestID(id string) bool {
 
 // wrap puts security in front of h: a request id on every request; with
 // auth on, a principal on every request but the open ones (401 otherwise),
-// and the admin privilege on the operator API (403 otherwise). Refusals and
-// operator API mutations go to the audit log; the catalog audits its own.
+// and the admin privilege on the operator API (403 otherwise). The status
+// page (/ui) also takes the token from its session cookie, checked like the
+// header, and sends a browser without a valid one to its login form.
+// Refusals, operator API mutations and status page actions go to the audit
+// log; the catalog audits its own.
 func (s *security) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(requestIDHeader)
@@ -165,11 +170,20 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		w.Header().Set(requestIDHeader, id)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 		management := strings.HasPrefix(r.URL.Path, "/management/")
+		statusPage := ui.IsPath(r.URL.Path)
 		if s.on && !openPath(r) {
+			fromCookie := false
+			if statusPage {
+				r, fromCookie = ui.WithSessionToken(r)
+			}
 			p, err := s.authn.Authenticate(r)
 			if err != nil {
 				rec := &statusWriter{ResponseWriter: w}
-				auth.DefaultOnFail(rec, r, err)
+				if statusPage {
+					ui.Unauthenticated(rec, r, fromCookie)
+				} else {
+					auth.DefaultOnFail(rec, r, err)
+				}
 				s.record(r, opOf(r), "", rec.status)
 				return
 			}
@@ -187,9 +201,10 @@ func (s *security) wrap(h http.Handler) http.Handler {
 				}
 			}
 		}
-		// Operator API mutations, and backups (a copy of every secret
-		// hash and signing key), are audited.
-		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") {
+		// Operator API mutations, backups (a copy of every secret hash
+		// and signing key) and status page actions are audited.
+		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") ||
+			statusPage && r.Method == http.MethodPost {
 			rec := &statusWriter{ResponseWriter: w}
 			h.ServeHTTP(rec, r)
 			s.record(r, opOf(r), "", rec.status)
@@ -197,6 +212,21 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// verifyToken checks a token exactly as wrap checks a bearer token, for
+// the status page's login form, and names its principal.
+func (s *security) verifyToken(ctx context.Context, token string) (string, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, "/ui/login", nil)
+	if err != nil {
+		return "", err
+	}
+	r.Header.Set("Authorization", "Bearer "+token)
+	p, err := s.authn.Authenticate(r)
+	if err != nil {
+		return "", err
+	}
+	return p.Name, nil
 }
 
 // opOf names an operator API or refused request for the audit log.

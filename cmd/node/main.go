@@ -28,6 +28,7 @@ import (
 	"github.com/floe-catalog/floe/internal/httpserve"
 	"github.com/floe-catalog/floe/internal/raftnode"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/ui"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -166,10 +167,24 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 
 	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger, Principal: sec.principal})
-	handler := routes(catalogHandler, managementRoutes(management.Handler(), management.PurgeJobs(node),
+	purgeJobs := management.PurgeJobs(node)
+	// The status page under /ui: its Retry and Release go through the
+	// operator API's purge-jobs handler.
+	uiCfg := ui.Config{
+		Warehouse: cfg.Warehouse, Prefix: cfg.Prefix, Store: node, Cluster: node, Objects: objects,
+		PurgeJobs: purgeJobs, Logger: logger, Registerer: reg,
+	}
+	if sec.on {
+		uiCfg.Authorizer, uiCfg.VerifyToken = authorizer{sec}, sec.verifyToken
+	}
+	statusPage, err := ui.New(uiCfg)
+	if err != nil {
+		return err
+	}
+	handler := withStatusPage(statusPage.Handler(), routes(catalogHandler, managementRoutes(management.Handler(), purgeJobs,
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
 		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: ctx.Done()}),
-		management.Backup(node, reg)), sec.tokens, node, reg)
+		management.Backup(node, reg)), sec.tokens, node, reg))
 	srv, err := httpserve.New(collapseLeadingSlashes(sec.wrap(handler)), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
 		KeyFile:           cfg.HTTPTLSKey,
@@ -250,6 +265,16 @@ func managementRoutes(cluster, purgeJobs, authAPI, events, backupAPI http.Handle
 	mux.Handle("/management/v1/purge-jobs", purgeJobs)
 	mux.Handle("/management/v1/purge-jobs/", purgeJobs)
 	mux.Handle("/management/v1/locations/", purgeJobs)
+	return mux
+}
+
+// withStatusPage serves the status page at /ui and below it, and every
+// other path with rest.
+func withStatusPage(statusPage, rest http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/ui", statusPage)
+	mux.Handle("/ui/", statusPage)
+	mux.Handle("/", rest)
 	return mux
 }
 

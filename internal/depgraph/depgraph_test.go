@@ -35,6 +35,7 @@ var layers = map[string][]string{
 	"internal/vending":            {"internal/location"},
 	"internal/vending/ststest":    nil,
 	"internal/httpserve":          nil,
+	"internal/ui":                 {"fsm", "idempotency", "internal/raftnode", "purge"},
 }
 
 // testOnly are packages no non-test code may import.

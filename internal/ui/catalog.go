@@ -1,0 +1,469 @@
+package ui
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/view"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// link is a name and where it leads.
+type link struct {
+	Name string
+	Href string
+}
+
+// kv is one property.
+type kv struct {
+	Key   string
+	Value string
+}
+
+func sortedProps(m map[string]string) []kv {
+	out := make([]kv, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, kv{k, m[k]})
+	}
+	return out
+}
+
+// crumbs links every ancestor of a namespace, and the namespace itself.
+func crumbs(levels []string) []link {
+	out := make([]link, len(levels))
+	for i := range levels {
+		out[i] = link{Name: levels[i], Href: namespaceHref(levels[:i+1])}
+	}
+	return out
+}
+
+// catalogPage is the warehouse and its top-level namespaces, those the
+// principal may see.
+type catalogPage struct {
+	Warehouse  string
+	Prefix     string
+	Namespaces []link
+	Pager      pager
+}
+
+func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
+	page, after := pageOf(r, "ns")
+	p := catalogPage{Warehouse: s.cfg.Warehouse, Prefix: s.cfg.Prefix}
+	var (
+		list []fsm.Namespace
+		more bool
+	)
+	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
+		list, more = rd.Namespaces(nil, after, s.cfg.PageSize)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Only what the principal may see, as listNamespaces does: a page may
+	// come out short.
+	for _, ns := range list {
+		ok, err := s.visible(r, ns.Levels)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.Namespaces = append(p.Namespaces, link{Name: nsName(ns.Levels), Href: namespaceHref(ns.Levels)})
+		}
+	}
+	next := ""
+	if more && len(list) > 0 {
+		next = lastLevel(list[len(list)-1].Levels)
+	}
+	p.Pager = cursorPager("/ui/catalog", nil, "ns", page, next)
+	s.renderWith(w, r, http.StatusOK, "catalog", layout{Title: "Catalog", Stale: stale, Content: &p}, "catalog")
+	return nil
+}
+
+func lastLevel(levels []string) string { return levels[len(levels)-1] }
+
+// namespacePage is one namespace: its properties, child namespaces, tables
+// and views, each listing paginated on its own.
+type namespacePage struct {
+	Name       string
+	Crumbs     []link
+	Properties []kv
+	CreatedMs  int64
+	UpdatedMs  int64
+	Children   []link
+	ChildPager pager
+	// CanRead: the principal may read the namespace, so its properties,
+	// tables and views are shown.
+	CanRead    bool
+	Tables     []link
+	TablePager pager
+	Views      []link
+	ViewPager  pager
+}
+
+func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
+	levels, err := nsParam(r)
+	if err != nil {
+		return err
+	}
+	missing := notFound("Namespace %s does not exist.", nsName(levels))
+	seen, err := s.visible(r, levels)
+	if err != nil {
+		return err
+	}
+	if !seen {
+		return missing
+	}
+	canRead, err := s.allowed(r, privRead, levels)
+	if err != nil {
+		return err
+	}
+	p := namespacePage{Name: nsName(levels), Crumbs: crumbs(levels), CanRead: canRead}
+	childPage, childAfter := pageOf(r, "ns")
+	tablePage, tableAfter := pageOf(r, "tables")
+	viewPage, viewAfter := pageOf(r, "views")
+	var (
+		ns                                fsm.Namespace
+		exists, moreNS, moreTab, moreView bool
+		children                          []fsm.Namespace
+		tables                            []fsm.Table
+		views                             []fsm.View
+	)
+	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
+		ns, exists = rd.Namespace(levels)
+		children, moreNS = rd.Namespaces(levels, childAfter, s.cfg.PageSize)
+		tables, moreTab, views, moreView = nil, false, nil, false
+		if canRead {
+			tables, moreTab = rd.Tables(levels, tableAfter, s.cfg.PageSize)
+			views, moreView = rd.Views(levels, viewAfter, s.cfg.PageSize)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return missing
+	}
+	if canRead {
+		p.Properties, p.CreatedMs, p.UpdatedMs = sortedProps(ns.Properties), ns.CreatedMs, ns.UpdatedMs
+	}
+	for _, c := range children {
+		ok, err := s.visible(r, c.Levels)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: namespaceHref(c.Levels)})
+		}
+	}
+	for _, t := range tables {
+		p.Tables = append(p.Tables, link{Name: t.Name, Href: tableHref(levels, t.Name)})
+	}
+	for _, v := range views {
+		p.Views = append(p.Views, link{Name: v.Name, Href: viewHref(levels, v.Name)})
+	}
+	fixed := url.Values{"ns": {nsName(levels)}}
+	nextOf := func(more bool, last func() string) string {
+		if !more {
+			return ""
+		}
+		return last()
+	}
+	p.ChildPager = cursorPager("/ui/namespace", fixed, "ns", childPage,
+		nextOf(moreNS && len(children) > 0, func() string { return lastLevel(children[len(children)-1].Levels) }))
+	p.TablePager = cursorPager("/ui/namespace", fixed, "tables", tablePage,
+		nextOf(moreTab && len(tables) > 0, func() string { return tables[len(tables)-1].Name }))
+	p.ViewPager = cursorPager("/ui/namespace", fixed, "views", viewPage,
+		nextOf(moreView && len(views) > 0, func() string { return views[len(views)-1].Name }))
+	s.renderWith(w, r, http.StatusOK, "namespace", layout{Title: "Namespace " + p.Name, Stale: stale, Content: &p}, "catalog")
+	return nil
+}
+
+// field is one column of a schema.
+type field struct {
+	ID       int
+	Name     string
+	Type     string
+	Required bool
+	Doc      string
+}
+
+func fieldsOf(sc *iceberg.Schema) []field {
+	if sc == nil {
+		return nil
+	}
+	var out []field
+	for _, f := range sc.Fields() {
+		out = append(out, field{ID: f.ID, Name: f.Name, Type: f.Type.String(), Required: f.Required, Doc: f.Doc})
+	}
+	return out
+}
+
+// snapshotRow is one snapshot: its id, time and operation summary.
+type snapshotRow struct {
+	ID        int64
+	ParentID  string
+	Timestamp int64
+	Operation string
+	Summary   []kv
+	Current   bool
+}
+
+// tablePage is one table: what the state machine holds (location,
+// metadata location) and what its current metadata file says.
+type tablePage struct {
+	Namespace        string
+	NamespaceHref    string
+	Crumbs           []link
+	Name             string
+	UUID             string
+	Location         string
+	MetadataLocation string
+	CreatedMs        int64
+	UpdatedMs        int64
+	// MetadataErr: the metadata file could not be read or parsed; only
+	// the state machine's side is shown.
+	MetadataErr    string
+	FormatVersion  int
+	SchemaID       int
+	Fields         []field
+	PartitionSpec  string
+	CurrentID      string
+	SnapshotCount  int
+	Snapshots      []snapshotRow
+	SnapshotPager  pager
+	Properties     []kv
+	LastUpdatedMs  int64
+	MetaLocation   string
+	LocationDiffer bool
+}
+
+func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
+	levels, err := nsParam(r)
+	if err != nil {
+		return err
+	}
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		return badRequest("the name parameter (the table's name) is required")
+	}
+	id := fsm.Ident{Namespace: levels, Name: name}
+	missing := notFound("Table %s.%s does not exist.", nsName(levels), name)
+	if err := s.requireRead(r, levels, missing); err != nil {
+		return err
+	}
+	var (
+		t  fsm.Table
+		ok bool
+	)
+	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
+		t, ok = rd.Table(id)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return missing
+	}
+	p := tablePage{
+		Namespace: nsName(levels), NamespaceHref: namespaceHref(levels), Crumbs: crumbs(levels), Name: name,
+		UUID: t.UUID, Location: t.Location, MetadataLocation: t.MetadataLocation, CreatedMs: t.CreatedMs, UpdatedMs: t.UpdatedMs,
+	}
+	if meta, err := s.tableMetadata(r.Context(), t.MetadataLocation); err != nil {
+		p.MetadataErr = err.Error()
+	} else {
+		s.fillTable(r, &p, meta, levels)
+	}
+	s.renderWith(w, r, http.StatusOK, "table", layout{Title: "Table " + p.Namespace + "." + name, Stale: stale, Content: &p}, "catalog")
+	return nil
+}
+
+// fillTable adds what the metadata file says: schema, partition spec,
+// snapshots (newest first, paginated), properties.
+func (s *Server) fillTable(r *http.Request, p *tablePage, meta table.Metadata, levels []string) {
+	p.FormatVersion = meta.Version()
+	if sc := meta.CurrentSchema(); sc != nil {
+		p.SchemaID = sc.ID
+		p.Fields = fieldsOf(sc)
+	}
+	p.PartitionSpec = meta.PartitionSpec().String()
+	p.Properties = sortedProps(meta.Properties())
+	p.LastUpdatedMs = meta.LastUpdatedMillis()
+	p.MetaLocation = meta.Location()
+	p.LocationDiffer = meta.Location() != p.Location
+	var current int64 = -1
+	if cs := meta.CurrentSnapshot(); cs != nil {
+		current = cs.SnapshotID
+		p.CurrentID = strconv.FormatInt(cs.SnapshotID, 10)
+	}
+	snaps := slices.Clone(meta.Snapshots())
+	sort.SliceStable(snaps, func(i, j int) bool { return snaps[i].TimestampMs > snaps[j].TimestampMs })
+	p.SnapshotCount = len(snaps)
+	page, _ := pageOf(r, "snapshots")
+	from := (page - 1) * s.cfg.PageSize
+	if from >= len(snaps) {
+		page, from = 1, 0
+	}
+	to := min(from+s.cfg.PageSize, len(snaps))
+	for _, sn := range snaps[from:to] {
+		row := snapshotRow{ID: sn.SnapshotID, Timestamp: sn.TimestampMs, Current: sn.SnapshotID == current, ParentID: "-"}
+		if sn.ParentSnapshotID != nil {
+			row.ParentID = strconv.FormatInt(*sn.ParentSnapshotID, 10)
+		}
+		if sn.Summary != nil {
+			row.Operation = string(sn.Summary.Operation)
+			row.Summary = sortedProps(sn.Summary.Properties)
+		}
+		p.Snapshots = append(p.Snapshots, row)
+	}
+	fixed := url.Values{"ns": {nsName(levels)}, "name": {p.Name}}
+	p.SnapshotPager = pager{Page: page}
+	if page > 1 {
+		p.SnapshotPager.First = withParams("/ui/table", fixed, nil)
+	}
+	if to < len(snaps) {
+		p.SnapshotPager.Next = withParams("/ui/table", fixed, url.Values{"snapshots-page": {strconv.Itoa(page + 1)}})
+	}
+}
+
+// readMetadataFile reads a metadata file through the storage layer,
+// gunzipping it when it is compressed, as the catalog does.
+func (s *Server) readMetadataFile(ctx context.Context, loc string) ([]byte, error) {
+	raw, err := s.cfg.Objects.Read(ctx, loc)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read metadata file %s: %w", loc, err)
+	}
+	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
+		}
+	}
+	return raw, nil
+}
+
+func (s *Server) tableMetadata(ctx context.Context, loc string) (table.Metadata, error) {
+	raw, err := s.readMetadataFile(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := table.ParseMetadataBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
+	}
+	return meta, nil
+}
+
+// representation is one SQL text of a view version.
+type representation struct {
+	Dialect string
+	SQL     string
+}
+
+// viewPage is one view: what the state machine holds and what its current
+// metadata file says about the current version.
+type viewPage struct {
+	Namespace        string
+	NamespaceHref    string
+	Crumbs           []link
+	Name             string
+	UUID             string
+	Location         string
+	MetadataLocation string
+	CreatedMs        int64
+	UpdatedMs        int64
+	MetadataErr      string
+	FormatVersion    int
+	VersionID        int64
+	VersionMs        int64
+	DefaultNamespace string
+	DefaultCatalog   string
+	Summary          []kv
+	SQL              []representation
+	SchemaID         int
+	Fields           []field
+	Properties       []kv
+	VersionCount     int
+}
+
+func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
+	levels, err := nsParam(r)
+	if err != nil {
+		return err
+	}
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		return badRequest("the name parameter (the view's name) is required")
+	}
+	missing := notFound("View %s.%s does not exist.", nsName(levels), name)
+	if err := s.requireRead(r, levels, missing); err != nil {
+		return err
+	}
+	var (
+		v  fsm.View
+		ok bool
+	)
+	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
+		v, ok = rd.View(fsm.Ident{Namespace: levels, Name: name})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return missing
+	}
+	p := viewPage{
+		Namespace: nsName(levels), NamespaceHref: namespaceHref(levels), Crumbs: crumbs(levels), Name: name,
+		UUID: v.UUID, Location: v.Location, MetadataLocation: v.MetadataLocation, CreatedMs: v.CreatedMs, UpdatedMs: v.UpdatedMs,
+	}
+	raw, err := s.readMetadataFile(r.Context(), v.MetadataLocation)
+	var meta view.Metadata
+	if err == nil {
+		if meta, err = view.ParseMetadataBytes(raw); err != nil {
+			err = fmt.Errorf("unreadable view metadata file %s: %w", v.MetadataLocation, err)
+		}
+	}
+	if err != nil {
+		p.MetadataErr = err.Error()
+	} else {
+		p.FormatVersion = meta.FormatVersion()
+		p.Properties = sortedProps(meta.Properties())
+		p.VersionCount = len(meta.Versions())
+		if cv := meta.CurrentVersion(); cv != nil {
+			p.VersionID, p.VersionMs, p.DefaultCatalog = cv.VersionID, cv.TimestampMS, cv.DefaultCatalog
+			p.DefaultNamespace = nsName(cv.DefaultNamespace)
+			p.Summary = sortedProps(cv.Summary)
+			for _, rep := range cv.Representations {
+				p.SQL = append(p.SQL, representation{Dialect: rep.Dialect, SQL: rep.Sql})
+			}
+			sc := meta.SchemasByID()[cv.SchemaID]
+			if sc == nil {
+				sc = meta.CurrentSchema()
+			}
+			if sc != nil {
+				p.SchemaID = sc.ID
+				p.Fields = fieldsOf(sc)
+			}
+		}
+	}
+	s.renderWith(w, r, http.StatusOK, "view", layout{Title: "View " + p.Namespace + "." + name, Stale: stale, Content: &p}, "catalog")
+	return nil
+}
