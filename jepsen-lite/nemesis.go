@@ -20,13 +20,14 @@ const (
 	faultKill        = "kill"             // SIGKILL a random node, restart it
 	faultKillLeader  = "kill-leader"      // SIGKILL the leader, restart it
 	faultPauseLeader = "pause-leader"     // SIGSTOP the leader, SIGCONT it
+	faultFailover    = "failover"         // SIGSTOP the leader, time writes and reads through the others
 	faultPartition   = "partition"        // cut a minority (often the leader) off
 	faultDelay       = "delay"            // slow every link of one node
 	faultSnapshot    = "snapshot-install" // lag a follower past the log, kill it while it catches up
 	faultS3          = "s3-faults"        // 503 SlowDown and latency from S3
 )
 
-var allFaults = []string{faultKill, faultKillLeader, faultPauseLeader, faultPartition, faultDelay, faultSnapshot, faultS3}
+var allFaults = []string{faultKill, faultKillLeader, faultPauseLeader, faultFailover, faultPartition, faultDelay, faultSnapshot, faultS3}
 
 // parseNemesis turns the --nemesis list into fault kinds.
 func parseNemesis(s string) ([]string, error) {
@@ -62,6 +63,7 @@ type nemesisTiming struct {
 // violation (liveness), as is a node exiting on its own.
 type nemesis struct {
 	cl     *harness.Cluster
+	api    *api // the failover fault's probe requests
 	links  *linkNet
 	s3p    *s3Proxy
 	hist   *history
@@ -80,6 +82,7 @@ type nemesis struct {
 	failed           map[string]int // faults whose injection failed (e.g. no leader to kill)
 	violations       []string
 	snapshotInstalls int // restarts after which the node's log shows an installed snapshot
+	failovers        []failoverProbe
 }
 
 func (n *nemesis) sleep(ctx context.Context, lo, hi time.Duration) time.Duration {
@@ -223,6 +226,9 @@ func (n *nemesis) inject(ctx context.Context, kind string) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("SIGSTOP %s for %s", victim.ID, d.Round(time.Millisecond)), nil
+
+	case faultFailover:
+		return n.failover(ctx)
 
 	case faultPartition:
 		size := len(n.cl.Nodes)

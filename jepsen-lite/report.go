@@ -57,8 +57,12 @@ func (r *runner) report() int {
 	fmt.Fprintf(tw, "  total\t%d\t\n", total)
 	tw.Flush()
 	snaps := n.snapshotInstalls
+	failovers := failoverSummary(n.failovers, len(n.cl.Nodes)-1)
 	n.mu.Unlock()
 	fmt.Fprintf(&b, "  snapshot installs seen in node logs: %d\n", snaps)
+	if failovers != "" {
+		fmt.Fprintf(&b, "  %s\n", failovers)
+	}
 	fmt.Fprintf(&b, "  S3 proxy: %d requests, %d SlowDown injected, %d delayed\n", r.s3p.requests.Load(), r.s3p.injected.Load(), r.s3p.delayed.Load())
 	fmt.Fprintf(&b, "  %s\n", r.links)
 

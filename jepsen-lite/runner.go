@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,7 +180,7 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 		}
 	}
 	r.nem = &nemesis{
-		cl: r.cl, links: r.links, s3p: r.s3p, hist: r.hist, log: r.log,
+		cl: r.cl, api: r.api, links: r.links, s3p: r.s3p, hist: r.hist, log: r.log,
 		kinds: cfg.nemesis, rng: rand.New(rand.NewPCG(cfg.seed, 2)), timing: cfg.timing,
 		padLog: r.padLog, snapshotThreshold: nodeSnapshotThreshold,
 		counts: map[string]int{}, failed: map[string]int{},
@@ -311,7 +312,10 @@ func (r *runner) finalChecks(ctx context.Context) {
 		purgeExtra["overlap"] = attempts
 	}
 	r.checks = append(r.checks, r.anom.result(), r.nemesisCheck())
-	extra := map[string]any{"finals": finals, "checks": r.checks, "seed": cfg.seed, "command": cfg.commandLine()}
+	r.nem.mu.Lock()
+	failovers := slices.Clone(r.nem.failovers)
+	r.nem.mu.Unlock()
+	extra := map[string]any{"finals": finals, "checks": r.checks, "seed": cfg.seed, "command": cfg.commandLine(), "failovers": failovers}
 	for k, v := range purgeExtra {
 		extra[k] = v
 	}

@@ -13,12 +13,21 @@ import (
 // Under load this turns one leader round trip (and one quorum heartbeat) per
 // read into one per batch.
 //
+// A fetch may send more than one request (a follower asks again when the
+// leader changed or did not answer in time). Before each new request it
+// calls renew, which moves the reads waiting for the next fetch into the one
+// in flight: that request starts after they arrived, so they may share it,
+// and none of them waits behind a request stuck on a silent leader.
+//
 // The fetching goroutine runs only while reads wait. close stops it: the
 // node's Shutdown cancels stop (which ends a fetch in flight) and then calls
 // close, which returns only once the goroutine has returned, so no fetch
 // touches Raft or the transport after Shutdown has moved past it.
 type indexBatcher struct {
-	fetch   func(ctx context.Context) (uint64, error)
+	// fetch obtains a read index. A fetch that sends another request calls
+	// renew right before it (see above); renew reports false when no read
+	// waits for the fetch any more, and the fetch then gives up.
+	fetch   func(ctx context.Context, renew func() bool) (uint64, error)
 	timeout time.Duration
 	// stop ends every fetch when canceled (the node's context).
 	stop context.Context
@@ -35,7 +44,7 @@ type indexBatch struct {
 	done    chan struct{}
 	index   uint64
 	err     error
-	waiters int // reads sharing this batch (for tests and logs)
+	waiters int // reads waiting for this batch (a read that gives up leaves)
 }
 
 // pending reports how many reads wait for the next fetch.
@@ -74,6 +83,9 @@ func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 	case <-my.done:
 		return my.index, my.err
 	case <-ctx.Done():
+		b.mu.Lock()
+		my.waiters--
+		b.mu.Unlock()
 		return 0, ctx.Err()
 	}
 }
@@ -99,10 +111,28 @@ func (b *indexBatcher) loop() {
 			close(batch.done)
 			continue
 		}
+		group := []*indexBatch{batch}
+		renew := func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.next != nil && !b.closed {
+				group = append(group, b.next)
+				b.next = nil
+			}
+			for _, g := range group {
+				if g.waiters > 0 {
+					return true
+				}
+			}
+			return false
+		}
 		ctx, cancel := context.WithTimeout(b.stop, b.timeout)
-		batch.index, batch.err = b.fetch(ctx)
+		index, err := b.fetch(ctx, renew)
 		cancel()
-		close(batch.done)
+		for _, g := range group {
+			g.index, g.err = index, err
+			close(g.done)
+		}
 	}
 }
 

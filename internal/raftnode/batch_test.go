@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func TestIndexBatcherNeverReusesAnEarlierFetch(t *testing.T) {
 	var fetches atomic.Uint64
 	release := make(chan struct{})
-	b := &indexBatcher{timeout: time.Second, stop: context.Background(), fetch: func(context.Context) (uint64, error) {
+	b := &indexBatcher{timeout: time.Second, stop: context.Background(), fetch: func(context.Context, func() bool) (uint64, error) {
 		n := fetches.Add(1)
 		if n == 1 {
 			<-release // hold the first fetch in flight
@@ -55,13 +56,81 @@ func TestIndexBatcherNeverReusesAnEarlierFetch(t *testing.T) {
 	assert.Equal(t, uint64(2), fetches.Load(), "twenty waiting reads share one fetch")
 }
 
+// A fetch that sends another request (the first one hung on a leader that
+// fell silent) takes the reads queued meanwhile along: they share the new
+// request instead of waiting behind the stuck one for a fetch of their own.
+func TestIndexBatcherRenewTakesQueuedReadsAlong(t *testing.T) {
+	var fetches, requests atomic.Uint64
+	release := make(chan struct{})
+	b := &indexBatcher{timeout: 5 * time.Second, stop: context.Background(), fetch: func(_ context.Context, renew func() bool) (uint64, error) {
+		fetches.Add(1)
+		requests.Add(1)
+		<-release // the first request hangs, then is abandoned
+		if !renew() {
+			return 0, errors.New("no read waits")
+		}
+		return 100 + requests.Add(1), nil
+	}}
+	first := make(chan uint64)
+	go func() {
+		idx, err := b.get(context.Background())
+		assert.NoError(t, err)
+		first <- idx
+	}()
+	require.Eventually(t, func() bool { return fetches.Load() == 1 }, 5*time.Second, time.Millisecond)
+
+	var wg sync.WaitGroup
+	got := make([]uint64, 20)
+	for i := range got {
+		wg.Go(func() {
+			idx, err := b.get(context.Background())
+			assert.NoError(t, err)
+			got[i] = idx
+		})
+	}
+	require.Eventually(t, func() bool { return b.pending() == len(got) }, 5*time.Second, time.Millisecond)
+	close(release)
+	assert.Equal(t, uint64(102), <-first)
+	wg.Wait()
+	for _, idx := range got {
+		assert.Equal(t, uint64(102), idx, "the queued reads share the second request")
+	}
+	assert.Equal(t, uint64(1), fetches.Load(), "no fetch of their own")
+}
+
+// Once every read waiting for a fetch has given up, renew says so and the
+// fetch can stop asking.
+func TestIndexBatcherRenewReportsNoReads(t *testing.T) {
+	release := make(chan struct{})
+	renewed := make(chan bool, 1)
+	var inFetch atomic.Bool
+	b := &indexBatcher{timeout: 5 * time.Second, stop: context.Background(), fetch: func(_ context.Context, renew func() bool) (uint64, error) {
+		inFetch.Store(true)
+		<-release
+		renewed <- renew()
+		return 0, errors.New("abandoned")
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := b.get(ctx)
+		readErr <- err
+	}()
+	require.Eventually(t, inFetch.Load, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-readErr, context.Canceled)
+	close(release)
+	assert.False(t, <-renewed)
+	b.close()
+}
+
 // close returns only once the fetching goroutine has returned, and a read
 // after close fails at once without starting another.
 func TestIndexBatcherCloseWaitsForItsGoroutine(t *testing.T) {
 	stop, cancel := context.WithCancel(context.Background())
 	release := make(chan struct{})
 	var inFetch, fetchReturned atomic.Bool
-	b := &indexBatcher{timeout: time.Minute, stop: stop, fetch: func(ctx context.Context) (uint64, error) {
+	b := &indexBatcher{timeout: time.Minute, stop: stop, fetch: func(ctx context.Context, _ func() bool) (uint64, error) {
 		inFetch.Store(true)
 		<-ctx.Done() // ended by stop
 		<-release    // then held, to see that close waits
@@ -115,9 +184,9 @@ func TestShutdownWaitsForReadIndexBatcher(t *testing.T) {
 	fetch := n.leaderBatch.fetch
 	// Set before any read: the read's get, which starts the goroutine that
 	// calls fetch, happens after it.
-	n.leaderBatch.fetch = func(ctx context.Context) (uint64, error) {
+	n.leaderBatch.fetch = func(ctx context.Context, renew func() bool) (uint64, error) {
 		inFetch.Store(true)
-		idx, err := fetch(ctx)
+		idx, err := fetch(ctx, renew)
 		<-ctx.Done() // ended by Shutdown
 		<-release
 		fetchReturned.Store(true)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -118,7 +119,7 @@ func (e *remoteErr) Unwrap() error { return e.sentinel }
 
 // call sends one RPC to addr, unless Config.Faults cuts it.
 func (n *Node) call(ctx context.Context, addr, method string, req, resp any) error {
-	if err := n.cut(); err != nil {
+	if err := n.cut(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoLeader, err)
 	}
 	body, err := json.Marshal(req)
@@ -149,25 +150,77 @@ type proposeRequest struct {
 }
 
 // forward sends an encoded command to the leader: one hop. The caller's
-// deadline travels with it. If the leader turns out not to be the leader
-// any more, nothing was appended (ErrNotLeader); a lost answer is
-// ErrUnknownOutcome.
+// deadline travels with it (ApplyTimeout when it has none). If the leader
+// turns out not to be the leader any more, nothing was appended
+// (ErrNotLeader); a lost answer is ErrUnknownOutcome.
+//
+// It follows the leader through a failover. A call in flight is abandoned
+// as soon as this node knows another leader, or has known none for
+// electionBound (see leaderWatch), instead of waiting for an answer from a
+// leader that may be stopped: it is sent to the new leader when it
+// certainly never reached the old one (still dialing), and is
+// ErrUnknownOutcome otherwise. A call the leader certainly did not act on
+// (the dial failed, or it answered that it does not lead) is sent again once
+// this node knows another leader, waiting at most electionBound for one.
 func (n *Node) forward(ctx context.Context, data []byte) (fsm.Result, error) {
-	addr, err := n.leaderAddr()
-	if err != nil {
-		return fsm.Result{}, err
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 		defer cancel()
 	}
 	n.metrics.forwarded.Inc()
-	var res fsm.Result
-	if err := n.call(ctx, addr, rpcPropose, proposeRequest{Command: data}, &res); err != nil {
-		return fsm.Result{}, fromRemote(err, true)
+	var (
+		failed  raft.ServerID // the leader the last call failed on
+		lastErr error         = ErrNoLeader
+	)
+	for {
+		if n.raft.State() == raft.Leader {
+			return n.proposeLocal(ctx, data)
+		}
+		addr, id, epoch := n.leaderNow()
+		if id == "" || id == failed {
+			if got := n.awaitLeader(ctx, failed, n.electionBound()); got == "" || got == failed {
+				if err := ctx.Err(); err != nil && !errors.Is(lastErr, err) {
+					return fsm.Result{}, fmt.Errorf("%w: %w", lastErr, err)
+				}
+				return fsm.Result{}, lastErr
+			}
+			continue // the new leader may be this node
+		}
+		res, err := n.forwardTo(ctx, epoch, string(addr), data)
+		if err == nil {
+			return res, nil
+		}
+		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+			return fsm.Result{}, err
+		}
+		// Nothing was appended: send it again, to the next leader.
+		failed, lastErr = id, err
+		if errors.Is(err, errLeaderChanged) {
+			failed = "" // the leader is another one already, or none
+		}
+		n.metrics.leaderRetries.WithLabelValues(rpcPropose).Inc()
 	}
-	return res, nil
+}
+
+// forwardTo sends the command to the leader at addr, abandoning the call
+// when epoch ends (the leader changed).
+func (n *Node) forwardTo(ctx, epoch context.Context, addr string, data []byte) (fsm.Result, error) {
+	cctx, done := leaderCtx(ctx, epoch)
+	defer done()
+	var res fsm.Result
+	err := n.call(cctx, addr, rpcPropose, proposeRequest{Command: data}, &res)
+	if err == nil {
+		return res, nil
+	}
+	if cause := context.Cause(cctx); ctx.Err() == nil && errors.Is(cause, errLeaderChanged) && errors.Is(err, context.Canceled) {
+		n.metrics.leaderAbandoned.WithLabelValues(rpcPropose).Inc()
+		if errors.Is(err, transport.ErrOutcomeUnknown) {
+			return fsm.Result{}, fmt.Errorf("%w: gave up on %s, which was sent the command: %w", ErrUnknownOutcome, addr, cause)
+		}
+		return fsm.Result{}, fmt.Errorf("%w: %w before the command reached %s", ErrNotLeader, cause, addr)
+	}
+	return fsm.Result{}, fromRemote(err, true)
 }
 
 type readIndexResponse struct {
@@ -217,22 +270,90 @@ func (n *Node) leaderReadIndex(ctx context.Context) (uint64, error) {
 	return readIndex, nil
 }
 
+// errReadIndexTimeout ends a read-index call the leader did not answer
+// within electionBound.
+var errReadIndexTimeout = errors.New("the leader did not answer in time")
+
 // followerReadIndex asks the leader for a read index, then waits until this
 // node's log has reached it, so that the wait for the state machine below
 // knows which entries it must see.
-func (n *Node) followerReadIndex(ctx context.Context) (uint64, error) {
-	addr, err := n.leaderAddr()
-	if err != nil {
-		return 0, err
+//
+// It follows the leader through a failover: a call is abandoned when the
+// leader changes (see leaderWatch) or does not answer within
+// electionBound, and asked again of the leader known then; after an answer
+// that the leader does not lead, or no leader known, it waits at most
+// electionBound for another leader. Before each new request renew lets the
+// reads queued meanwhile join it (see indexBatcher).
+func (n *Node) followerReadIndex(ctx context.Context, renew func() bool) (uint64, error) {
+	var (
+		failed  raft.ServerID // the leader the last call failed on
+		lastErr error         = ErrNoLeader
+	)
+	for attempt := 0; ; attempt++ {
+		if _, id, _ := n.leaderNow(); id == "" || id == failed {
+			if got := n.awaitLeader(ctx, failed, n.electionBound()); got == "" || got == failed {
+				if err := ctx.Err(); err != nil && !errors.Is(lastErr, err) {
+					return 0, fmt.Errorf("%w: %w", lastErr, err)
+				}
+				return 0, lastErr
+			}
+		}
+		if attempt > 0 {
+			if !renew() {
+				return 0, lastErr // every read waiting for it gave up
+			}
+			n.metrics.leaderRetries.WithLabelValues(rpcReadIndex).Inc()
+		}
+		if n.raft.State() == raft.Leader {
+			// This node leads now: steps 2 to 6 run here.
+			return n.leaderBatch.get(ctx)
+		}
+		addr, id, epoch := n.leaderNow()
+		if id == "" {
+			continue
+		}
+		index, err := n.askReadIndex(ctx, epoch, string(addr))
+		if err == nil {
+			if err := n.waitLogReaches(ctx, index); err != nil {
+				return 0, err
+			}
+			return index, nil
+		}
+		lastErr = err
+		switch {
+		case ctx.Err() != nil, errors.Is(err, ErrShutdown):
+			return 0, err
+		case errors.Is(err, errLeaderChanged), errors.Is(err, errReadIndexTimeout), errors.Is(err, context.DeadlineExceeded):
+			// Abandoned, or the leader gave up at the call's deadline: ask
+			// the leader known now at once.
+			failed = ""
+		case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader):
+			failed = id // ask another leader, once there is one
+		default:
+			return 0, err
+		}
 	}
+}
+
+// askReadIndex asks the leader at addr for a read index, abandoning the call
+// when epoch ends (the leader changed) or after electionBound.
+func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, error) {
+	lctx, done := leaderCtx(ctx, epoch)
+	defer done()
+	cctx, cancel := context.WithTimeoutCause(lctx, n.electionBound(), errReadIndexTimeout)
+	defer cancel()
 	var resp readIndexResponse
-	if err := n.call(ctx, addr, rpcReadIndex, struct{}{}, &resp); err != nil {
-		return 0, fromRemote(err, false)
+	err := n.call(cctx, addr, rpcReadIndex, struct{}{}, &resp)
+	if err == nil {
+		return resp.Index, nil
 	}
-	if err := n.waitLogReaches(ctx, resp.Index); err != nil {
-		return 0, err
+	if cause := context.Cause(cctx); ctx.Err() == nil && cctx.Err() != nil &&
+		(errors.Is(cause, errLeaderChanged) || errors.Is(cause, errReadIndexTimeout)) {
+		// Nothing is written by a read: asking again is always safe.
+		n.metrics.leaderAbandoned.WithLabelValues(rpcReadIndex).Inc()
+		return 0, fmt.Errorf("raftnode: read index from %s: %w", addr, cause)
 	}
-	return resp.Index, nil
+	return 0, fromRemote(err, false)
 }
 
 // waitLogReaches waits until Raft has handed every entry up to index to the
@@ -307,7 +428,7 @@ type memberRequest struct {
 
 // handleRPC serves the cluster RPC methods.
 func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byte, error) {
-	if err := n.cut(); err != nil {
+	if err := n.cut(ctx); err != nil {
 		return nil, &transport.RemoteError{Code: codeNoLeader, Message: err.Error()}
 	}
 	var (
@@ -655,8 +776,16 @@ func (n *Node) readdress() {
 	}
 }
 
+// statusProbeTimeout bounds how long Status waits for one member's answer
+// about itself. A member on a LAN answers within milliseconds; one that has
+// not answered by then (stopped, cut off, overloaded) is listed unreachable.
+const statusProbeTimeout = 500 * time.Millisecond
+
 // Status reports the configuration as this node knows it, with what each
-// reachable member says about itself.
+// reachable member says about itself. Members are asked all at once, each
+// for at most statusProbeTimeout (or until ctx ends), so a silent member
+// costs one short wait, not one per member; it is listed with what this
+// node knows of it (address, suffrage, whether it leads) and the error.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -668,20 +797,31 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex(),
 		Members: []Member{},
 	}
-	for _, s := range cf.Configuration().Servers {
-		m := Member{ID: string(s.ID), ClusterAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID}
-		var info nodeInfo
-		var err error
+	servers := cf.Configuration().Servers
+	infos := make([]nodeInfo, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
 		if s.ID == n.id {
-			info = n.info()
-		} else {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			err = n.call(cctx, string(s.Address), rpcInfo, struct{}{}, &info)
-			cancel()
+			infos[i] = n.info()
+			continue
 		}
-		if err != nil {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, statusProbeTimeout)
+			defer cancel()
+			errs[i] = n.call(cctx, string(s.Address), rpcInfo, struct{}{}, &infos[i])
+			if errs[i] != nil && cctx.Err() != nil && ctx.Err() == nil {
+				errs[i] = fmt.Errorf("no answer within %s: %w", statusProbeTimeout, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	for i, s := range servers {
+		m := Member{ID: string(s.ID), ClusterAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID}
+		if err := errs[i]; err != nil {
 			m.Error = err.Error()
 		} else {
+			info := infos[i]
 			m.Reachable = true
 			m.HTTPAddr, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastContact =
 				info.HTTPAddr, info.State, info.Term, info.CommitIndex, info.Applied, info.LastContact

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync/atomic"
@@ -57,14 +58,17 @@ type Faults interface {
 	// Cut returns a non-nil error while the node's cluster RPC must fail in
 	// both directions, as if no peer could be reached: calls the node sends
 	// fail with ErrNoLeader wrapping it, and calls it receives are answered
-	// as by a node that knows no leader.
-	Cut() error
+	// as by a node that knows no leader. While the node is to be silent (a
+	// stopped process), Cut blocks until it may speak again or ctx ends, so
+	// calls it sends or receives go unanswered for that long.
+	Cut(ctx context.Context) error
 }
 
-// cut reports whether Config.Faults cuts cluster RPC now.
-func (n *Node) cut() error {
+// cut reports whether Config.Faults cuts cluster RPC now, after waiting out
+// a pause.
+func (n *Node) cut(ctx context.Context) error {
 	if n.cfg.Faults == nil {
 		return nil
 	}
-	return n.cfg.Faults.Cut()
+	return n.cfg.Faults.Cut(ctx)
 }

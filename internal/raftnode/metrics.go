@@ -17,6 +17,10 @@ type metrics struct {
 	applyDuration prometheus.Histogram
 	readIndexWait prometheus.Histogram
 	forwarded     prometheus.Counter
+	// leaderRetries and leaderAbandoned count, by method, calls to the
+	// leader sent again and calls abandoned in flight during failovers.
+	leaderRetries   *prometheus.CounterVec
+	leaderAbandoned *prometheus.CounterVec
 
 	snapshotDuration prometheus.Histogram
 	snapshotBytes    prometheus.Gauge
@@ -79,6 +83,14 @@ func newMetrics() *metrics {
 			Namespace: ns, Subsystem: sub, Name: "forwarded_commands_total",
 			Help: "Commands this node forwarded to the leader.",
 		}),
+		leaderRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leader_call_retries_total",
+			Help: "Forwarded commands and read-index requests this node sent again, to the leader known then, after the leader changed, did not answer in time or answered that it does not lead.",
+		}, []string{"method"}),
+		leaderAbandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "leader_calls_abandoned_total",
+			Help: "Calls to the leader this node gave up on while they were in flight, because another leader was elected or none was known for a while (or, for read indexes, no answer came in time).",
+		}, []string{"method"}),
 		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshot_persist_seconds",
 			Help:    "Time to write a state machine snapshot.",
@@ -92,7 +104,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.snapshotDuration, m.snapshotBytes}
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.snapshotDuration, m.snapshotBytes}
 }
 
 // register registers every collector with reg, or none: on failure the ones

@@ -68,8 +68,8 @@ var (
 
 // Defaults for the Config knobs left zero.
 const (
-	DefaultHeartbeatTimeout   = 1000 * time.Millisecond
-	DefaultElectionTimeout    = 1000 * time.Millisecond
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
 	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
 	DefaultCommitTimeout      = 5 * time.Millisecond
 	DefaultSnapshotInterval   = 2 * time.Minute
@@ -110,13 +110,17 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// HeartbeatTimeout is how long a follower waits without hearing from
-	// the leader before it starts an election. Lower detects a dead leader
-	// sooner; too low for the network or for GC and fsync pauses causes
-	// needless elections. Default 1s (a LAN or loopback; raise it on
-	// congested or long-distance links).
+	// the leader before it starts an election (Raft checks at random
+	// intervals between one and two of it, so a stopped leader is noticed
+	// after 1-2×). Lower detects a dead leader sooner; too low for the
+	// network or for GC and fsync pauses causes needless elections.
+	// Default 500ms (a LAN or loopback: a failover then takes about a
+	// second, and loaded three- and five-node clusters on two shared cores
+	// saw no needless election; raise it on congested or long-distance
+	// links).
 	HeartbeatTimeout time.Duration
 	// ElectionTimeout is how long a candidate waits for votes before it
-	// starts another election. Default 1s.
+	// starts another election. At least HeartbeatTimeout. Default 500ms.
 	ElectionTimeout time.Duration
 	// LeaderLeaseTimeout is how long a leader stays leader without hearing
 	// from a quorum; it then steps down. At most HeartbeatTimeout.
@@ -236,6 +240,11 @@ type Node struct {
 
 	observerCh chan raft.Observation
 	observer   *raft.Observer
+
+	// leader follows the leader this node knows, so that calls to one that
+	// is no longer the leader are abandoned (see leaderWatch).
+	leader         *leaderWatch
+	leaderObserver *raft.Observer
 
 	// barrierSem lets one goroutine at a time issue the per-term barrier;
 	// barrierTerm is the last term in which one completed (see Read).
@@ -430,8 +439,10 @@ func Open(cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Shutdown cancels n.ctx, then closes both batchers and waits for their
 	// goroutines.
-	n.leaderBatch = &indexBatcher{fetch: n.leaderReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
+	n.leaderBatch = &indexBatcher{timeout: cfg.ApplyTimeout, stop: n.ctx,
+		fetch: func(ctx context.Context, _ func() bool) (uint64, error) { return n.leaderReadIndex(ctx) }}
 	n.followerBatch = &indexBatcher{fetch: n.followerReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
+	n.leader = newLeaderWatch(n.electionBound())
 
 	n.observerCh = make(chan raft.Observation, 64)
 	n.observer = raft.NewObserver(n.observerCh, false, func(o *raft.Observation) bool {
@@ -442,10 +453,17 @@ func Open(cfg Config) (*Node, error) {
 		return false
 	})
 	n.raft.RegisterObserver(n.observer)
+	leaderCh := make(chan raft.Observation, 16)
+	n.leaderObserver = raft.NewObserver(leaderCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.leaderObserver)
 	n.mux.Serve(n.handleRPC)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.observe()
 	go n.monitor()
+	go n.watchLeader(leaderCh)
 	n.wg.Add(1)
 	go n.formCluster()
 
@@ -968,6 +986,7 @@ func (n *Node) monitor() {
 		n.metrics.term.Set(float64(n.raft.CurrentTerm()))
 		n.metrics.commitIndex.Set(float64(n.raft.CommitIndex()))
 		n.metrics.appliedIndex.Set(float64(n.fsm.AppliedIndex()))
+		n.leader.update(n.raft.LeaderWithID())
 		if n.raft.State() == raft.Leader {
 			term := n.raft.CurrentTerm()
 			if n.barrierTerm.Load() != term {
@@ -1011,7 +1030,9 @@ func (n *Node) Shutdown() error {
 			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
 		}
 		n.raft.DeregisterObserver(n.observer)
+		n.raft.DeregisterObserver(n.leaderObserver)
 		n.wg.Wait()
+		n.leader.close()
 		n.leadershipChanged(false)
 		if err := n.trans.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: close raft transport: %w", err))

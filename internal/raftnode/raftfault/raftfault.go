@@ -1,14 +1,18 @@
 // Package raftfault cuts Raft nodes off from each other inside one process,
 // for tests that run whole clusters in one test binary. A Network is set as
-// a node's raftnode.Config.Faults; Isolate then partitions that node: it
+// a node's raftnode.Config.Faults. Isolate then partitions that node: it
 // refuses inbound Raft connections, fails its Raft dials, closes its open
-// Raft connections, and its cluster RPC fails in both directions.
+// Raft connections, and its cluster RPC fails in both directions. Pause
+// silences it instead, as if its process were stopped (SIGSTOP): nothing it
+// is sent is answered and it sends nothing, yet its connections stay open
+// and peers see no error, only silence.
 //
 // Only tests import this package. The process-level harnesses (jepsen-lite,
 // cmd/node's process tests) use real network faults instead.
 package raftfault
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -22,6 +26,9 @@ import (
 // (wrapped in raftnode.ErrNoLeader by the node).
 var ErrIsolated = errors.New("raftfault: node is isolated from the cluster")
 
+// errPaused fails a Raft dial of a paused node once its timeout passed.
+var errPaused = errors.New("raftfault: node is paused")
+
 // Network is the fault switch of one node. Give each node its own; the zero
 // value is not usable, call New. Its methods are safe for concurrent use.
 type Network struct {
@@ -29,11 +36,17 @@ type Network struct {
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
+	// resumed is closed while the node runs; while it is paused it is an
+	// open channel, closed by Pause(false).
+	resumed chan struct{}
 }
 
-// New returns a Network that lets everything through until Isolate(true).
+// New returns a Network that lets everything through until Isolate(true)
+// or Pause(true).
 func New() *Network {
-	return &Network{conns: map[*trackedConn]struct{}{}}
+	resumed := make(chan struct{})
+	close(resumed)
+	return &Network{conns: map[*trackedConn]struct{}{}, resumed: resumed}
 }
 
 // Isolate cuts the node off from the rest of the cluster (on) or reconnects
@@ -51,15 +64,55 @@ func (n *Network) Isolate(on bool) {
 	}
 }
 
+// Pause silences the node (on) or lets it run again (off), like SIGSTOP and
+// SIGCONT of its process. While it is paused its Raft connections neither
+// deliver what peers send nor send anything (reads and writes block; peers
+// time out), its Raft dials wait until it is resumed or their timeout
+// passes, cluster RPC it is sent waits unanswered until it is resumed or the
+// caller gives up, and RPC it would send waits too. Nothing is closed or
+// refused: to its peers the node is merely silent.
+func (n *Network) Pause(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	select {
+	case <-n.resumed: // running
+		if on {
+			n.resumed = make(chan struct{})
+		}
+	default: // paused
+		if !on {
+			close(n.resumed)
+		}
+	}
+}
+
+// running returns a channel closed once the node is not paused.
+func (n *Network) running() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.resumed
+}
+
 // Cut returns ErrIsolated while the node is isolated (raftnode.Faults).
-func (n *Network) Cut() error {
+// While the node is paused it first waits until it is resumed, or returns
+// ctx's error when ctx ends first.
+func (n *Network) Cut(ctx context.Context) error {
+	select {
+	case <-n.running():
+	default:
+		select {
+		case <-n.running():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if n.isolated.Load() {
 		return ErrIsolated
 	}
 	return nil
 }
 
-// WrapStreamLayer returns l wrapped so that Isolate governs it
+// WrapStreamLayer returns l wrapped so that Isolate and Pause govern it
 // (raftnode.Faults).
 func (n *Network) WrapStreamLayer(l raft.StreamLayer) raft.StreamLayer {
 	return &layer{StreamLayer: l, net: n}
@@ -85,6 +138,17 @@ func (l *layer) Accept() (net.Conn, error) {
 }
 
 func (l *layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	select {
+	case <-l.net.running():
+	default:
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-l.net.running():
+		case <-t.C:
+			return nil, errPaused
+		}
+	}
 	if l.net.isolated.Load() {
 		return nil, ErrIsolated
 	}
@@ -96,18 +160,41 @@ func (l *layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 }
 
 func (n *Network) track(c net.Conn) net.Conn {
-	tc := &trackedConn{Conn: c, net: n}
+	tc := &trackedConn{Conn: c, net: n, closed: make(chan struct{})}
 	n.mu.Lock()
 	n.conns[tc] = struct{}{}
 	n.mu.Unlock()
 	return tc
 }
 
-// trackedConn is a Raft connection Isolate can close.
+// trackedConn is a Raft connection Isolate can close and Pause can hold.
 type trackedConn struct {
 	net.Conn
-	net  *Network
-	once sync.Once
+	net    *Network
+	once   sync.Once
+	closed chan struct{}
+}
+
+// hold waits while the node is paused, or until the connection is closed.
+func (c *trackedConn) hold() {
+	select {
+	case <-c.net.running():
+	case <-c.closed:
+	}
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	c.hold()
+	k, err := c.Conn.Read(p)
+	// What arrived while the node was paused is not acted upon before it
+	// is resumed.
+	c.hold()
+	return k, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	c.hold()
+	return c.Conn.Write(p)
 }
 
 func (c *trackedConn) Close() error {
@@ -115,6 +202,7 @@ func (c *trackedConn) Close() error {
 		c.net.mu.Lock()
 		delete(c.net.conns, c)
 		c.net.mu.Unlock()
+		close(c.closed)
 	})
 	return c.Conn.Close()
 }

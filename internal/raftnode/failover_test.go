@@ -1,0 +1,183 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
+)
+
+// pause silences n as if its process were stopped (on) or lets it run
+// again (off); n must have been opened with a testConfig.
+func pause(n *Node, on bool) {
+	n.cfg.Faults.(*raftfault.Network).Pause(on)
+}
+
+// failoverBound is how long the test lets the survivors of a silent leader
+// take to serve reads and writes again. It is generous (the election takes
+// well under a second with the test timings) yet below the 10 s transport
+// deadline, which bounded the calls left hanging on a silent leader before.
+const failoverBound = 6 * time.Second
+
+// A leader that falls silent (a stopped process: its connections stay open,
+// nothing is answered) is replaced, and each surviving node, the one that
+// loses the election too, serves linearizable reads and acknowledges writes
+// soon after: the calls it had in flight to the old leader are abandoned
+// once it learns the leader changed, and reads queued behind them do not
+// wait for them. The old leader is only resumed long after.
+func TestSilentLeaderFailoverThroughEveryFollower(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	old := waitOneLeader(t, nodes)
+	require.NoError(t, mustPropose(t, old, createNS("before")).Err())
+	rest := others(nodes, old)
+	for _, n := range rest {
+		// Warm the connections to the leader, as a busy follower has them.
+		assert.True(t, hasNamespace(t, linearRead(t, n), "before"))
+	}
+
+	start := time.Now()
+	pause(old, true)
+	healed := make(chan struct{})
+	heal := time.AfterFunc(20*time.Second, func() {
+		pause(old, false)
+		close(healed)
+	})
+	t.Cleanup(func() {
+		if heal.Stop() {
+			pause(old, false) // before the nodes shut down
+		}
+	})
+
+	type outcome struct {
+		what string
+		err  error
+		at   time.Duration // since the pause
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		wg       sync.WaitGroup
+	)
+	record := func(what string, err error) {
+		at := time.Since(start)
+		select {
+		case <-healed:
+			err = errors.Join(err, fmt.Errorf("completed only after the old leader was resumed"))
+		default:
+		}
+		mu.Lock()
+		outcomes = append(outcomes, outcome{what, err, at})
+		mu.Unlock()
+	}
+	for _, n := range rest {
+		// Reads arriving before, during and after the election, through
+		// each survivor. Each is one Read call: no retries by the caller.
+		for i, delay := range []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond, time.Second} {
+			wg.Go(func() {
+				time.Sleep(delay)
+				var saw bool
+				err := n.Read(ctxTimeout(t, 30*time.Second), func(r *fsm.Reader) error {
+					_, saw = r.Namespace([]string{"before"})
+					return nil
+				})
+				if err == nil && !saw {
+					err = errors.New("read misses an acknowledged write")
+				}
+				record(fmt.Sprintf("read %d via %s", i, n.ID()), err)
+			})
+		}
+		// A client writing through each survivor: it retries answers that
+		// say nothing was applied, or that the outcome is unknown (a write
+		// forwarded to the old leader before it fell silent), as
+		// mustPropose does.
+		wg.Go(func() {
+			name := "after-" + n.ID()
+			ctx := ctxTimeout(t, 30*time.Second)
+			unknown := false
+			for {
+				res, err := n.Propose(ctx, createNS(name))
+				if err == nil {
+					if res.Err() != nil && !(unknown && errors.Is(res.Err(), fsm.ErrAlreadyExists)) {
+						err = res.Err()
+					}
+					record("write via "+n.ID(), err)
+					return
+				}
+				retry := errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || errors.Is(err, ErrUnknownOutcome)
+				if !retry || ctx.Err() != nil {
+					record("write via "+n.ID(), err)
+					return
+				}
+				unknown = unknown || errors.Is(err, ErrUnknownOutcome)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, o := range outcomes {
+		t.Logf("%s: %s after the pause, error %v", o.what, o.at.Round(time.Millisecond), o.err)
+		assert.NoError(t, o.err, o.what)
+		assert.Less(t, o.at, failoverBound, "%s took too long", o.what)
+	}
+	leader := waitOneLeader(t, rest)
+	assert.NotEqual(t, old.ID(), leader.ID())
+	for _, n := range rest {
+		assert.True(t, hasNamespace(t, linearRead(t, n), "after-"+n.ID()), "via %s", n.ID())
+	}
+}
+
+// Status answers at once although members are silent: it asks every member
+// at the same time, each for a short while, and reports the silent ones as
+// unreachable.
+func TestStatusWithSilentMembersAnswersQuickly(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	rest := others(nodes, leader)
+	asker, silent := rest[0], rest[1]
+	require.Eventually(t, func() bool {
+		st, err := asker.Status(ctxTimeout(t, 10*time.Second))
+		if err != nil || len(st.Members) != 3 {
+			return false
+		}
+		for _, m := range st.Members {
+			if !m.Reachable {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "the asker never saw every member")
+
+	// Silence the leader and the other follower: the asker is left alone,
+	// with two members that never answer.
+	pause(leader, true)
+	pause(silent, true)
+	t.Cleanup(func() {
+		pause(leader, false)
+		pause(silent, false)
+	})
+	begin := time.Now()
+	st, err := asker.Status(ctxTimeout(t, 10*time.Second))
+	took := time.Since(begin)
+	require.NoError(t, err)
+	t.Logf("Status with two silent members took %s", took.Round(time.Millisecond))
+	// Asked one after the other for a second each, it took over 2 s.
+	assert.Less(t, took, 1500*time.Millisecond)
+	require.Len(t, st.Members, 3)
+	for _, m := range st.Members {
+		if m.ID == asker.ID() {
+			assert.True(t, m.Reachable, "%+v", m)
+			continue
+		}
+		assert.False(t, m.Reachable, "%+v", m)
+		assert.NotEmpty(t, m.Error, "%+v", m)
+		assert.NotEmpty(t, m.ClusterAddr, "%+v", m)
+	}
+}
