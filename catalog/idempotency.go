@@ -192,14 +192,32 @@ func (s *Server) PruneIdempotency(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		res, err := s.store.Propose(ctx, fsm.PruneIdempotency{NowMs: s.cfg.Now().UnixMilli()})
-		if err != nil {
-			s.log.Warn("pruning idempotency records failed", "error", err)
-			continue
-		}
-		if res.Count > 0 {
+		// One entry deletes at most pruneBatch records; while entries come
+		// back full there is more to delete (at a high keyed request rate
+		// a tick's worth of expired records exceeds one batch), so go on,
+		// at most maxPruneRounds entries per tick.
+		total := 0
+		for range maxPruneRounds {
+			res, err := s.store.Propose(ctx, fsm.PruneIdempotency{NowMs: s.cfg.Now().UnixMilli(), Limit: pruneBatch})
+			if err != nil {
+				s.log.Warn("pruning idempotency records failed", "error", err)
+				break
+			}
+			total += res.Count
 			s.metrics.idemPruned.Add(float64(res.Count))
-			s.log.Info("pruned expired idempotency records", "records", res.Count)
+			if res.Count < pruneBatch {
+				break
+			}
+		}
+		if total > 0 {
+			s.log.Info("pruned expired idempotency records", "records", total)
 		}
 	}
 }
+
+// Idempotency record pruning: records per prune entry, and entries per
+// tick (a minute at most), so up to 1M expired records a minute go.
+const (
+	pruneBatch     = 10000
+	maxPruneRounds = 100
+)

@@ -1,10 +1,14 @@
 package fsm
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Idempotency records: Idempotency-Key → the binding it was first used with
@@ -17,15 +21,45 @@ const (
 	TypePruneIdempotency CommandType = 22
 )
 
+// Idempotency buckets (see DESIGN.md, "Idempotency records"; values in
+// idempotency_compact.go).
 var (
+	// bucketIdempotency finds a key's record: under recordKey(key) (0xFF
+	// and the 16 bytes of a UUID key, any other key as itself), a reference
+	// to its entry in bucketIdemRecords. A record written before the
+	// compact format is here whole, as JSON, under the key as it is.
 	bucketIdempotency = []byte("idempotency")
-	// bucketIdemExpiry indexes records by expiry: 8-byte big-endian
-	// expires-ms, then the key. Pruning walks it in order.
+	// bucketIdemRecords holds the compact records under recordSlotKey: the
+	// expiry slot (expires-ms >> slotBits), then the log index of the entry
+	// that wrote the record. Within a slot records are appended in log
+	// order, and pruning walks the slots in order.
+	bucketIdemRecords = []byte("idempotency_records")
+	// bucketIdemExpiry indexes the records written before the compact
+	// format by expiry: 8-byte big-endian expires-ms, then the key. Nothing
+	// is added to it any more; pruning empties it.
 	bucketIdemExpiry = []byte("idempotency_expiry")
 )
 
+// slotBits sets the width of an expiry slot: 1024 ms. Records whose expiry
+// falls in one slot are stored in log order, so that a record stamped a
+// little earlier than one applied before it (by another node's clock, or a
+// request that took longer) is still appended, not inserted between them.
+const slotBits = 10
+
+// Fill percents of the two buckets, set on every write (bbolt does not
+// store them). bbolt splits a page that overflows at its bucket's fill
+// percent (50% by default), and a page the inserts have moved past never
+// fills again. Records are appended within their slot: their pages are
+// filled to 95%. Keys arrive in the order of their clients' clocks (UUIDv7)
+// or in none (UUIDv4): their pages keep 30% for keys arriving between
+// others. Fill percents shape pages, never what pages hold.
+const (
+	idemKeysFillPercent    = 0.7
+	idemRecordsFillPercent = 0.95
+)
+
 func init() {
-	allBuckets = append(allBuckets, bucketIdempotency, bucketIdemExpiry)
+	allBuckets = append(allBuckets, bucketIdempotency, bucketIdemRecords, bucketIdemExpiry)
 	register(TypeKeyed, registration{1, jsonCodec[Keyed](1), applyKeyed})
 	register(TypeRecordOutcome, registration{1, jsonCodec[RecordOutcome](1), applyRecordOutcome})
 	register(TypePruneIdempotency, registration{1, jsonCodec[PruneIdempotency](1), applyPruneIdempotency})
@@ -63,17 +97,48 @@ func (b Binding) Describe(other Binding) string {
 	return strings.Join(diffs, ", ")
 }
 
-// IdempotencyRecord is a stored key.
+// IdempotencyRecord is a stored key: the operation and the digest of the
+// binding it was first used with, the outcome to replay (the Result Apply
+// stored, whole) and its times.
 type IdempotencyRecord struct {
-	Key       string  `json:"key"`
-	Binding   Binding `json:"binding"`
-	Result    Result  `json:"result"`
-	CreatedMs int64   `json:"created-ms"`
-	ExpiresMs int64   `json:"expires-ms"`
+	Key       string
+	Operation string
+	Digest    BindingDigest
+	Result    Result
+	CreatedMs int64
+	ExpiresMs int64
 }
 
 // Live reports whether the record still binds its key at time nowMs.
 func (r IdempotencyRecord) Live(nowMs int64) bool { return nowMs < r.ExpiresMs }
+
+// Binds reports whether b is the binding the key was first used with.
+func (r IdempotencyRecord) Binds(b Binding) bool { return r.Digest == b.Digest() }
+
+// Describe says how b differs from the binding the key was first used
+// with, for the message that refuses the reused key: as Binding.Describe,
+// except that a difference the digest's tags cannot tell apart reads "a
+// different request".
+func (r IdempotencyRecord) Describe(b Binding) string {
+	d := b.Digest()
+	var diffs []string
+	if r.Operation != b.Operation {
+		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", b.Operation, r.Operation))
+	}
+	if r.Digest.Route != d.Route {
+		diffs = append(diffs, "another resource")
+	}
+	if r.Digest.Principal != d.Principal {
+		diffs = append(diffs, "another principal")
+	}
+	if r.Digest.Body != d.Body {
+		diffs = append(diffs, "a different request body")
+	}
+	if len(diffs) == 0 && r.Digest != d {
+		return "a different request"
+	}
+	return strings.Join(diffs, ", ")
+}
 
 // Keyed is a mutation carrying an Idempotency-Key. Applying it:
 //   - a live record for the key with the same binding: nothing changes; the
@@ -118,26 +183,139 @@ func (Keyed) Type() CommandType            { return TypeKeyed }
 func (RecordOutcome) Type() CommandType    { return TypeRecordOutcome }
 func (PruneIdempotency) Type() CommandType { return TypePruneIdempotency }
 
+// idemBuckets holds the idempotency buckets of one transaction.
+type idemBuckets struct {
+	keys, records, legacyExpiry *bolt.Bucket
+}
+
+// idemBucketsOf returns tx's idempotency buckets, with their fill percents
+// set when tx writes.
+func idemBucketsOf(tx *bolt.Tx) idemBuckets {
+	b := idemBuckets{
+		keys: tx.Bucket(bucketIdempotency), records: tx.Bucket(bucketIdemRecords),
+		legacyExpiry: tx.Bucket(bucketIdemExpiry),
+	}
+	if tx.Writable() {
+		b.keys.FillPercent, b.records.FillPercent = idemKeysFillPercent, idemRecordsFillPercent
+	}
+	return b
+}
+
+// idemEntry is where a record is stored: its key in bucketIdempotency, and
+// its key in bucketIdemRecords (compact) or bucketIdemExpiry (legacy).
+type idemEntry struct {
+	key, slotKey, legacyExpiryKey []byte
+}
+
+// find returns key's record and where it is: where the current format puts
+// it, else where a record written before it was put.
+func (b idemBuckets) find(key string) (IdempotencyRecord, idemEntry, bool) {
+	for _, k := range [][]byte{recordKey(key), legacyRecordKey(key)} {
+		if k == nil {
+			continue
+		}
+		raw := b.keys.Get(k)
+		if raw == nil {
+			continue
+		}
+		rec, e, err := b.read(k, raw)
+		if err != nil {
+			panic(fmt.Sprintf("fsm: corrupt idempotency record %q: %v", k, err))
+		}
+		return rec, e, true
+	}
+	return IdempotencyRecord{}, idemEntry{}, false
+}
+
+// read reads the record whose value under k in bucketIdempotency is raw.
+func (b idemBuckets) read(k, raw []byte) (IdempotencyRecord, idemEntry, error) {
+	if raw[0] == '{' {
+		rec, err := decodeLegacyRecord(raw)
+		return rec, idemEntry{key: k, legacyExpiryKey: expiryKey(rec.ExpiresMs, k)}, err
+	}
+	expiresMs, seq, err := decodeRef(raw)
+	if err != nil {
+		return IdempotencyRecord{}, idemEntry{}, err
+	}
+	sk := recordSlotKey(expiresMs, seq)
+	v := b.records.Get(sk)
+	if v == nil {
+		return IdempotencyRecord{}, idemEntry{}, fmt.Errorf("no record at %x", sk)
+	}
+	rec, rk, err := decodeRecord(sk, v)
+	if err == nil && string(rk) != string(k) {
+		err = fmt.Errorf("the record at %x is %q's", sk, rk)
+	}
+	return rec, idemEntry{key: k, slotKey: sk}, err
+}
+
+// del deletes the record stored at e.
+func (b idemBuckets) del(e idemEntry) {
+	for _, d := range []struct {
+		b *bolt.Bucket
+		k []byte
+	}{{b.keys, e.key}, {b.records, e.slotKey}, {b.legacyExpiry, e.legacyExpiryKey}} {
+		if d.k == nil {
+			continue
+		}
+		if err := d.b.Delete(d.k); err != nil {
+			panic(fmt.Sprintf("fsm: delete idempotency record %q: %v", d.k, err))
+		}
+	}
+}
+
 func (t *txn) idemRecord(key string) (IdempotencyRecord, bool) {
-	var rec IdempotencyRecord
-	ok := t.get(bucketIdempotency, []byte(key), &rec)
+	rec, _, ok := idemBucketsOf(t.tx).find(key)
 	return rec, ok
 }
 
-func expiryKey(expiresMs int64, key string) []byte {
-	b := make([]byte, 8, 8+len(key))
+// expiryKey is a key of bucketIdemExpiry.
+func expiryKey(expiresMs int64, k []byte) []byte {
+	b := make([]byte, 8, 8+len(k))
 	binary.BigEndian.PutUint64(b, uint64(expiresMs))
-	return append(b, key...)
+	return append(b, k...)
 }
 
+// recordSlotKey is a key of bucketIdemRecords: 8-byte big-endian expiry
+// slot, 8-byte big-endian seq (the log index << 8, plus a count of the
+// records the entry wrote before).
+func recordSlotKey(expiresMs int64, seq uint64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, uint64(expiresMs)>>slotBits)
+	binary.BigEndian.PutUint64(b[8:], seq)
+	return b
+}
+
+// putIdemRecord stores rec in the compact format, replacing the key's
+// record in either format.
 func (t *txn) putIdemRecord(rec IdempotencyRecord) {
-	if old, ok := t.idemRecord(rec.Key); ok {
-		t.del(bucketIdemExpiry, expiryKey(old.ExpiresMs, old.Key))
+	b := idemBucketsOf(t.tx)
+	if _, e, ok := b.find(rec.Key); ok {
+		b.del(e)
 	}
-	t.put(bucketIdempotency, []byte(rec.Key), rec)
-	if err := t.tx.Bucket(bucketIdemExpiry).Put(expiryKey(rec.ExpiresMs, rec.Key), nil); err != nil {
-		panic(fmt.Sprintf("fsm: put idempotency expiry: %v", err))
+	if t.index >= 1<<56 {
+		panic(fmt.Sprintf("fsm: log index %d is too large for an idempotency record", t.index))
 	}
+	seq := t.index << 8
+	sk := recordSlotKey(rec.ExpiresMs, seq)
+	for b.records.Get(sk) != nil { // another record of the same entry
+		if seq&0xff == 0xff {
+			panic(fmt.Sprintf("fsm: log entry %d writes too many idempotency records", t.index))
+		}
+		seq++
+		sk = recordSlotKey(rec.ExpiresMs, seq)
+	}
+	k := recordKey(rec.Key)
+	if err := b.records.Put(sk, encodeRecord(k, rec)); err != nil {
+		panic(fmt.Sprintf("fsm: put idempotency record %q: %v", k, err))
+	}
+	if err := b.keys.Put(k, encodeRef(rec.ExpiresMs, seq)); err != nil {
+		panic(fmt.Sprintf("fsm: put %s/%q: %v", bucketIdempotency, k, err))
+	}
+}
+
+func newIdemRecord(key string, b Binding, res Result, atMs, expiresMs int64) IdempotencyRecord {
+	return IdempotencyRecord{Key: key, Operation: b.Operation, Digest: b.Digest(), Result: res, CreatedMs: atMs, ExpiresMs: expiresMs}
 }
 
 // checkKey returns the replay or refusal for a live record, or ok=false
@@ -147,9 +325,9 @@ func (t *txn) checkKey(key string, b Binding, atMs int64) (Result, bool) {
 	if !ok || !rec.Live(atMs) {
 		return Result{}, false
 	}
-	if rec.Binding != b {
-		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s on %q; this request differs (%s)",
-			key, rec.Binding.Operation, rec.Binding.Route, rec.Binding.Describe(b)), true
+	if !rec.Binds(b) {
+		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s; this request differs (%s)",
+			key, rec.Operation, rec.Describe(b)), true
 	}
 	res := rec.Result
 	res.Replayed = true
@@ -177,7 +355,7 @@ func applyKeyed(t *txn, c Command) Result {
 	if res.Status == StatusCommitFailed {
 		return res
 	}
-	t.putIdemRecord(IdempotencyRecord{Key: cmd.Key, Binding: cmd.Binding, Result: res, CreatedMs: cmd.AtMs, ExpiresMs: cmd.ExpiresMs})
+	t.putIdemRecord(newIdemRecord(cmd.Key, cmd.Binding, res, cmd.AtMs, cmd.ExpiresMs))
 	res.Recorded = true
 	return res
 }
@@ -189,36 +367,78 @@ func applyRecordOutcome(t *txn, c Command) Result {
 	}
 	res := cmd.Result
 	res.Replayed, res.Recorded = false, false
-	t.putIdemRecord(IdempotencyRecord{Key: cmd.Key, Binding: cmd.Binding, Result: res, CreatedMs: cmd.AtMs, ExpiresMs: cmd.ExpiresMs})
+	t.putIdemRecord(newIdemRecord(cmd.Key, cmd.Binding, res, cmd.AtMs, cmd.ExpiresMs))
 	res.Recorded = true
 	return res
 }
 
+// applyPruneIdempotency deletes, in the order of (expires-ms as unsigned,
+// key), the records up to the first that expires after NowMs, at most
+// Limit of them: the records the binary before the compact format deleted,
+// whose expiry index had that order. It walks one expiry slot at a time,
+// the compact records of the slot and the legacy index entries in it
+// together, sorted.
 func applyPruneIdempotency(t *txn, c Command) Result {
 	cmd := c.(PruneIdempotency)
 	limit := cmd.Limit
 	if limit <= 0 {
 		limit = 10000
 	}
-	cur := t.tx.Bucket(bucketIdemExpiry).Cursor()
-	var done [][]byte
-	for k, _ := cur.First(); k != nil && len(done) < limit; k, _ = cur.Next() {
-		if int64(binary.BigEndian.Uint64(k[:8])) > cmd.NowMs {
-			break
-		}
-		done = append(done, append([]byte(nil), k...))
+	b := idemBucketsOf(t.tx)
+	type cand struct {
+		expires uint64
+		key     string
+		e       idemEntry
 	}
-	for _, k := range done {
-		t.del(bucketIdemExpiry, k)
-		t.del(bucketIdempotency, k[8:])
+	var done []idemEntry
+	recs, legacy := b.records.Cursor(), b.legacyExpiry.Cursor()
+	rk, rv := recs.First()
+	lk, _ := legacy.First()
+walk:
+	for (rk != nil || lk != nil) && len(done) < limit {
+		// The next slot, from whichever bucket reaches it first.
+		slot := uint64(1<<64 - 1)
+		if rk != nil {
+			slot = binary.BigEndian.Uint64(rk[:8])
+		}
+		if lk != nil {
+			slot = min(slot, binary.BigEndian.Uint64(lk[:8])>>slotBits)
+		}
+		var cands []cand
+		for ; rk != nil && binary.BigEndian.Uint64(rk[:8]) == slot; rk, rv = recs.Next() {
+			expires, k, err := decodeRecordHead(rk, rv)
+			if err != nil {
+				panic(fmt.Sprintf("fsm: corrupt idempotency record at %x: %v", rk, err))
+			}
+			k = append([]byte(nil), k...)
+			cands = append(cands, cand{uint64(expires), keyOf(k), idemEntry{key: k, slotKey: append([]byte(nil), rk...)}})
+		}
+		for ; lk != nil && binary.BigEndian.Uint64(lk[:8])>>slotBits == slot; lk, _ = legacy.Next() {
+			k := append([]byte(nil), lk[8:]...)
+			cands = append(cands, cand{binary.BigEndian.Uint64(lk[:8]), string(k), idemEntry{key: k, legacyExpiryKey: append([]byte(nil), lk...)}})
+		}
+		slices.SortFunc(cands, func(a, b cand) int {
+			if c := cmp.Compare(a.expires, b.expires); c != 0 {
+				return c
+			}
+			return strings.Compare(a.key, b.key)
+		})
+		for _, c := range cands {
+			if int64(c.expires) > cmd.NowMs || len(done) == limit {
+				break walk
+			}
+			done = append(done, c.e)
+		}
+	}
+	for _, e := range done {
+		b.del(e)
 	}
 	return Result{Count: len(done)}
 }
 
 // IdempotencyRecord returns the record stored for key, live or not.
 func (r *Reader) IdempotencyRecord(key string) (IdempotencyRecord, bool) {
-	var rec IdempotencyRecord
-	ok := r.get(bucketIdempotency, []byte(key), &rec)
+	rec, _, ok := idemBucketsOf(r.tx).find(key)
 	return rec, ok
 }
 

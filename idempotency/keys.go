@@ -153,8 +153,8 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 		return Unrecorded, err
 	}
 	if found && rec.Live(key.AtMs) {
-		if rec.Binding != key.Binding {
-			return Refused, reused(key.Key, rec.Binding, key.Binding)
+		if !rec.Binds(key.Binding) {
+			return Refused, reused(key.Key, rec, key.Binding)
 		}
 		return Replayed, replay(ctx, rec.Result)
 	}
@@ -246,11 +246,14 @@ func (e *replayError) Unwrap() error { return ErrReplayed }
 
 // reusedError refuses a key first used with another binding.
 type reusedError struct {
-	key        string
-	first, now fsm.Binding
+	key   string
+	first fsm.IdempotencyRecord
+	now   fsm.Binding
 }
 
-func reused(key string, first, now fsm.Binding) error {
+// reused refuses key, whose record first was written for another binding
+// than now.
+func reused(key string, first fsm.IdempotencyRecord, now fsm.Binding) error {
 	return &reusedError{key: key, first: first, now: now}
 }
 

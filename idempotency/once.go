@@ -83,14 +83,14 @@ func (k *Keys) Once(ctx context.Context, key *Key, change func(ctx context.Conte
 			return false, err
 		}
 		if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
-			if ks.outcome.Binding != b {
-				return false, reused(key.Key, ks.outcome.Binding, b)
+			if !ks.outcome.Binds(b) {
+				return false, reused(key.Key, ks.outcome, b)
 			}
 			return true, nil
 		}
 		if ks.hasClaimed && ks.claim.Live(at.UnixMilli()) {
-			if ks.claim.Binding != b {
-				return false, reused(key.Key, ks.claim.Binding, b)
+			if !ks.claim.Binds(b) {
+				return false, reused(key.Key, ks.claim, b)
 			}
 		} else {
 			res, err := k.store.Propose(ctx, fsm.RecordOutcome{
@@ -135,8 +135,8 @@ func (k *Keys) runClaimed(ctx context.Context, key string, b fsm.Binding, at tim
 		return false, err
 	}
 	if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
-		if ks.outcome.Binding != b {
-			return false, reused(key, ks.outcome.Binding, b)
+		if !ks.outcome.Binds(b) {
+			return false, reused(key, ks.outcome, b)
 		}
 		return true, nil
 	}
