@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/iceberg-go"
@@ -397,8 +398,31 @@ func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: out[0].location, Metadata: out[0].raw})
+	writeCommitResult(w, out[0])
 	return nil
+}
+
+// writeCommitResult answers a commit with the CommitTableResponse for tm, a
+// metadata file this node has just written: its bytes (encodeMetadata's,
+// compact and escaped as encoding/json writes them) go into the answer as
+// they are, not copied and checked once more by an encoder. The body is
+// the one writeJSON would write.
+func writeCommitResult(w http.ResponseWriter, tm *tableMetadata) {
+	if reencodeMetadata.Load() {
+		writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
+		return
+	}
+	loc, _ := json.Marshal(tm.location) // never fails for a string
+	const head, tail = `{"metadata-location":`, "}\n"
+	start := append(append([]byte(head), loc...), `,"metadata":`...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(start)+len(tm.raw)+len(tail)))
+	w.WriteHeader(http.StatusOK)
+	for _, part := range [][]byte{start, tm.raw, []byte(tail)} {
+		if _, err := w.Write(part); err != nil {
+			return
+		}
+	}
 }
 
 type commitTransactionRequest struct {

@@ -43,12 +43,23 @@ var ErrSymlink = errors.New("path crosses a symbolic link")
 //   - Delete of an object that is itself a link removes the link only; its
 //     target is never touched.
 //   - List does not report or descend into links.
+//
+// Concurrent Writes share their durability step (group commit, see
+// groupSync), unless the store was made with syncEach
+// (Config.LocalSyncEachWrite).
 type localStorage struct {
 	deleteConcurrency int
+	// group syncs the files of concurrent writes together; nil: each write
+	// syncs its own file and directory.
+	group *groupSync
 }
 
-func newLocalStorage(deleteConcurrency int) *localStorage {
-	return &localStorage{deleteConcurrency: deleteConcurrency}
+func newLocalStorage(deleteConcurrency int, syncEach bool) *localStorage {
+	s := &localStorage{deleteConcurrency: deleteConcurrency}
+	if !syncEach {
+		s.group = &groupSync{parallel: maxFlushParallel}
+	}
+	return s
 }
 
 // tmpPrefix starts the names of Write's temporary files. List skips them.
@@ -162,7 +173,9 @@ func unwrapPathErr(err error) error {
 // write writes data to a temporary file in the target directory, syncs it and
 // renames it over the target, then syncs the directory, so the object is
 // replaced atomically and durably. It fails, writing nothing, when a
-// directory component of the target is a symbolic link.
+// directory component of the target is a symbolic link. With group commit
+// the sync, rename and directory sync are those of the next flush, shared
+// with concurrent writes (groupSync); write returns once they are done.
 func (s *localStorage) write(ctx context.Context, uri string, l location, data []byte) (err error) {
 	if err := ctx.Err(); err != nil {
 		return objErr("write", uri, err)
@@ -176,12 +189,19 @@ func (s *localStorage) write(ctx context.Context, uri string, l location, data [
 		return objErr("write", uri, err)
 	}
 	defer func() { _ = root.Close() }()
+	var dirInfo fs.FileInfo
+	if s.group != nil {
+		if dirInfo, err = root.Stat("."); err != nil {
+			return objErr("write", uri, &fs.PathError{Op: "stat", Path: dir, Err: unwrapPathErr(err)})
+		}
+	}
 	f, tmp, err := createTemp(root, name)
 	if err != nil {
 		return objErr("write", uri, err)
 	}
+	handedOver := false
 	defer func() {
-		if err != nil {
+		if err != nil && !handedOver {
 			_ = f.Close()
 			_ = root.Remove(tmp)
 		}
@@ -191,6 +211,15 @@ func (s *localStorage) write(ctx context.Context, uri string, l location, data [
 	}
 	if err = f.Chmod(filePerm); err != nil {
 		return objErr("write", uri, err)
+	}
+	if s.group != nil {
+		// The flush owns the file from here: it closes it, and removes it
+		// if the write fails.
+		handedOver = true
+		if err = s.group.commit(&pendingWrite{dir: root, dirInfo: dirInfo, f: f, tmp: tmp, name: name, key: l.key}); err != nil {
+			return objErr("write", uri, err)
+		}
+		return nil
 	}
 	if err = f.Sync(); err != nil {
 		return objErr("write", uri, err)

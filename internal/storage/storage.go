@@ -134,6 +134,11 @@ type Config struct {
 	// LocalDeleteConcurrency bounds the goroutines deleting local files;
 	// 0 means 8.
 	LocalDeleteConcurrency int
+	// LocalSyncEachWrite makes every local Write sync its own file and
+	// directory, as floe did before group commit, instead of sharing that
+	// step with the Writes running at the same time. Either way a Write
+	// returns only once its file is durable. For measurements.
+	LocalSyncEachWrite bool
 }
 
 const (
@@ -171,7 +176,7 @@ func New(cfg Config) (*Mux, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mux{local: newLocalStorage(cfg.LocalDeleteConcurrency), s3: s3s}, nil
+	return &Mux{local: newLocalStorage(cfg.LocalDeleteConcurrency, cfg.LocalSyncEachWrite), s3: s3s}, nil
 }
 
 // backend is what each scheme implements, on already parsed locations.

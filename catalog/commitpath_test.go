@@ -1,0 +1,145 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// metadataFixture is a table's metadata of the given format version with
+// snapshots, refs, logs and strings that encoding/json escapes.
+func metadataFixture(version int) string {
+	v3 := ""
+	if version == 3 {
+		v3 = `"next-row-id": 4000,`
+	}
+	rowID := func(id int) string {
+		if version == 3 {
+			return fmt.Sprintf(`, "first-row-id": %d`, id)
+		}
+		return ""
+	}
+	if version == 1 {
+		return `{
+	"format-version": 1,
+	"table-uuid": "0e4a5a3c-52f3-4b8b-9d1c-3f8c8f1f1a01",
+	"location": "s3://bucket/ns/t&<1>",
+	"last-updated-ms": 1700000000000,
+	"last-column-id": 2,
+	"schema": {"type": "struct", "fields": [
+		{"id": 1, "name": "id", "required": true, "type": "long"},
+		{"id": 2, "name": "d<a>t&a", "required": false, "type": "string", "doc": "line\u2028sep \"quoted\" é"}
+	]},
+	"partition-spec": [{"name": "id", "transform": "identity", "source-id": 1, "field-id": 1000}],
+	"properties": {"owner": "<script>&amp;", "unicode": "ünï\u2029"},
+	"current-snapshot-id": -1,
+	"snapshots": [{"snapshot-id": 1925, "timestamp-ms": 1700000000000}]
+}`
+	}
+	return fmt.Sprintf(`{
+	"format-version": %d,
+	"table-uuid": "0e4a5a3c-52f3-4b8b-9d1c-3f8c8f1f1a0%d",
+	"location": "s3://bucket/ns/t&<%d>",
+	"last-sequence-number": 2,
+	"last-updated-ms": 1700000000000,
+	"last-column-id": 3,
+	%s
+	"current-schema-id": 1,
+	"schemas": [
+		{"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]},
+		{"type": "struct", "schema-id": 1, "identifier-field-ids": [1], "fields": [
+			{"id": 1, "name": "id", "required": true, "type": "long"},
+			{"id": 2, "name": "d<a>t&a", "required": false, "type": "string", "doc": "line\u2028sep \"quoted\" é"},
+			{"id": 3, "name": "ts", "required": false, "type": "timestamptz"}
+		]}
+	],
+	"default-spec-id": 0,
+	"partition-specs": [{"spec-id": 0, "fields": [{"name": "id_bucket", "transform": "bucket[16]", "source-id": 1, "field-id": 1000}]}],
+	"last-partition-id": 1000,
+	"default-sort-order-id": 1,
+	"sort-orders": [{"order-id": 0, "fields": []}, {"order-id": 1, "fields": [
+		{"transform": "identity", "source-id": 1, "direction": "asc", "null-order": "nulls-first"}
+	]}],
+	"properties": {"owner": "<script>&amp;", "unicode": "ünï\u2029", "write.metadata.previous-versions-max": "3"},
+	"current-snapshot-id": 3055729675574597004,
+	"snapshots": [
+		{"snapshot-id": 3051729675574597004, "timestamp-ms": 1699999990000, "sequence-number": 1,
+		 "summary": {"operation": "append", "added-files": "1"}, "manifest-list": "s3://bucket/ns/t/metadata/snap-1.avro"%s},
+		{"snapshot-id": 3055729675574597004, "parent-snapshot-id": 3051729675574597004, "timestamp-ms": 1700000000000,
+		 "sequence-number": 2, "summary": {"operation": "append"}, "manifest-list": "s3://bucket/ns/t/metadata/snap-2.avro", "schema-id": 1%s}
+	],
+	"snapshot-log": [
+		{"snapshot-id": 3051729675574597004, "timestamp-ms": 1699999990000},
+		{"snapshot-id": 3055729675574597004, "timestamp-ms": 1700000000000}
+	],
+	"metadata-log": [
+		{"metadata-file": "s3://bucket/ns/t/metadata/00000-a.metadata.json", "timestamp-ms": 1699999980000},
+		{"metadata-file": "s3://bucket/ns/t/metadata/00001-b.metadata.json", "timestamp-ms": 1699999990000}
+	],
+	"refs": {
+		"main": {"snapshot-id": 3055729675574597004, "type": "branch"},
+		"tag<&>": {"snapshot-id": 3051729675574597004, "type": "tag", "max-ref-age-ms": 10000000}
+	}
+}`, version, version, version, v3, rowID(1000), rowID(2000))
+}
+
+// The commit path writes encodeMetadata's bytes to the file and into the
+// answer. They must be exactly json.Marshal's (what floe wrote before, and
+// what every other node writes), and iceberg-go must read them back as the
+// same metadata: for every format version, for metadata as parsed and as
+// rebuilt by a commit, with strings encoding/json escapes.
+func TestMetadataEncodingIsByteCompatible(t *testing.T) {
+	for _, version := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			parsed, err := table.ParseMetadataBytes([]byte(metadataFixture(version)))
+			require.NoError(t, err)
+			builder, err := table.MetadataBuilderFromBase(parsed, "s3://bucket/ns/t/metadata/00002-c.metadata.json")
+			require.NoError(t, err)
+			require.NoError(t, table.NewSetPropertiesUpdate(iceberg.Properties{"k<&>": "v\u2028<b>"}).Apply(builder))
+			committed, err := builder.Build()
+			require.NoError(t, err)
+
+			for name, meta := range map[string]table.Metadata{"parsed": parsed, "committed": committed} {
+				want, err := json.Marshal(meta)
+				require.NoError(t, err)
+				got, err := encodeMetadata(meta)
+				require.NoError(t, err)
+				require.Equal(t, string(want), string(got), name)
+				assert.NotContains(t, string(got), "<", "%s: HTML characters stay escaped", name)
+
+				back, err := table.ParseMetadataBytes(got)
+				require.NoError(t, err, name)
+				assert.True(t, meta.Equals(back), "%s: parsed back equal", name)
+				again, err := encodeMetadata(back)
+				require.NoError(t, err)
+				assert.Equal(t, string(got), string(again), "%s: stable through a round trip", name)
+			}
+
+			// The answer carries the file's bytes and is the body writeJSON
+			// writes.
+			raw, err := encodeMetadata(committed)
+			require.NoError(t, err)
+			tm := &tableMetadata{location: "s3://bucket/ns/t&<1>/metadata/00003-\u2028.metadata.json", raw: raw, meta: committed}
+			direct := httptest.NewRecorder()
+			writeCommitResult(direct, tm)
+			viaEncoder := httptest.NewRecorder()
+			writeJSON(viaEncoder, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
+			require.Equal(t, viaEncoder.Body.String(), direct.Body.String())
+			assert.Equal(t, http.StatusOK, direct.Code)
+			assert.Equal(t, "application/json", direct.Header().Get("Content-Type"))
+			assert.Equal(t, fmt.Sprint(direct.Body.Len()), direct.Header().Get("Content-Length"))
+			var res commitTableResponse
+			require.NoError(t, json.Unmarshal(direct.Body.Bytes(), &res))
+			assert.Equal(t, tm.location, res.MetadataLocation)
+			assert.True(t, strings.Contains(direct.Body.String(), string(raw)), "the file's bytes, unchanged")
+		})
+	}
+}
