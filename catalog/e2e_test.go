@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/floe-catalog/floe/fsm"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +94,17 @@ func TestDataRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, reloaded.CurrentSnapshot())
 		assert.Equal(t, committed.CurrentSnapshot().SnapshotID, reloaded.CurrentSnapshot().SnapshotID)
+
+		// The change feed's commit event names the new snapshot.
+		require.NoError(t, n.raft.StaleRead(func(rd *fsm.Reader) error {
+			events, _, err := rd.Events(0, 1000)
+			require.NoError(t, err)
+			last := events[len(events)-1]
+			assert.Equal(t, fsm.EventTableCommitted, last.Type)
+			require.NotNil(t, last.SnapshotID)
+			assert.Equal(t, committed.CurrentSnapshot().SnapshotID, *last.SnapshotID)
+			return nil
+		}))
 		arrTbl, err := reloaded.Scan().ToArrowTable(ctx)
 		require.NoError(t, err)
 		defer arrTbl.Release()

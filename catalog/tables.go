@@ -639,6 +639,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	ch := fsm.TableChange{
 		Kind: fsm.ChangeCreate, Ident: p.id, MetadataLocation: after.location,
 		Location: meta.Location(), LocationKey: fsm.LocationKey(meta.Location()), UUID: meta.TableUUID().String(),
+		SnapshotID: currentSnapshotID(meta),
 	}
 	if cur != nil {
 		ch.Kind = fsm.ChangeUpdate
@@ -646,6 +647,16 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		ch.ExpectedUUID = cur.UUID
 	}
 	return prepared{change: ch, before: before, after: after}, nil
+}
+
+// currentSnapshotID is the metadata's current snapshot, for the change
+// feed; nil for a table without one.
+func currentSnapshotID(meta table.Metadata) *int64 {
+	if snap := meta.CurrentSnapshot(); snap != nil {
+		id := snap.SnapshotID
+		return &id
+	}
+	return nil
 }
 
 func hasUpdate(updates table.Updates, action string) bool {
@@ -782,7 +793,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
 			Location: tm.meta.Location(), LocationKey: fsm.LocationKey(tm.meta.Location()),
-			UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite,
+			UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite, SnapshotID: currentSnapshotID(tm.meta),
 		}},
 		AtMs: s.cfg.Now().UnixMilli(),
 	})
