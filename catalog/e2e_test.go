@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/floe-catalog/floe/fsm"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 func forEachWarehouse(t *testing.T, fn func(t *testing.T, wh warehouse)) {
