@@ -191,7 +191,40 @@ func TestSuiteSmoke(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, cfg.Width)
 	}
-	for _, want := range []string{"## Reproduce", "floebench --suite --size smoke", "## 1. Commit throughput", "## 8. Growth", "| nproc | "} {
+	require.NotNil(t, rep.Drops)
+	switch d := rep.Drops; {
+	case d.Skipped != "":
+		require.NotEqual(t, "1", os.Getenv("FLOE_REQUIRE_S3"), "versitygw is required: %s", d.Skipped)
+	case d.Unavailable != "":
+		require.Contains(t, md, PurgeUnavailable)
+	default:
+		positive(SumDropsRunning, "ms", true)
+		positive(SumDropsDone, "ms", true)
+		for _, n := range sizes.DropLatFiles {
+			l, ok := d.LatSize(n)
+			require.True(t, ok, "drop latency at %d files", n)
+			require.Len(t, l.Drops, sizes.DropLatN)
+			positive(SumDropsLatP50+d.dropsLatLabel(l), "ms", true)
+			positive(SumDropsLatP99+d.dropsLatLabel(l), "ms", true)
+		}
+		positive(SumDropsFlat, "ms", true)
+		positive(SumDropsBg, "commits/s", true)
+		positive(SumDropsTput, "drops/s", true)
+		positive(SumDropsS3, "DeleteObjects", true)
+		// The growth itself may be 0 at smoke sizes: only the ratio (peak
+		// against before) must be positive.
+		cells := tableRow(t, md, SumDropsRSS)
+		require.Len(t, cells, 5)
+		require.Greater(t, number(t, cells[3], "×"), 0.0)
+		for _, run := range append(d.Start, d.Large) {
+			require.Zero(t, run.Left, "%s purge of %d files left objects behind", run.Mode, run.Files)
+			require.Positive(t, run.S3.DeleteObjects, "%s purge of %d files: no DeleteObjects counted", run.Mode, run.Files)
+			require.Equal(t, run.FloeBatches, float64(run.S3.DeleteObjects), "floe's delete batches against the proxy's DeleteObjects")
+		}
+		require.Equal(t, 2*sizes.StartRounds, len(d.Start))
+		require.Zero(t, d.Tput.Errors)
+	}
+	for _, want := range []string{"## Reproduce", "floebench --suite --size smoke", "## 1. Commit throughput", "## 8. Growth", "## 9. Drops", "| nproc | "} {
 		require.Contains(t, md, want)
 	}
 }

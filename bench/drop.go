@@ -156,10 +156,12 @@ func (s *rssSampler) finish() (int64, int) {
 }
 
 // buildTable creates ns.name through node n with the iceberg-go REST
-// client, writes files tiny data-file objects under its location through
-// floe's storage layer and commits one append listing them all (one
-// manifest, one manifest list, a new metadata file), as an engine would.
-func buildTable(ctx context.Context, n *harness.Node, s3 *S3Server, ns, name string, files int) (string, error) {
+// client, writes files tiny data-file objects under its location with
+// write (nil: writes none, the manifest then lists files that do not
+// exist) and commits one append listing them all (one manifest, one
+// manifest list, a new metadata file), as an engine would. It returns the
+// table's location.
+func buildTable(ctx context.Context, n *harness.Node, s3 *S3Server, ns, name string, files int, write func(ctx context.Context, uris []string) error) (string, error) {
 	cat, err := rest.NewCatalog(ctx, "floe", n.BaseURL(), rest.WithAdditionalProps(s3.ClientProps()))
 	if err != nil {
 		return "", err
@@ -172,19 +174,15 @@ func buildTable(ctx context.Context, n *harness.Node, s3 *S3Server, ns, name str
 	if err != nil {
 		return "", fmt.Errorf("create %s.%s: %w", ns, name, err)
 	}
-	objects, err := s3.Storage()
-	if err != nil {
-		return "", err
-	}
 	loc := strings.TrimSuffix(tbl.Location(), "/")
 	uris := make([]string, files)
 	for i := range uris {
 		uris[i] = fmt.Sprintf("%s/data/%07d.parquet", loc, i)
 	}
-	if err := parallel(ctx, files, putWorkers, func(ctx context.Context, i int) error {
-		return objects.Write(ctx, uris[i], []byte(dataFileContent))
-	}); err != nil {
-		return "", fmt.Errorf("write data files: %w", err)
+	if write != nil {
+		if err := write(ctx, uris); err != nil {
+			return "", fmt.Errorf("write data files: %w", err)
+		}
 	}
 	dfs := make([]iceberg.DataFile, files)
 	for i, uri := range uris {
@@ -308,7 +306,7 @@ func runDropBench(ctx context.Context, o *SuiteOptions, dir string) (*DropBench,
 func dropCase(ctx context.Context, c *Cluster, via *harness.Node, s3 *S3Server, cl *http.Client, ns string, files int, mode string, db *DropBench, largest bool) (DropCase, error) {
 	dc := DropCase{Files: files, Mode: mode, Node: via.ID}
 	name := fmt.Sprintf("t%d_%s", files, mode)
-	loc, err := buildTable(ctx, via, s3, ns, name, files)
+	loc, err := buildTable(ctx, via, s3, ns, name, files, s3.putObjects)
 	if err != nil {
 		return dc, err
 	}

@@ -133,3 +133,100 @@ func runLoad(ctx context.Context, clients int, duration time.Duration, warm int,
 	res.P50, res.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	return res, ctx.Err()
 }
+
+// bgLoad is a closed load that runs until stopped: the background load of
+// a measurement that has no fixed duration.
+type bgLoad struct {
+	stopCh chan struct{}
+	done   sync.WaitGroup
+	t0     time.Time
+	m0     machineCPU
+	res    []clientLoad
+}
+
+type clientLoad struct {
+	ok, errs int
+	firstErr string
+	lat      []time.Duration
+}
+
+// startLoad runs clients concurrent loops of op (after warm uncounted
+// operations each; a failure there is an error) until stop.
+func startLoad(ctx context.Context, clients, warm int, op loadOp) (*bgLoad, error) {
+	b := &bgLoad{stopCh: make(chan struct{}), res: make([]clientLoad, clients)}
+	warmErrs := make([]error, clients)
+	var ready sync.WaitGroup
+	start := make(chan struct{})
+	for i := range clients {
+		ready.Add(1)
+		b.done.Add(1)
+		go func() {
+			defer b.done.Done()
+			j := 0
+			for ; j < warm; j++ {
+				if err := op(ctx, i, j); err != nil {
+					warmErrs[i] = fmt.Errorf("client %d, warm-up op %d: %w", i, j, err)
+					break
+				}
+			}
+			ready.Done()
+			<-start
+			if warmErrs[i] != nil {
+				return
+			}
+			cr := &b.res[i]
+			for n := 0; n < maxOpsPerClient; n, j = n+1, j+1 {
+				select {
+				case <-b.stopCh:
+					return
+				default:
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				err := op(ctx, i, j)
+				d := time.Since(t0)
+				if err != nil {
+					cr.errs++
+					if cr.firstErr == "" {
+						cr.firstErr = err.Error()
+					}
+					continue
+				}
+				cr.ok++
+				cr.lat = append(cr.lat, d)
+			}
+		}()
+	}
+	ready.Wait()
+	b.m0 = readMachineCPU()
+	b.t0 = time.Now()
+	close(start)
+	for _, err := range warmErrs {
+		if err != nil {
+			close(b.stopCh)
+			b.done.Wait()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// stop ends the load and returns what it measured from its start.
+func (b *bgLoad) stop() LoadResult {
+	close(b.stopCh)
+	b.done.Wait()
+	res := LoadResult{Clients: len(b.res), Elapsed: time.Since(b.t0), Machine: machineLoadSince(b.m0)}
+	var lat []time.Duration
+	for _, cr := range b.res {
+		res.OK += cr.ok
+		res.Errors += cr.errs
+		if res.FirstError == "" {
+			res.FirstError = cr.firstErr
+		}
+		lat = append(lat, cr.lat...)
+	}
+	res.P50, res.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return res
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
 // Labels of the suite's summary rows (first cell). The smoke test finds
@@ -125,6 +127,9 @@ func (r *SuiteReport) Markdown(plot string) string {
 		r.memorySection(w, g)
 		r.growthSection(w, g)
 	}
+	if d := r.Drops; d != nil {
+		r.dropsSection(w, d)
+	}
 	return b.String()
 }
 
@@ -234,6 +239,7 @@ func (r *SuiteReport) summaryRows(w func(string, ...any)) {
 				ratio(float64(last.SnapshotBytes), float64(first.SnapshotBytes)))
 		}
 	}
+	r.dropsSummaryRows(w)
 }
 
 // machineCell prints a MachineLoad as "93% / 4%".
@@ -467,7 +473,7 @@ func (r *SuiteReport) dropSection(w func(string, ...any), d *DropBench, plot str
 		w("**%s** (%s).\n\n", PurgeUnavailable, d.Unavailable)
 		return
 	}
-	w("A 3-node floe cluster whose warehouse is a bucket on versitygw (posix backend, same machine). Each table is created with the iceberg-go REST client; the driver writes N tiny data-file objects (%d bytes each, %d PutObject at a time) under the table's location through floe's storage layer, and commits one append listing all N (`Transaction.AddDataFiles`: one manifest, one manifest list, a new metadata file), as an engine would. Then `DELETE /v1/namespaces/drops/tables/{t}?purgeRequested=true` through the leader, with `%s: true` (async) or without it (sync: the node that took the request runs the purge job and answers when it has SUCCEEDED). Latency: the DELETE until 204. Purged: the DELETE until the job is seen SUCCEEDED in `GET /management/v1/purge-jobs` (polled every 20 ms); for async this includes the wait for the leader's scheduler to lease the job to a node (it looks for work every quarter of the purge heartbeat timeout, 2.5 s by default), so small async jobs finish later than sync ones by design.\n\n",
+	w("A 3-node floe cluster whose warehouse is a bucket on versitygw (posix backend, same machine). Each table is created with the iceberg-go REST client; the driver writes N tiny data-file objects (%d bytes each, %d PutObject at a time) under the table's location through floe's storage layer, and commits one append listing all N (`Transaction.AddDataFiles`: one manifest, one manifest list, a new metadata file), as an engine would. Then `DELETE /v1/namespaces/drops/tables/{t}?purgeRequested=true` through the leader, with `%s: true` (async) or without it (sync: the node that took the request runs the purge job and answers when it has SUCCEEDED). Latency: the DELETE until 204. Purged: the DELETE until the job is seen SUCCEEDED in `GET /management/v1/purge-jobs` (polled every 20 ms); for async this includes the leader's scheduler leasing the job to a node (it is woken when the drop's entry applies) and that node starting it (its workers are woken when it applies the lease); item 9 splits that time up.\n\n",
 		len(dataFileContent), putWorkers, asyncPurgeHeader)
 	w("| files | mode | objects under the location | drop latency (ms) | until purged (ms) | files deleted (job) | left after |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, c := range d.Cases {
@@ -490,8 +496,8 @@ func (r *SuiteReport) failoverSection(w func(string, ...any), c *Report) {
 		return
 	}
 	w("## 6. Failover\n\n")
-	w("From the cluster benchmark: SIGKILL the leader, then send `POST /v1/namespaces` (a new name each attempt, %s per attempt, %s between attempts) to a surviving node until one is answered 200; the killed node is restarted and the cluster must be healthy before the next round. Baseline: %d healthy writes sent the same way, median %s ms. Raft's heartbeat and election timeouts are 1 s each (raftnode defaults), which bounds the figure from below.\n\n",
-		writeTimeout, retryPause, len(c.HealthyWrites), ms(c.HealthyWriteMedian()))
+	w("From the cluster benchmark: SIGKILL the leader, then send `POST /v1/namespaces` (a new name each attempt, %s per attempt, %s between attempts) to a surviving node until one is answered 200; the killed node is restarted and the cluster must be healthy before the next round. Baseline: %d healthy writes sent the same way, median %s ms. Raft's heartbeat and election timeouts are %s and %s (raftnode defaults): a follower notices the dead leader after one to two heartbeat timeouts, which bounds the figure from below.\n\n",
+		writeTimeout, retryPause, len(c.HealthyWrites), ms(c.HealthyWriteMedian()), raftnode.DefaultHeartbeatTimeout, raftnode.DefaultElectionTimeout)
 	w("| round | killed | writes via | new leader | kill → ack (ms) | attempts | restart → healthy (ms) |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n")
 	for _, x := range c.Rounds {
 		w("| %d | %s | %s | %s | %s | %d | %s |\n", x.Round, x.Killed, x.Via, x.NewLeader, ms(x.KillToAck), x.Attempts, ms(x.Rejoin))

@@ -41,6 +41,24 @@ type Sizes struct {
 	GrowthWrites int
 	// SnapshotThreshold is the growth cluster's --snapshot-threshold.
 	SnapshotThreshold int
+
+	// Item 9. StartRounds async and as many sync purges of StartFiles-file
+	// tables, one at a time; DropLatN async drops at each size of
+	// DropLatFiles (the largest is also purged for real, its node's RSS
+	// sampled) while DropLatClients commit to other tables, after
+	// DropLatQuiet of those commits alone; DropTputClients clients each
+	// dropping DropTputPerClient empty tables, against raw Raft no-ops for
+	// DropTputRawDuration; DropDrainWait bounds the wait for their purges.
+	StartRounds         int
+	StartFiles          int
+	DropLatFiles        []int
+	DropLatN            int
+	DropLatClients      int
+	DropLatQuiet        time.Duration
+	DropTputClients     int
+	DropTputPerClient   int
+	DropTputRawDuration time.Duration
+	DropDrainWait       time.Duration
 }
 
 // SizesFor returns the preset named smoke (seconds, for the test),
@@ -54,6 +72,9 @@ func SizesFor(name string) (Sizes, error) {
 			LoadTableN:   50,
 			DropFiles:    []int{20, 60},
 			GrowthTables: []int{20, 60}, IdemRecords: 100, GrowthWrites: 10, SnapshotThreshold: 64,
+			StartRounds: 2, StartFiles: 20, DropLatFiles: []int{20, 60}, DropLatN: 10, DropLatClients: 2,
+			DropLatQuiet: 500 * time.Millisecond, DropTputClients: 4, DropTputPerClient: 5,
+			DropTputRawDuration: 500 * time.Millisecond, DropDrainWait: 5 * time.Second,
 		}, nil
 	case "", "default":
 		return Sizes{
@@ -62,6 +83,9 @@ func SizesFor(name string) (Sizes, error) {
 			LoadTableN:   2000,
 			DropFiles:    []int{1000, 50_000},
 			GrowthTables: []int{1000, 5000, 20_000}, IdemRecords: 200_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
+			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
+			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
 		}, nil
 	case "large":
 		return Sizes{
@@ -70,12 +94,15 @@ func SizesFor(name string) (Sizes, error) {
 			LoadTableN:   2000,
 			DropFiles:    []int{1000, 50_000, 500_000},
 			GrowthTables: []int{1000, 10_000, 100_000}, IdemRecords: 1_000_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
+			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
+			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
 		}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown size %q (smoke, default or large)", name)
 }
 
-// Item numbers, as in issue 7.
+// Item numbers, as in issue 7 (1–8) and issue 14 (9).
 const (
 	ItemCommits     = 1
 	ItemReads       = 2
@@ -85,6 +112,10 @@ const (
 	ItemFailover    = 6
 	ItemMemory      = 7
 	ItemGrowth      = 8
+	// ItemDrops is issue 14's drop measurements: when an async purge
+	// starts, drop latency as a distribution under load, drop throughput,
+	// S3 requests per file deleted and the purging node's memory.
+	ItemDrops = 9
 )
 
 // SuiteOptions configures RunSuite.
@@ -132,8 +163,8 @@ func ParseItems(s string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < ItemCommits || n > ItemGrowth {
-			return nil, fmt.Errorf("item %q: want a number from %d to %d", f, ItemCommits, ItemGrowth)
+		if err != nil || n < ItemCommits || n > ItemDrops {
+			return nil, fmt.Errorf("item %q: want a number from %d to %d", f, ItemCommits, ItemDrops)
 		}
 		out = append(out, n)
 	}
@@ -152,11 +183,12 @@ type SuiteReport struct {
 	LoadTable *LoadTableLatency // item 3
 	Drop      *DropBench        // item 5 (and the purge half of 7)
 	Growth    *GrowthBench      // items 8 and 7
+	Drops     *DropsBench       // item 9
 	// Failures records items that failed; the rest of the suite still ran.
 	Failures map[int]string
 }
 
-// RunSuite runs the items of issue 7 in order, each against a baseline
+// RunSuite runs the items of issues 7 and 14 in order, each against a baseline
 // measured in the same run. An item that fails is recorded in
 // Failures and the suite goes on; the returned error joins them.
 func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error) {
@@ -219,6 +251,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error)
 	if o.wants(ItemGrowth, ItemMemory) && ctx.Err() == nil {
 		if rep.Growth, err = runGrowth(ctx, &o, filepath.Join(dir, "growth")); err != nil {
 			fail([]int{ItemGrowth, ItemMemory}, err)
+		}
+	}
+	if o.wants(ItemDrops) && ctx.Err() == nil {
+		if rep.Drops, err = runDropsBench(ctx, &o, filepath.Join(dir, "drops")); err != nil {
+			fail([]int{ItemDrops}, err)
 		}
 	}
 	rep.Duration = time.Since(start)

@@ -44,10 +44,17 @@ func TestSizesAndItems(t *testing.T) {
 	assert.Contains(t, large.GrowthTables, 100_000)
 	assert.Equal(t, 1_000_000, large.IdemRecords)
 
-	items, err := ParseItems("1, 3,8")
+	def, _ := SizesFor("default")
+	assert.Equal(t, []int{1000, 50_000}, def.DropLatFiles)
+	assert.GreaterOrEqual(t, def.DropLatN, 200)
+	assert.Equal(t, 16, def.DropLatClients)
+	assert.Equal(t, 64, def.DropTputClients)
+	assert.Contains(t, large.DropLatFiles, 500_000)
+
+	items, err := ParseItems("1, 3,8,9")
 	require.NoError(t, err)
-	assert.Equal(t, []int{1, 3, 8}, items)
-	_, err = ParseItems("9")
+	assert.Equal(t, []int{1, 3, 8, 9}, items)
+	_, err = ParseItems("10")
 	require.Error(t, err)
 }
 

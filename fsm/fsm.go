@@ -60,7 +60,7 @@ type FSM struct {
 
 // OnPurgeWork registers fn to be called, on the applying goroutine, after
 // each batch that added a claimable purge job (an asynchronous purging
-// drop, a retried job). fn must not block: it is a wake-up, not work. It
+// drop, a retried job) or leased one to a node. fn must not block: it is a wake-up, not work. It
 // may be set at any time; nil clears it.
 func (f *FSM) OnPurgeWork(fn func()) {
 	if fn == nil {

@@ -456,6 +456,8 @@ func applyAssignPurgeLease(t *txn, c Command) Result {
 	j.Lease = &PurgeLease{Node: cmd.Node, Token: t.index, ExpiresMs: cmd.ExpiresMs}
 	j.UpdatedMs = cmd.AtMs
 	t.putJob(j, before)
+	// The leased node's workers start it as soon as they see the lease.
+	t.purgeWork = true
 	return Result{}
 }
 

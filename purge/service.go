@@ -158,6 +158,8 @@ type Service struct {
 
 	// wake tells a running scheduler (Lead) to look for work now.
 	wake chan struct{}
+	// pollWake starts a poll of the jobs leased here now (Wake).
+	pollWake chan struct{}
 
 	mu      sync.Mutex
 	runs    map[string]*run // by job id
@@ -189,25 +191,31 @@ func New(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:  cfg,
-		log:  cfg.Logger.With("component", "purge", "node_id", cfg.NodeID),
-		m:    m,
-		pool: newDeletePool(cfg.DeleteThreads),
-		runs: map[string]*run{},
-		wake: make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "purge", "node_id", cfg.NodeID),
+		m:        m,
+		pool:     newDeletePool(cfg.DeleteThreads),
+		runs:     map[string]*run{},
+		wake:     make(chan struct{}, 1),
+		pollWake: make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
 // Wake tells the scheduler, if it runs here (this node leads), to assign
-// claimable jobs now instead of at its next poll: a node wires it to the
-// state machine's OnPurgeWork, so an asynchronous purge starts as soon as
-// its drop is applied. It never blocks; wakes that arrive while one is
-// pending merge into it.
+// claimable jobs now instead of at its next poll, and this node's workers
+// to look for jobs leased to it now: a node wires it to the state
+// machine's OnPurgeWork, so an asynchronous purge is leased as soon as its
+// drop is applied and started as soon as its lease is. It never blocks;
+// wakes that arrive while one is pending merge into it.
 func (s *Service) Wake() {
 	select {
 	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case s.pollWake <- struct{}{}:
 	default:
 	}
 }
@@ -388,6 +396,7 @@ func (s *Service) pollLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.pollWake:
 		}
 	}
 }
