@@ -26,6 +26,8 @@ type ProfileShare struct {
 var commitProfileFrames = []ProfileShare{
 	{Label: "catalog: write the metadata file (serialise + storage)", Frame: "catalog.(*Server).writeMetadata"},
 	{Label: "storage: durable file write (temp file, fsync, rename, dir fsync)", Frame: "internal/storage.(*Mux).Write"},
+	// A group-commit flush's fsyncs run on its own goroutines.
+	{Label: "storage: durable file write (temp file, fsync, rename, dir fsync)", Frame: "internal/storage.(*groupSync)"},
 	{Label: "fsync / fdatasync (storage, Raft log, state machine)", Frame: "syscall.Fsync"},
 	{Label: "fsync / fdatasync (storage, Raft log, state machine)", Frame: "syscall.Fdatasync"},
 	{Label: "hashicorp/raft goroutines", Frame: "github.com/hashicorp/raft."},
