@@ -336,6 +336,13 @@ func SessionPolicy(bucket, prefix string, access Access) (string, error) {
 		return "", errors.New("vending: location has no bucket")
 	}
 	prefix = strings.Trim(prefix, "/")
+	// IAM reads * and ? as wildcards and ${…} as a policy variable in both
+	// the resource and the s3:prefix condition: a location holding one
+	// would widen the grant beyond the table, and IAM has no escape for
+	// them here. Such a location gets no scoped credentials.
+	if strings.ContainsAny(bucket+"/"+prefix, "*?$") {
+		return "", fmt.Errorf("%w: location s3://%s/%s holds a character IAM reads as a wildcard (*, ? or $); credentials cannot be scoped to it", ErrUnavailable, bucket, prefix)
+	}
 	objects := "arn:aws:s3:::" + bucket + "/*"
 	listPrefixes := []string{"*"}
 	if prefix != "" {

@@ -111,6 +111,11 @@ func TestReadOnlyPolicyCannotWrite(t *testing.T) {
 	assert.Contains(t, p, `"arn:aws:s3:::lake/w/t/*"`)
 	_, err = vending.SessionPolicy("", "w", vending.ReadOnly)
 	assert.Error(t, err)
+	// A wildcard in the location would widen the grant: refused.
+	for _, prefix := range []string{"w/t*", "w/t?x", "w/${aws:username}"} {
+		_, err = vending.SessionPolicy("lake", prefix, vending.ReadWrite)
+		assert.ErrorIs(t, err, vending.ErrUnavailable, prefix)
+	}
 }
 
 func TestSTSCredentialsAreReusedForHalfTheirLife(t *testing.T) {
