@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/internal/location"
 )
 
 // Privileges a grant gives, on a namespace (with its children and tables)
@@ -215,4 +218,47 @@ func (s *Server) audit(r *http.Request, op string, status int) {
 		}
 	}
 	s.cfg.Auditor.Audit(r, op, target, status)
+}
+
+// scopeKey carries, in a request's context, whether its principal may
+// place tables anywhere the catalog allows (write on the whole catalog).
+type scopeKey struct{}
+
+// withScope records how to answer checkScope for r's principal; the
+// grants are read only if a location is checked.
+func (s *Server) withScope(r *http.Request) *http.Request {
+	if s.cfg.Authorizer == nil {
+		return r
+	}
+	wide := func() (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, nil) }
+	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, wide))
+}
+
+// checkScope refuses (403) a table or view location, or a registered
+// metadata file, outside the namespace's own location
+// (<warehouse>/<levels>) for a principal without write on the whole
+// catalog: a writer in one namespace must not claim, read through vended
+// credentials, or purge files of another namespace's tables (dropped
+// ones included) by naming their location. Catalog-wide writers may place
+// tables anywhere the allowed locations permit. Without an Authorizer
+// nothing is checked.
+func (s *Server) checkScope(ctx context.Context, namespace []string, loc string) error {
+	if s.cfg.Authorizer == nil {
+		return nil
+	}
+	if wide, ok := ctx.Value(scopeKey{}).(func() (bool, error)); ok {
+		allowed, err := wide()
+		if err != nil {
+			return err
+		}
+		if allowed {
+			return nil
+		}
+	}
+	scope := strings.TrimRight(s.cfg.Warehouse, "/") + "/" + strings.Join(namespace, "/")
+	if location.IsWithin(scope, loc) {
+		return nil
+	}
+	return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
+		msg: fmt.Sprintf("location %s lies outside %s, the location of namespace %s: only a principal with write on the whole catalog places tables and views elsewhere", loc, scope, nsString(namespace))}
 }

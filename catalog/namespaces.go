@@ -106,29 +106,50 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			return notFoundNamespace("namespace does not exist: %s", nsString(parent))
 		}
 	}
+	// Only what the principal may see. Grants are read between reads of
+	// the state, never inside one (a read inside a read can deadlock
+	// against a snapshot restore). A page is filled from as many reads as
+	// it takes, and its token names the last namespace shown, never one
+	// the principal may not see.
 	resp := listNamespacesResponse{Namespaces: [][]string{}}
-	err = s.read(r, func(rd *fsm.Reader) error {
-		if len(parent) > 0 {
-			if _, ok := rd.Namespace(parent); !ok {
-				return notFoundNamespace("namespace does not exist: %s", nsString(parent))
+	cursor := after
+	for {
+		var (
+			list []fsm.Namespace
+			more bool
+		)
+		err = s.read(r, func(rd *fsm.Reader) error {
+			if len(parent) > 0 {
+				if _, ok := rd.Namespace(parent); !ok {
+					return notFoundNamespace("namespace does not exist: %s", nsString(parent))
+				}
 			}
+			list, more = rd.Namespaces(parent, cursor, limit)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		list, more := rd.Namespaces(parent, after, limit)
-		for _, ns := range list {
-			// Only what the principal may see; a page may come out short.
-			if ok, err := s.visible(r, ns.Levels); err != nil {
+		for i, ns := range list {
+			ok, err := s.visible(r, ns.Levels)
+			if err != nil {
 				return err
-			} else if ok {
-				resp.Namespaces = append(resp.Namespaces, ns.Levels)
+			}
+			if !ok {
+				continue
+			}
+			resp.Namespaces = append(resp.Namespaces, ns.Levels)
+			if len(resp.Namespaces) == limit {
+				resp.NextPageToken = nextToken(more || i < len(list)-1, ns.Levels[len(ns.Levels)-1])
+				writeJSON(w, http.StatusOK, resp)
+				return nil
 			}
 		}
-		if len(list) > 0 {
-			resp.NextPageToken = nextToken(more, list[len(list)-1].Levels[len(list[len(list)-1].Levels)-1])
+		if !more || len(list) == 0 {
+			break
 		}
-		return nil
-	})
-	if err != nil {
-		return err
+		last := list[len(list)-1].Levels
+		cursor = last[len(last)-1]
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil

@@ -320,13 +320,20 @@ func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		r = withAuditTarget(r)
+		r = s.withScope(withAuditTarget(r))
 		err := s.authorizeRoute(name, r)
 		if err == nil {
 			err = h(rec, r)
 		}
 		if err != nil {
 			ae := toAPIError(err, kind)
+			if s.cfg.Authorizer != nil && (errors.Is(err, fsm.ErrLocationInUse) || errors.Is(err, fsm.ErrBeingPurged)) {
+				// The state machine's message names the table or job
+				// holding the location, which this caller may not be
+				// allowed to see: the log keeps it, the answer does not.
+				s.log.Info("location refused", "op", name, "path", r.URL.Path, "detail", ae.msg)
+				ae.msg = "the location, or the name, is held by another table, view or purge job"
+			}
 			if ae.status >= 500 {
 				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
 			} else {

@@ -190,6 +190,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(loc); err != nil {
 		return err
 	}
+	if err := s.checkScope(r.Context(), id.Namespace, loc); err != nil {
+		return err
+	}
 	if err := s.checkOwner(r.Context(), id, loc); err != nil {
 		return err
 	}
@@ -623,6 +626,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err := s.checkLocation(meta.Location()); err != nil {
 		return prepared{}, err
 	}
+	if err := s.checkScope(ctx, p.id.Namespace, meta.Location()); err != nil {
+		return prepared{}, err
+	}
 	if cur == nil || meta.Location() != cur.Location {
 		if err := s.checkOwner(ctx, p.id, meta.Location()); err != nil {
 			return prepared{}, err
@@ -760,6 +766,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(req.MetadataLocation); err != nil {
 		return err
 	}
+	if err := s.checkScope(r.Context(), levels, req.MetadataLocation); err != nil {
+		return err
+	}
 	// From storage, not the cache: a cached copy can outlive its file (a
 	// purge on any node deletes the files of a dropped table).
 	s.cache.remove(req.MetadataLocation)
@@ -768,6 +777,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
 	}
 	if err := s.checkLocation(tm.meta.Location()); err != nil {
+		return err
+	}
+	if err := s.checkScope(r.Context(), levels, tm.meta.Location()); err != nil {
 		return err
 	}
 	// The metadata file must be the table's own: one inside another

@@ -277,6 +277,9 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(loc); err != nil {
 		return err
 	}
+	if err := s.checkScope(r.Context(), id.Namespace, loc); err != nil {
+		return err
+	}
 	if err := s.checkViewOwner(r.Context(), id, loc); err != nil {
 		return err
 	}
@@ -482,6 +485,9 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		if err := s.checkLocation(meta.Location()); err != nil {
 			return fsm.ReplaceView{}, nil, err
 		}
+		if err := s.checkScope(ctx, id.Namespace, meta.Location()); err != nil {
+			return fsm.ReplaceView{}, nil, err
+		}
 		if err := s.checkViewOwner(ctx, id, meta.Location()); err != nil {
 			return fsm.ReplaceView{}, nil, err
 		}
@@ -577,6 +583,9 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkLocation(req.MetadataLocation); err != nil {
 		return err
 	}
+	if err := s.checkScope(r.Context(), levels, req.MetadataLocation); err != nil {
+		return err
+	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	setAuditTarget(r, id.String())
 	if err := s.checkViewName(r.Context(), id); err != nil {
@@ -587,6 +596,9 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
 	}
 	if err := s.checkLocation(vm.meta.Location()); err != nil {
+		return err
+	}
+	if err := s.checkScope(r.Context(), levels, vm.meta.Location()); err != nil {
 		return err
 	}
 	// The metadata file must be the view's own, inside the location its

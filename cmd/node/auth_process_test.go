@@ -239,6 +239,24 @@ func TestAuthProcesses(t *testing.T) {
 		require.NoError(t, cat.PurgeTable(ctx, table.Identifier{"sales", "lines"}))
 	})
 
+	t.Run("a namespace writer places tables only inside its namespace", func(t *testing.T) {
+		var cfgAns struct {
+			Overrides map[string]string `json:"overrides"`
+		}
+		require.NoError(t, json.Unmarshal(c.mustCall(t, n1, "", "GET", "/v1/config", "", http.StatusOK), &cfgAns))
+		wh := strings.TrimRight(cfgAns.Overrides["warehouse"], "/")
+		require.NotEmpty(t, wh)
+		body := func(name, loc string) string {
+			return `{"name":"` + name + `","location":"` + loc + `","schema":{"type":"struct","fields":[]}}`
+		}
+		code, b := c.call(t, n2, alice, "POST", "/v1/namespaces/sales/tables", body("grab", wh+"/hr/grabbed"))
+		assert.Equal(t, http.StatusForbidden, code, "%s", b)
+		assert.Contains(t, string(b), "outside")
+		c.mustCall(t, n2, alice, "POST", "/v1/namespaces/sales/tables", body("custom", wh+"/sales/elsewhere/custom"), http.StatusOK)
+		// A catalog-wide writer (root) may place a table anywhere allowed.
+		c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces/sales/tables", body("placed", wh+"/shared/placed"), http.StatusOK)
+	})
+
 	t.Run("two principals never share an Idempotency-Key's answer", func(t *testing.T) {
 		const key = "0190f0f0-0000-7000-8000-000000000001"
 		body := `{"namespace":["sales","q1"]}`

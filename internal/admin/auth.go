@@ -233,6 +233,7 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 		if !replayed {
 			v.Secret, v.Credential = secret, c.ID+":"+secret
 		}
+		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusCreated, v)
 		return nil
 	})
@@ -302,6 +303,7 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		if !replayed {
 			v.Token = token
 		}
+		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusCreated, v)
 		return nil
 	})

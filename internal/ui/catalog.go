@@ -83,9 +83,12 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
 			p.Namespaces = append(p.Namespaces, link{Name: nsName(ns.Levels), Href: namespaceHref(ns.Levels)})
 		}
 	}
+	// The next page starts after the last namespace shown: a cursor never
+	// names one the principal may not see. (A page holding none it may see
+	// ends the listing.)
 	next := ""
-	if more && len(list) > 0 {
-		next = lastLevel(list[len(list)-1].Levels)
+	if more && len(p.Namespaces) > 0 {
+		next = p.Namespaces[len(p.Namespaces)-1].Name
 	}
 	p.Pager = cursorPager("/ui/catalog", nil, "ns", page, next)
 	s.renderWith(w, r, http.StatusOK, "catalog", layout{Title: "Catalog", Stale: stale, Content: &p}, "catalog")
@@ -160,6 +163,7 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 	if canRead {
 		p.Properties, p.CreatedMs, p.UpdatedMs = sortedProps(ns.Properties), ns.CreatedMs, ns.UpdatedMs
 	}
+	lastVisibleChild := ""
 	for _, c := range children {
 		ok, err := s.visible(r, c.Levels)
 		if err != nil {
@@ -167,6 +171,7 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 		}
 		if ok {
 			p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: namespaceHref(c.Levels)})
+			lastVisibleChild = lastLevel(c.Levels)
 		}
 	}
 	for _, t := range tables {
@@ -183,7 +188,7 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 		return last()
 	}
 	p.ChildPager = cursorPager("/ui/namespace", fixed, "ns", childPage,
-		nextOf(moreNS && len(children) > 0, func() string { return lastLevel(children[len(children)-1].Levels) }))
+		nextOf(moreNS && lastVisibleChild != "", func() string { return lastVisibleChild }))
 	p.TablePager = cursorPager("/ui/namespace", fixed, "tables", tablePage,
 		nextOf(moreTab && len(tables) > 0, func() string { return tables[len(tables)-1].Name }))
 	p.ViewPager = cursorPager("/ui/namespace", fixed, "views", viewPage,

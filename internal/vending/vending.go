@@ -347,7 +347,8 @@ func SessionPolicy(bucket, prefix string, access Access) (string, error) {
 	listPrefixes := []string{"*"}
 	if prefix != "" {
 		objects = "arn:aws:s3:::" + bucket + "/" + prefix + "/*"
-		listPrefixes = []string{prefix, prefix + "/*"}
+		// Not the bare prefix: s3:prefix "w/t" would list w/t2/… too.
+		listPrefixes = []string{prefix + "/", prefix + "/*"}
 	}
 	actions := []string{"s3:GetObject", "s3:GetObjectVersion"}
 	if access == ReadWrite {

@@ -100,7 +100,8 @@ func TestSTSCredentialsAreScopedToTheLocation(t *testing.T) {
 	assert.Equal(t, []string{"arn:aws:s3:::lake/warehouse/db/orders/*"}, policy.Statement[0].Resource)
 	assert.Contains(t, policy.Statement[0].Action, "s3:PutObject")
 	assert.Equal(t, []string{"arn:aws:s3:::lake"}, policy.Statement[1].Resource)
-	assert.Equal(t, []string{"warehouse/db/orders", "warehouse/db/orders/*"}, policy.Statement[1].Condition["StringLike"]["s3:prefix"])
+	assert.Equal(t, []string{"warehouse/db/orders/", "warehouse/db/orders/*"}, policy.Statement[1].Condition["StringLike"]["s3:prefix"],
+		"never the bare prefix, which would list warehouse/db/orders2/ too")
 }
 
 func TestReadOnlyPolicyCannotWrite(t *testing.T) {
