@@ -169,6 +169,15 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		}
 		w.Header().Set(requestIDHeader, id)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		// A browser on another site must not change anything here, even
+		// with authentication off (a page could POST to a local node):
+		// browsers mark such requests, other clients send no such header.
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": map[string]any{
+				"message": "cross-site requests may not change anything", "type": "ForbiddenException", "code": http.StatusForbidden}})
+			s.record(r, opOf(r), "", http.StatusForbidden)
+			return
+		}
 		management := strings.HasPrefix(r.URL.Path, "/management/")
 		statusPage := ui.IsPath(r.URL.Path)
 		if s.on && !openPath(r) {

@@ -257,6 +257,13 @@ func TestAuthProcesses(t *testing.T) {
 		c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces/sales/tables", body("placed", wh+"/shared/placed"), http.StatusOK)
 	})
 
+	t.Run("a cross-site browser request changes nothing", func(t *testing.T) {
+		code, b := c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Sec-Fetch-Site", "cross-site")
+		assert.Equal(t, http.StatusForbidden, code, "%s", b)
+		code, _ = c.call(t, n1, testRootToken, "HEAD", "/v1/namespaces/xsite", "")
+		assert.Equal(t, http.StatusNotFound, code)
+	})
+
 	t.Run("two principals never share an Idempotency-Key's answer", func(t *testing.T) {
 		const key = "0190f0f0-0000-7000-8000-000000000001"
 		body := `{"namespace":["sales","q1"]}`
