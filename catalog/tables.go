@@ -727,6 +727,13 @@ func (s *Server) unregisterTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The answer is the table's metadata: drop alone does not let a
+	// principal read it.
+	if err := s.authorize(r, PrivRead, id.Namespace, func() error {
+		return notFoundTable("table does not exist: %s", id)
+	}); err != nil {
+		return err
+	}
 	res, err := s.store.Propose(r.Context(), fsm.DropTable{Ident: id, AtMs: s.cfg.Now().UnixMilli()})
 	if err != nil {
 		return err
