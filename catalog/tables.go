@@ -110,6 +110,19 @@ func (id tableIdentifier) ident() (fsm.Ident, error) {
 }
 
 func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
+	return s.listIdents(w, r, func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool) {
+		list, more := rd.Tables(levels, after, limit)
+		ids := make([]fsm.Ident, len(list))
+		for i, t := range list {
+			ids[i] = t.Ident()
+		}
+		return ids, more
+	})
+}
+
+// listIdents serves a paginated listing of the tables or views (list) of
+// the namespace in the path: 404 NoSuchNamespace when it does not exist.
+func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool)) error {
 	levels, err := namespaceVar(r)
 	if err != nil {
 		return err
@@ -123,12 +136,12 @@ func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
 		if _, ok := rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
 		}
-		list, more := rd.Tables(levels, after, limit)
-		for _, t := range list {
-			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: t.Namespace, Name: t.Name})
+		ids, more := list(rd, levels, after, limit)
+		for _, id := range ids {
+			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: id.Namespace, Name: id.Name})
 		}
-		if len(list) > 0 {
-			resp.NextPageToken = nextToken(more, list[len(list)-1].Name)
+		if len(ids) > 0 {
+			resp.NextPageToken = nextToken(more, ids[len(ids)-1].Name)
 		}
 		return nil
 	})

@@ -207,33 +207,14 @@ func (s *Server) lookupView(r *http.Request, id fsm.Ident) (fsm.View, error) {
 }
 
 func (s *Server) listViews(w http.ResponseWriter, r *http.Request) error {
-	levels, err := namespaceVar(r)
-	if err != nil {
-		return err
-	}
-	after, limit, err := page(r)
-	if err != nil {
-		return err
-	}
-	resp := listTablesResponse{Identifiers: []tableIdentifier{}}
-	err = s.read(r, func(rd *fsm.Reader) error {
-		if _, ok := rd.Namespace(levels); !ok {
-			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
-		}
+	return s.listIdents(w, r, func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool) {
 		list, more := rd.Views(levels, after, limit)
-		for _, v := range list {
-			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: v.Namespace, Name: v.Name})
+		ids := make([]fsm.Ident, len(list))
+		for i, v := range list {
+			ids[i] = v.Ident()
 		}
-		if len(list) > 0 {
-			resp.NextPageToken = nextToken(more, list[len(list)-1].Name)
-		}
-		return nil
+		return ids, more
 	})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, resp)
-	return nil
 }
 
 type createViewRequest struct {
