@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -313,6 +314,9 @@ func (s *Server) routes() *mux.Router {
 	return r
 }
 
+// purgeJobRE finds the purge job a tombstone refusal names.
+var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})`)
+
 // wrap adds the body limit, metrics, logging and error mapping to a handler.
 func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	kind := opKindOf(name)
@@ -332,7 +336,12 @@ func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request
 				// holding the location, which this caller may not be
 				// allowed to see: the log keeps it, the answer does not.
 				s.log.Info("location refused", "op", name, "path", r.URL.Path, "detail", ae.msg)
-				ae.msg = "the location, or the name, is held by another table, view or purge job"
+				ae.msg = "the location is held by another table or view"
+				if m := purgeJobRE.FindStringSubmatch(err.Error()); m != nil {
+					// A tombstone: name the job (the operator's handle on
+					// it), not the table it purges.
+					ae.msg = "the name or location is being purged by purge job " + m[1] + "; retry when the job has succeeded"
+				}
 			}
 			if ae.status >= 500 {
 				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
