@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/location"
 )
 
@@ -77,7 +78,8 @@ func (s *Server) authorize(r *http.Request, priv string, namespace []string, not
 	if ok {
 		return nil
 	}
-	if len(namespace) > 0 && notFound != nil {
+	wh, ns := fsm.SplitWarehouse(namespace)
+	if len(ns) > 0 && notFound != nil {
 		visible, err := a.Visible(r, namespace)
 		if err != nil {
 			return err
@@ -87,8 +89,11 @@ func (s *Server) authorize(r *http.Request, priv string, namespace []string, not
 		}
 	}
 	what := "the catalog"
-	if len(namespace) > 0 {
+	switch {
+	case len(ns) > 0:
 		what = "namespace " + nsString(namespace)
+	case wh != "":
+		what = "warehouse " + wh
 	}
 	return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
 		msg: fmt.Sprintf("%s may not %s in %s", s.principalOf(r), priv, what)}
@@ -230,14 +235,16 @@ func (s *Server) withScope(r *http.Request) *http.Request {
 	if s.cfg.Authorizer == nil {
 		return r
 	}
-	wide := func() (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, nil) }
+	// Write on the whole warehouse (on the catalog, for the default one).
+	root := s.whOf(r.Context()).root()
+	wide := func() (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, root) }
 	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, wide))
 }
 
 // checkScope refuses (403) a table or view location, or a registered
 // metadata file, outside the namespace's own location
 // (<warehouse>/<levels>) for a principal without write on the whole
-// catalog: a writer in one namespace must not claim, read through vended
+// warehouse (the catalog, for the default warehouse): a writer in one namespace must not claim, read through vended
 // credentials, or purge files of another namespace's tables (dropped
 // ones included) by naming their location. Catalog-wide writers may place
 // tables anywhere the allowed locations permit. Without an Authorizer
@@ -255,7 +262,7 @@ func (s *Server) checkScope(ctx context.Context, namespace []string, loc string)
 			return nil
 		}
 	}
-	scope := strings.TrimRight(s.cfg.Warehouse, "/") + "/" + strings.Join(namespace, "/")
+	scope := strings.TrimRight(s.whOf(ctx).location, "/") + "/" + strings.Join(external(namespace), "/")
 	if location.IsWithin(scope, loc) {
 		return nil
 	}

@@ -63,14 +63,15 @@ func wantsVendedCredentials(r *http.Request) bool {
 // A principal that may read but not write in the table's namespace gets
 // read-only credentials.
 func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCredential, bool, error) {
-	if s.cfg.Vendor == nil {
+	vendor := s.whOf(r.Context()).vendor
+	if vendor == nil {
 		return storageCredential{}, false, nil
 	}
 	readOnly, err := s.readOnlyCredentials(r, id.Namespace)
 	if err != nil {
 		return storageCredential{}, false, err
 	}
-	props, ok, err := s.cfg.Vendor.Vend(r.Context(), location, readOnly)
+	props, ok, err := vendor.Vend(r.Context(), location, readOnly)
 	if err != nil {
 		return storageCredential{}, false, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: fmt.Sprintf("cannot vend credentials for table %s: %v", id, err), retryAfter: "1"}
@@ -98,7 +99,7 @@ func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, location st
 		res.Config = map[string]string{}
 	}
 	maps.Copy(res.Config, cred.Config)
-	if s.cfg.Vendor.Expiring() {
+	if s.whOf(r.Context()).vendor.Expiring() {
 		res.Config[propRefreshCredentialsEndpoint] = s.credentialsPath(id)
 	}
 	return nil
@@ -108,11 +109,16 @@ func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, location st
 // catalog's base URI, with the namespace levels joined by the unit
 // separator, which every client and this server accept.
 func (s *Server) credentialsPath(id fsm.Ident) string {
-	levels := make([]string, len(id.Namespace))
-	for i, l := range id.Namespace {
+	wh, ns := fsm.SplitWarehouse(id.Namespace)
+	prefix := wh
+	if wh == "" {
+		prefix = s.cfg.Prefix
+	}
+	levels := make([]string, len(ns))
+	for i, l := range ns {
 		levels[i] = url.PathEscape(l)
 	}
-	return "v1/" + url.PathEscape(s.cfg.Prefix) + "/namespaces/" + strings.Join(levels, "%1F") +
+	return "v1/" + url.PathEscape(prefix) + "/namespaces/" + strings.Join(levels, "%1F") +
 		"/tables/" + url.PathEscape(id.Name) + "/credentials"
 }
 

@@ -68,6 +68,8 @@ type node struct {
 	scfg      storage.Config
 	now       func() time.Time // catalog clock; nil: time.Now
 	vendor    catalog.CredentialVendor
+	// named are warehouses served beside the default one.
+	named []catalog.Warehouse
 	// noClientKeys: the client brings no storage credentials of its own.
 	noClientKeys bool
 	raft         *raftnode.Node
@@ -101,6 +103,13 @@ func startNode(t *testing.T, wh warehouse) *node {
 // warehouse and waits until every node is ready.
 func startCluster(t *testing.T, wh warehouse, size int) []*node {
 	t.Helper()
+	return startClusterWith(t, wh, size, nil)
+}
+
+// startClusterWith is startCluster with named warehouses beside the
+// default one: named returns them given the default warehouse's URI.
+func startClusterWith(t *testing.T, wh warehouse, size int, named func(uri string) []catalog.Warehouse) []*node {
+	t.Helper()
 	uri, scfg := wh.uri(t)
 	addrs := make([]string, size)
 	for i := range addrs {
@@ -109,6 +118,9 @@ func startCluster(t *testing.T, wh warehouse, size int) []*node {
 	nodes := make([]*node, size)
 	for i := range nodes {
 		nodes[i] = &node{t: t, dir: t.TempDir(), addr: addrs[i], join: addrs, expect: size, warehouse: uri, scfg: scfg}
+		if named != nil {
+			nodes[i].named = named(uri)
+		}
 		nodes[i].start()
 		t.Cleanup(nodes[i].stop)
 	}
@@ -148,7 +160,7 @@ func (n *node) start() {
 	require.NoError(t, err)
 	srv, err := catalog.New(catalog.Config{
 		Warehouse: n.warehouse, Prefix: "floe", Registerer: prometheus.NewRegistry(), MaxBodyBytes: 1 << 20, Logger: quietLogger(),
-		Now: n.now, Vendor: n.vendor,
+		Now: n.now, Vendor: n.vendor, Warehouses: n.named,
 	}, rn, objects)
 	require.NoError(t, err)
 	n.raft, n.net, n.objects, n.srv = rn, faults, objects, srv
@@ -176,9 +188,9 @@ func (n *node) restart() {
 // response is validated against the Iceberg REST spec. Like a real engine,
 // the client brings its own storage credentials: the catalog hands out
 // none unless vending is configured.
-func (n *node) catalog(t *testing.T) *rest.Catalog {
+func (n *node) catalog(t *testing.T, opts ...rest.Option) *rest.Catalog {
 	t.Helper()
-	opts := []rest.Option{rest.WithCustomTransport(spectest.Wrap(t, nil))}
+	opts = append([]rest.Option{rest.WithCustomTransport(spectest.Wrap(t, nil))}, opts...)
 	if n.scfg.S3AccessKeyID != "" && !n.noClientKeys {
 		opts = append(opts, rest.WithAdditionalProps(iceberg.Properties{
 			"s3.access-key-id": n.scfg.S3AccessKeyID, "s3.secret-access-key": n.scfg.S3SecretAccessKey,

@@ -60,6 +60,12 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		route := []string{}
+		if wh := s.whOf(r.Context()); wh.name != "" {
+			// The same names in another warehouse are another request. A
+			// path variable holds no raw control character, so the root
+			// cannot be mistaken for one.
+			route = append(route, fsm.WarehouseRoot(wh.name))
+		}
 		vars := mux.Vars(r)
 		for _, v := range []string{"namespace", "table", "view"} {
 			if val, ok := vars[v]; ok {

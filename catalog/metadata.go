@@ -73,7 +73,7 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 		return tm, nil
 	}
 	s.metrics.cacheMisses.Inc()
-	raw, err := s.objects.Read(ctx, loc)
+	raw, err := s.whOf(ctx).objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("read metadata %s: %w", loc, err)
 	}
@@ -110,7 +110,7 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 		return nil, err
 	}
 	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
-	if err := s.objects.Write(ctx, loc, raw); err != nil {
+	if err := s.whOf(ctx).objects.Write(ctx, loc, raw); err != nil {
 		return nil, fmt.Errorf("write metadata %s: %w", loc, err)
 	}
 	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
@@ -146,7 +146,7 @@ func (s *Server) discard(ctx context.Context, locs ...string) {
 	for _, l := range locs {
 		s.cache.remove(l)
 	}
-	if _, err := s.objects.Delete(context.WithoutCancel(ctx), locs); err != nil {
+	if _, err := s.whOf(ctx).objects.Delete(context.WithoutCancel(ctx), locs); err != nil {
 		s.metrics.orphanedFiles.Add(float64(len(locs)))
 		s.log.Warn("could not delete unused metadata files", "files", locs, "error", err)
 	}
@@ -173,9 +173,10 @@ func metadataVersion(loc string) int {
 	return v
 }
 
-// defaultLocation is <warehouse>/<namespace levels joined by />/<table>.
-func (s *Server) defaultLocation(id fsm.Ident) string {
-	return s.cfg.Warehouse + "/" + strings.Join(id.Namespace, "/") + "/" + id.Name
+// defaultLocation is <warehouse>/<namespace levels joined by />/<table>,
+// in the warehouse the request whose context is ctx addresses.
+func (s *Server) defaultLocation(ctx context.Context, id fsm.Ident) string {
+	return s.whOf(ctx).location + "/" + strings.Join(external(id.Namespace), "/") + "/" + id.Name
 }
 
 // Location limits: S3 keys end at 1024 bytes and file names at 255, and a
@@ -188,7 +189,7 @@ const (
 
 // checkLocation refuses a location that does not lie strictly inside one of
 // the allowed locations (by default the warehouse).
-func (s *Server) checkLocation(loc string) error {
+func (s *Server) checkLocation(ctx context.Context, loc string) error {
 	if len(loc) > maxLocationBytes {
 		return badRequest("location is %d bytes long, the limit is %d", len(loc), maxLocationBytes)
 	}
@@ -208,12 +209,13 @@ func (s *Server) checkLocation(loc string) error {
 	if len(key) > maxKeyBytes {
 		return badRequest("location %q is %d bytes below its bucket or root, the limit is %d", loc, len(key), maxKeyBytes)
 	}
-	for _, allowed := range s.cfg.AllowedLocations {
+	allowedLocations := s.whOf(ctx).allowed
+	for _, allowed := range allowedLocations {
 		if storage.IsWithin(allowed, loc) && fsm.LocationKey(allowed) != fsm.LocationKey(loc) {
 			return nil
 		}
 	}
-	return badRequest("location %q is outside the allowed locations (%s)", loc, strings.Join(s.cfg.AllowedLocations, ", "))
+	return badRequest("location %q is outside the allowed locations (%s)", loc, strings.Join(allowedLocations, ", "))
 }
 
 // checkOwner answers early, before any file is written, when loc is equal

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/gorilla/mux"
 
@@ -26,11 +25,16 @@ type configResponse struct {
 }
 
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
-	// Clients pass their warehouse property as configured, so a trailing
-	// slash on the warehouse URI names the same warehouse.
-	if wh := r.URL.Query().Get("warehouse"); wh != "" && wh != s.cfg.Prefix && strings.TrimRight(wh, "/") != s.cfg.Warehouse {
-		return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
-			msg: fmt.Sprintf("unknown warehouse %q (this catalog serves %q at %s)", wh, s.cfg.Prefix, s.cfg.Warehouse)}
+	// Clients pass their warehouse property as configured: a warehouse's
+	// name, or its location (a trailing slash names the same warehouse).
+	// None: the default warehouse.
+	wh := s.warehouses[0]
+	if v := r.URL.Query().Get("warehouse"); v != "" {
+		var ok bool
+		if wh, ok = s.warehouseNamed(v); !ok {
+			return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
+				msg: fmt.Sprintf("unknown warehouse %q (this catalog serves %s)", v, s.prefixes())}
+		}
 	}
 	var endpoints []string
 	for _, rt := range s.catalogRoutes() {
@@ -41,7 +45,7 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 		// The spec makes the separator a config override, and that is
 		// where clients read it (Java's ResourcePaths, PyIceberg,
 		// iceberg-go); the top-level field stays as floe first answered.
-		Overrides: map[string]string{"prefix": s.cfg.Prefix, "warehouse": s.cfg.Warehouse,
+		Overrides: map[string]string{"prefix": wh.prefix, "warehouse": wh.location,
 			"namespace-separator": nsSeparatorEncoded},
 		Endpoints:          endpoints,
 		NamespaceSeparator: nsSeparatorEncoded,
@@ -93,13 +97,19 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var parent []string
+	// parent is the stored levels of the namespace listed: the warehouse's
+	// root when the request names none.
+	wh := s.whOf(r.Context())
+	parent := wh.root()
 	if p := r.URL.Query().Get("parent"); p != "" {
-		if parent, err = splitNamespace(p); err != nil {
+		levels, err := splitNamespace(p)
+		if err != nil {
 			return err
 		}
+		parent = wh.levels(levels)
 	}
-	if len(parent) > 0 {
+	top := wh.isRoot(parent)
+	if !top {
 		if ok, err := s.visible(r, parent); err != nil {
 			return err
 		} else if !ok {
@@ -119,7 +129,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			more bool
 		)
 		err = s.read(r, func(rd *fsm.Reader) error {
-			if len(parent) > 0 {
+			if !top {
 				if _, ok := rd.Namespace(parent); !ok {
 					return notFoundNamespace("namespace does not exist: %s", nsString(parent))
 				}
@@ -138,7 +148,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			if !ok {
 				continue
 			}
-			resp.Namespaces = append(resp.Namespaces, ns.Levels)
+			resp.Namespaces = append(resp.Namespaces, external(ns.Levels))
 			if len(resp.Namespaces) == limit {
 				resp.NextPageToken = nextToken(more || i < len(list)-1, ns.Levels[len(ns.Levels)-1])
 				writeJSON(w, http.StatusOK, resp)
@@ -172,7 +182,8 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	setAuditTarget(r, nsString(req.Namespace))
-	parent := req.Namespace[:len(req.Namespace)-1]
+	levels := levelsIn(r.Context(), req.Namespace)
+	parent := levels[:len(levels)-1]
 	if err := s.authorize(r, PrivWrite, parent, func() error {
 		// The spec lists no 404 for createNamespace.
 		return badRequest("parent namespace does not exist: %s", nsString(parent))
@@ -180,7 +191,7 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.store.Propose(r.Context(), fsm.CreateNamespace{
-		Namespace: req.Namespace, Properties: req.Properties, AtMs: s.cfg.Now().UnixMilli(),
+		Namespace: levels, Properties: req.Properties, AtMs: s.cfg.Now().UnixMilli(),
 	})
 	if err != nil {
 		return err
@@ -208,8 +219,14 @@ func validateProperties(props map[string]string) error {
 	return nil
 }
 
+// namespaceVar returns the stored levels of the namespace in the path, in
+// the warehouse the request addresses.
 func namespaceVar(r *http.Request) ([]string, error) {
-	return parseNamespace(mux.Vars(r)["namespace"])
+	levels, err := parseNamespace(mux.Vars(r)["namespace"])
+	if err != nil {
+		return nil, err
+	}
+	return levelsIn(r.Context(), levels), nil
 }
 
 func (s *Server) loadNamespace(w http.ResponseWriter, r *http.Request) error {
@@ -231,7 +248,7 @@ func (s *Server) loadNamespace(w http.ResponseWriter, r *http.Request) error {
 	if ns.Properties == nil {
 		ns.Properties = map[string]string{}
 	}
-	writeJSON(w, http.StatusOK, namespaceBody{Namespace: ns.Levels, Properties: ns.Properties})
+	writeJSON(w, http.StatusOK, namespaceBody{Namespace: external(ns.Levels), Properties: ns.Properties})
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -73,7 +74,7 @@ func FuzzParseIdentifier(f *testing.F) {
 			requireBadRequest(t, err)
 		}
 		if levels != nil {
-			id, err := tableIdentifier{Namespace: levels, Name: name}.ident()
+			id, err := tableIdentifier{Namespace: levels, Name: name}.ident(context.Background())
 			if (err == nil) != validName(name) {
 				t.Fatalf("ident(%q, %q) = %v, want valid %v", levels, name, err, validName(name))
 			}

@@ -48,8 +48,8 @@ func (s *Server) purger() (Purger, error) {
 	svc, err := purge.New(purge.Config{
 		NodeID:           "inline-" + uuid.NewString(),
 		Store:            s.store,
-		Storage:          func(map[string]string) (purge.Objects, error) { return s.objects, nil },
-		AllowedLocations: s.cfg.AllowedLocations,
+		Storage:          s.purgeStorage,
+		AllowedLocations: s.allowedEverywhere(),
 		Logger:           s.log,
 		Now:              s.cfg.Now,
 	})
@@ -75,19 +75,21 @@ func (s *Server) Close() {
 }
 
 // purgeSpec is the job a purging drop adds: id (UUIDv7), the FileIO
-// properties of the warehouse (every table lies inside it), who dropped
+// properties of the request's warehouse (every table lies inside its
+// allowed locations), who dropped
 // it, and for a synchronous drop a lease to this node.
-func (s *Server) purgeSpec(p Purger, async bool, principal string) (*fsm.PurgeJobSpec, error) {
+func (s *Server) purgeSpec(ctx context.Context, p Purger, async bool, principal string) (*fsm.PurgeJobSpec, error) {
+	wh := s.whOf(ctx)
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
 	}
 	spec := &fsm.PurgeJobSpec{
 		ID:        id.String(),
-		Warehouse: s.cfg.Warehouse,
+		Warehouse: wh.location,
 		// The storage settings without credentials: the job is replicated
 		// and snapshotted; the node that runs it uses its own credentials.
-		FileIO:    storage.WithoutSecrets(s.objects.ClientConfig(s.cfg.Warehouse)),
+		FileIO:    storage.WithoutSecrets(wh.objects.ClientConfig(wh.location)),
 		DroppedBy: principal,
 	}
 	if !async {

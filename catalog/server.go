@@ -94,9 +94,13 @@ type Config struct {
 	// strictly inside one of these prefixes, checked at create, register
 	// and set-location. Default: the warehouse alone.
 	AllowedLocations []string
-	// Prefix is the path prefix advertised in /v1/config; routes are served
-	// both with it (/v1/{prefix}/…) and without it (/v1/…).
+	// Prefix is the path prefix advertised in /v1/config for the default
+	// warehouse; its routes are served both with it (/v1/{prefix}/…) and
+	// without it (/v1/…).
 	Prefix string
+	// Warehouses are served beside the default warehouse (Warehouse,
+	// AllowedLocations, Prefix), each under its own prefix.
+	Warehouses []Warehouse
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Default 8 MiB.
 	MaxBodyBytes int64
 	// CommitRetries bounds how often a commit that lost a compare-and-set is
@@ -158,6 +162,8 @@ type Server struct {
 	cache   *metadataCache
 	metrics *metrics
 	router  *mux.Router
+	// warehouses are the served warehouses, the default one first.
+	warehouses []*warehouse
 
 	purgerMu  sync.Mutex
 	purgerSvc Purger
@@ -203,6 +209,10 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if cfg.IdempotencyLifetime <= 0 {
 		cfg.IdempotencyLifetime = idempotency.DefaultLifetime
 	}
+	warehouses, err := newWarehouses(cfg, objects)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:       cfg,
 		store:     keyedStore{Store: store},
@@ -211,7 +221,8 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		log:       cfg.Logger,
 		cache:     newMetadataCache(cfg.MetadataCacheSize),
 		metrics:   newMetrics(cfg.Registerer),
-		purgerSvc: cfg.Purger,
+		purgerSvc:  cfg.Purger,
+		warehouses: warehouses,
 	}
 	s.router = s.routes()
 	return s, nil
@@ -282,32 +293,42 @@ var unsupportedRoutes = []unsupportedRoute{
 
 func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter().UseEncodedPath()
-	r.Handle("/v1/config", s.wrap("getConfig", s.getConfig)).Methods("GET")
+	def := s.warehouses[0]
+	r.Handle("/v1/config", s.wrap(def, "getConfig", s.getConfig)).Methods("GET")
 	// The prefixed routes are registered first; a prefix may not be one of
 	// the plain routes' first segments (reservedPrefixes), so the two sets
-	// cannot shadow each other.
-	for _, base := range []string{"/v1/" + s.cfg.Prefix, "/v1"} {
+	// cannot shadow each other. The plain routes address the default
+	// warehouse.
+	type base struct {
+		path string
+		wh   *warehouse
+	}
+	var bases []base
+	for _, w := range s.warehouses {
+		bases = append(bases, base{"/v1/" + w.prefix, w})
+	}
+	for _, b := range append(bases, base{"/v1", def}) {
 		for _, rt := range s.catalogRoutes() {
 			h := rt.handler
 			if keyedOps[rt.name] {
 				h = s.keyed(rt.name, h)
 			}
-			r.Handle(base+rt.path, s.wrap(rt.name, h)).Methods(rt.method)
+			r.Handle(b.path+rt.path, s.wrap(b.wh, rt.name, h)).Methods(rt.method)
 		}
 		for _, u := range unsupportedRoutes {
 			ae := &apiError{status: u.status, typ: u.typ, msg: u.msg}
-			r.Handle(base+u.path, s.wrap("unsupported", func(http.ResponseWriter, *http.Request) error { return ae })).Methods(u.method)
+			r.Handle(b.path+u.path, s.wrap(b.wh, "unsupported", func(http.ResponseWriter, *http.Request) error { return ae })).Methods(u.method)
 		}
 	}
-	r.MethodNotAllowedHandler = s.wrap("methodNotAllowed", func(w http.ResponseWriter, r *http.Request) error {
+	r.MethodNotAllowedHandler = s.wrap(def, "methodNotAllowed", func(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusMethodNotAllowed, typ: "MethodNotAllowedException",
 			msg: fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)}
 	})
-	r.NotFoundHandler = s.wrap("notFound", func(w http.ResponseWriter, r *http.Request) error {
+	r.NotFoundHandler = s.wrap(def, "notFound", func(w http.ResponseWriter, r *http.Request) error {
 		parts := strings.SplitN(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/"), "/", 2)
-		if strings.HasPrefix(r.URL.Path, "/v1/") && len(parts) == 2 && !reservedPrefixes[parts[0]] && parts[0] != s.cfg.Prefix {
+		if _, known := s.warehouseNamed(parts[0]); strings.HasPrefix(r.URL.Path, "/v1/") && len(parts) == 2 && !reservedPrefixes[parts[0]] && !known {
 			return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
-				msg: fmt.Sprintf("unknown catalog prefix %q (this catalog serves %q)", parts[0], s.cfg.Prefix)}
+				msg: fmt.Sprintf("unknown catalog prefix %q (this catalog serves %s)", parts[0], s.prefixes())}
 		}
 		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: "no such route: " + r.URL.Path}
 	})
@@ -317,20 +338,26 @@ func (s *Server) routes() *mux.Router {
 // purgeJobRE finds the purge job a tombstone refusal names.
 var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})`)
 
-// wrap adds the body limit, metrics, logging and error mapping to a handler.
-func (s *Server) wrap(name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+// wrap adds the body limit, metrics, logging and error mapping to a handler
+// serving the warehouse wh.
+func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	kind := opKindOf(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		r = s.withScope(withAuditTarget(r))
+		r = s.withScope(withAuditTarget(withWarehouse(r, wh)))
 		err := s.authorizeRoute(name, r)
 		if err == nil {
 			err = h(rec, r)
 		}
 		if err != nil {
 			ae := toAPIError(err, kind)
+			if msg := wh.plain(ae.msg); msg != ae.msg {
+				cp := *ae
+				cp.msg = msg
+				ae = &cp
+			}
 			if s.cfg.Authorizer != nil && (errors.Is(err, fsm.ErrLocationInUse) || errors.Is(err, fsm.ErrBeingPurged)) {
 				// The state machine's message names the table or job
 				// holding the location, which this caller may not be
@@ -453,7 +480,9 @@ func validateName(what, name string) error {
 	return nil
 }
 
-func nsString(levels []string) string { return strings.Join(levels, ".") }
+// nsString renders a namespace for messages, as the client names it in
+// the warehouse it addresses.
+func nsString(levels []string) string { return strings.Join(external(levels), ".") }
 
 // opKindOf tells the error mapping whether op is a table or view commit.
 func opKindOf(op string) opKind {

@@ -34,7 +34,7 @@ type loadTableResult struct {
 // (addVendedCredentials); then the answer must not be cached. It fails only
 // when credentials were asked for and cannot be obtained.
 func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool) (loadTableResult, error) {
-	res := loadTableResult{Metadata: tm.raw, Config: s.objects.ClientConfig(tm.meta.Location())}
+	res := loadTableResult{Metadata: tm.raw, Config: s.whOf(r.Context()).objects.ClientConfig(tm.meta.Location())}
 	if !staged {
 		res.MetadataLocation = tm.location
 	}
@@ -99,14 +99,16 @@ type tableIdentifier struct {
 	Name      string   `json:"name"`
 }
 
-func (id tableIdentifier) ident() (fsm.Ident, error) {
+// ident validates id and returns its stored form in the warehouse the
+// request whose context is ctx addresses.
+func (id tableIdentifier) ident(ctx context.Context) (fsm.Ident, error) {
 	if err := validateNamespace(id.Namespace); err != nil {
 		return fsm.Ident{}, err
 	}
 	if err := validateName("table name", id.Name); err != nil {
 		return fsm.Ident{}, err
 	}
-	return fsm.Ident{Namespace: id.Namespace, Name: id.Name}, nil
+	return fsm.Ident{Namespace: levelsIn(ctx, id.Namespace), Name: id.Name}, nil
 }
 
 func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
@@ -138,7 +140,7 @@ func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd
 		}
 		ids, more := list(rd, levels, after, limit)
 		for _, id := range ids {
-			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: id.Namespace, Name: id.Name})
+			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: external(id.Namespace), Name: id.Name})
 		}
 		if len(ids) > 0 {
 			resp.NextPageToken = nextToken(more, ids[len(ids)-1].Name)
@@ -198,9 +200,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
-		loc = s.defaultLocation(id)
+		loc = s.defaultLocation(r.Context(), id)
 	}
-	if err := s.checkLocation(loc); err != nil {
+	if err := s.checkLocation(r.Context(), loc); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), id.Namespace, loc); err != nil {
@@ -269,7 +271,7 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	etag := etagFor(t.MetadataLocation, mode)
 	w.Header().Set("ETag", etag)
 	// A client asking for credentials gets them fresh, never a 304.
-	vending := s.cfg.Vendor != nil && wantsVendedCredentials(r)
+	vending := s.whOf(r.Context()).vendor != nil && wantsVendedCredentials(r)
 	if inm := r.Header.Get("If-None-Match"); inm != "" && !vending && etagMatches(inm, etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
@@ -402,7 +404,7 @@ func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Identifier != nil {
-		bodyID, err := req.Identifier.ident()
+		bodyID, err := req.Identifier.ident(r.Context())
 		if err != nil {
 			return err
 		}
@@ -463,7 +465,7 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) error
 		if c.Identifier == nil {
 			return badRequest("table-changes[%d] has no identifier", i)
 		}
-		id, err := c.Identifier.ident()
+		id, err := c.Identifier.ident(r.Context())
 		if err != nil {
 			return err
 		}
@@ -623,7 +625,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		}
 	}
 	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
-		if err := builder.SetLoc(s.defaultLocation(p.id)); err != nil {
+		if err := builder.SetLoc(s.defaultLocation(ctx, p.id)); err != nil {
 			return prepared{}, err
 		}
 	}
@@ -636,7 +638,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err != nil {
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
 	}
-	if err := s.checkLocation(meta.Location()); err != nil {
+	if err := s.checkLocation(ctx, meta.Location()); err != nil {
 		return prepared{}, err
 	}
 	if err := s.checkScope(ctx, p.id.Namespace, meta.Location()); err != nil {
@@ -710,7 +712,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		if p, err = s.purger(); err != nil {
 			return err
 		}
-		if cmd.Job, err = s.purgeSpec(p, async, s.principalOf(r)); err != nil {
+		if cmd.Job, err = s.purgeSpec(r.Context(), p, async, s.principalOf(r)); err != nil {
 			return err
 		}
 		cmd.Purge = true
@@ -783,7 +785,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if req.MetadataLocation == "" {
 		return badRequest("metadata-location is required")
 	}
-	if err := s.checkLocation(req.MetadataLocation); err != nil {
+	if err := s.checkLocation(r.Context(), req.MetadataLocation); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), levels, req.MetadataLocation); err != nil {
@@ -796,7 +798,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
 	}
-	if err := s.checkLocation(tm.meta.Location()); err != nil {
+	if err := s.checkLocation(r.Context(), tm.meta.Location()); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), levels, tm.meta.Location()); err != nil {
@@ -818,7 +820,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// between now and the commit (a table claiming the location first
 	// would make the commit refuse); but a purge that finished just before
 	// the check may have deleted it after the first read.
-	if _, err := s.objects.Read(r.Context(), tm.location); err != nil {
+	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), tm.location); err != nil {
 		return badRequest("cannot read metadata-location %s: %v", tm.location, err)
 	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
@@ -848,11 +850,11 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	if req.Source == nil || req.Destination == nil {
 		return badRequest("source and destination are required")
 	}
-	from, err := req.Source.ident()
+	from, err := req.Source.ident(r.Context())
 	if err != nil {
 		return err
 	}
-	to, err := req.Destination.ident()
+	to, err := req.Destination.ident(r.Context())
 	if err != nil {
 		return err
 	}

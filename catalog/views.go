@@ -83,7 +83,7 @@ var errCorruptViewMetadata = errors.New("unreadable view metadata")
 // readViewMetadata reads and parses the view metadata file at loc. View
 // metadata is not cached: views are loaded far less often than tables.
 func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadata, error) {
-	raw, err := s.objects.Read(ctx, loc)
+	raw, err := s.whOf(ctx).objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("read view metadata %s: %w", loc, err)
 	}
@@ -118,7 +118,7 @@ func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, vers
 		return nil, err
 	}
 	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
-	if err := s.objects.Write(ctx, loc, raw); err != nil {
+	if err := s.whOf(ctx).objects.Write(ctx, loc, raw); err != nil {
 		return nil, fmt.Errorf("write view metadata %s: %w", loc, err)
 	}
 	return &viewMetadata{location: loc, raw: raw, meta: meta}, nil
@@ -253,9 +253,9 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	}
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
-		loc = s.defaultLocation(id)
+		loc = s.defaultLocation(r.Context(), id)
 	}
-	if err := s.checkLocation(loc); err != nil {
+	if err := s.checkLocation(r.Context(), loc); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), id.Namespace, loc); err != nil {
@@ -367,7 +367,7 @@ func (s *Server) replaceView(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Identifier != nil {
-		bodyID, err := req.Identifier.ident()
+		bodyID, err := req.Identifier.ident(r.Context())
 		if err != nil {
 			return err
 		}
@@ -463,7 +463,7 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		return fsm.ReplaceView{}, nil, err
 	}
 	if meta.Location() != cur.Location {
-		if err := s.checkLocation(meta.Location()); err != nil {
+		if err := s.checkLocation(ctx, meta.Location()); err != nil {
 			return fsm.ReplaceView{}, nil, err
 		}
 		if err := s.checkScope(ctx, id.Namespace, meta.Location()); err != nil {
@@ -511,11 +511,11 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 	if req.Source == nil || req.Destination == nil {
 		return badRequest("source and destination are required")
 	}
-	from, err := req.Source.ident()
+	from, err := req.Source.ident(r.Context())
 	if err != nil {
 		return err
 	}
-	to, err := req.Destination.ident()
+	to, err := req.Destination.ident(r.Context())
 	if err != nil {
 		return err
 	}
@@ -561,7 +561,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if req.MetadataLocation == "" {
 		return badRequest("metadata-location is required")
 	}
-	if err := s.checkLocation(req.MetadataLocation); err != nil {
+	if err := s.checkLocation(r.Context(), req.MetadataLocation); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), levels, req.MetadataLocation); err != nil {
@@ -576,7 +576,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
 	}
-	if err := s.checkLocation(vm.meta.Location()); err != nil {
+	if err := s.checkLocation(r.Context(), vm.meta.Location()); err != nil {
 		return err
 	}
 	if err := s.checkScope(r.Context(), levels, vm.meta.Location()); err != nil {
@@ -592,7 +592,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The file must still be there after that check: a purge that finished
 	// just before it may have deleted the file after the first read.
-	if _, err := s.objects.Read(r.Context(), vm.location); err != nil {
+	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), vm.location); err != nil {
 		return badRequest("cannot read metadata-location %s: %v", vm.location, err)
 	}
 	res, err := s.store.Propose(r.Context(), fsm.CreateView{

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 )
 
 // Result is what applying one command produced. Domain outcomes (not found,
@@ -126,8 +125,6 @@ type PropertiesOutcome struct {
 func fail(s Status, format string, args ...any) Result {
 	return Result{Status: s, Message: fmt.Sprintf(format, args...)}
 }
-
-func nsName(levels []string) string { return strings.Join(levels, ".") }
 
 // CreateNamespace creates a namespace. Its parent, for a multi-level
 // namespace, must exist.
@@ -269,7 +266,10 @@ func applyCreateNamespace(t *txn, c Command) Result {
 	if _, ok := t.namespace(cmd.Namespace); ok {
 		return fail(StatusAlreadyExists, "namespace already exists: %s", nsName(cmd.Namespace))
 	}
-	if parent := cmd.Namespace[:len(cmd.Namespace)-1]; len(parent) > 0 {
+	if isWarehouseRootOnly(cmd.Namespace) {
+		return fail(StatusInvalid, "a warehouse's root is not a namespace")
+	}
+	if parent := cmd.Namespace[:len(cmd.Namespace)-1]; len(parent) > 0 && !isWarehouseRootOnly(parent) {
 		if _, ok := t.namespace(parent); !ok {
 			return fail(StatusNoSuchNamespace, "parent namespace does not exist: %s", nsName(parent))
 		}

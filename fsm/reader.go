@@ -33,16 +33,28 @@ func (r *Reader) Table(id Ident) (Table, bool) {
 	return t, ok
 }
 
-// Namespaces lists the direct children of parent (top-level namespaces when
-// parent is empty) in name order, starting after the child named after, at
+// firstUserKey sorts before every key whose first level is a name (names
+// hold no control characters) and after every named warehouse's keys.
+const firstUserKey = "\x20"
+
+// Namespaces lists the direct children of parent (the default warehouse's
+// top-level namespaces when parent is empty; a named warehouse's when parent
+// is its root alone) in name order, starting after the child named after, at
 // most limit of them (limit <= 0: all). more reports whether any follow.
 func (r *Reader) Namespaces(parent []string, after string, limit int) (out []Namespace, more bool) {
 	prefix := []byte{}
 	if len(parent) > 0 {
 		prefix = append(namespaceKey(parent), levelSep...)
 	}
+	start := append(append([]byte{}, prefix...), after...)
+	if len(parent) == 0 && string(start) < firstUserKey {
+		// Top-level namespaces of the default warehouse: the named
+		// warehouses' namespaces, stored under reserved levels that sort
+		// first, are not among them.
+		start = []byte(firstUserKey)
+	}
 	c := r.tx.Bucket(bucketNamespaces).Cursor()
-	k, v := c.Seek(append(append([]byte{}, prefix...), after...))
+	k, v := c.Seek(start)
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		rest := k[len(prefix):]
 		if bytes.Contains(rest, []byte(levelSep)) || (after != "" && string(rest) <= after) {

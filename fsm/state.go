@@ -68,7 +68,10 @@ type Ident struct {
 }
 
 func (id Ident) String() string {
-	return strings.Join(append(append([]string{}, id.Namespace...), id.Name), ".")
+	if len(id.Namespace) == 0 {
+		return id.Name
+	}
+	return nsName(id.Namespace) + "." + id.Name
 }
 
 // Namespace is a stored namespace.

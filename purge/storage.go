@@ -10,23 +10,44 @@ import (
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
-// StorageFor returns a Config.Storage for a node whose own storage is base,
-// configured as baseFileIO says (base.ClientConfig of the warehouse). Jobs
-// capture the FileIO properties without credentials (storage.WithoutSecrets;
-// jobs written by older releases may still carry them). A job whose
-// properties, credentials aside, are the node's own (or empty: local files)
-// uses base; any other set (the catalog was reconfigured since the drop)
-// gets a storage.Mux built from them with the job's credentials if it has
-// any, else this node's own, cached per distinct set.
-func StorageFor(base Objects, baseFileIO map[string]string, deleteBatchSize int) func(map[string]string) (Objects, error) {
+// Base is storage a node already has: its own, or a warehouse's, with the
+// FileIO properties (Mux.FileIOConfig) it was built from.
+type Base struct {
+	Objects Objects
+	FileIO  map[string]string
+}
+
+// StorageFor returns a Config.Storage for a node whose own storage is
+// bases[0], and whose other warehouses' storage are the rest. Jobs capture
+// the FileIO properties without credentials (storage.WithoutSecrets; jobs
+// written by older releases may still carry them). A job whose properties,
+// credentials aside, are a base's (or empty: local files, the first base)
+// uses that base, with its credentials; any other set (the catalog was
+// reconfigured since the drop) gets a storage.Mux built from them with the
+// job's credentials if it has any, else the first base's, cached per
+// distinct set. StorageFor panics without a base.
+func StorageFor(bases []Base, deleteBatchSize int) func(map[string]string) (Objects, error) {
+	if len(bases) == 0 {
+		panic("purge: StorageFor needs a base")
+	}
 	var (
 		mu    sync.Mutex
 		built = map[string]Objects{}
 	)
-	public := storage.WithoutSecrets(baseFileIO)
+	publics := make([]map[string]string, len(bases))
+	for i, b := range bases {
+		publics[i] = storage.WithoutSecrets(b.FileIO)
+	}
+	first := bases[0].FileIO
 	return func(props map[string]string) (Objects, error) {
-		if len(props) == 0 || maps.Equal(storage.WithoutSecrets(props), public) {
-			return base, nil
+		if len(props) == 0 {
+			return bases[0].Objects, nil
+		}
+		public := storage.WithoutSecrets(props)
+		for i, p := range publics {
+			if maps.Equal(public, p) {
+				return bases[i].Objects, nil
+			}
 		}
 		key := canonical(props)
 		mu.Lock()
@@ -40,7 +61,7 @@ func StorageFor(base Objects, baseFileIO map[string]string, deleteBatchSize int)
 		}
 		keyID, secret := props["s3.access-key-id"], props["s3.secret-access-key"]
 		if keyID == "" && secret == "" {
-			keyID, secret = baseFileIO["s3.access-key-id"], baseFileIO["s3.secret-access-key"]
+			keyID, secret = first["s3.access-key-id"], first["s3.secret-access-key"]
 		}
 		m, err := storage.New(storage.Config{
 			S3Endpoint:        props["s3.endpoint"],

@@ -21,7 +21,7 @@ func (nopObjects) Delete(context.Context, []string) (int, error) { return 0, nil
 func TestStorageForIgnoresCredentials(t *testing.T) {
 	base := nopObjects{}
 	node := map[string]string{"s3.endpoint": "http://127.0.0.1:9", "s3.region": "r", "s3.access-key-id": "AK", "s3.secret-access-key": "SK"}
-	get := StorageFor(base, node, 10)
+	get := StorageFor([]Base{{Objects: base, FileIO: node}}, 10)
 
 	o, err := get(storage.WithoutSecrets(node))
 	require.NoError(t, err)
@@ -33,4 +33,28 @@ func TestStorageForIgnoresCredentials(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, base, o, "other settings: a client of their own")
 	assert.Empty(t, storage.WithoutSecrets(map[string]string{"s3.secret-access-key": "x", "s3.session-token": "y", "S3.Access-Key-Id": "z"}))
+}
+
+type namedObjects struct {
+	nopObjects
+	name string
+}
+
+// With several warehouses, a job goes to the storage of the warehouse whose
+// settings it recorded, with that warehouse's credentials.
+func TestStorageForPicksTheWarehouse(t *testing.T) {
+	own, sales := namedObjects{name: "own"}, namedObjects{name: "sales"}
+	get := StorageFor([]Base{
+		{Objects: own, FileIO: map[string]string{"s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "AK", "s3.secret-access-key": "SK"}},
+		{Objects: sales, FileIO: map[string]string{"s3.endpoint": "http://127.0.0.2:9", "s3.access-key-id": "AK2", "s3.secret-access-key": "SK2"}},
+	}, 10)
+	o, err := get(map[string]string{"s3.endpoint": "http://127.0.0.2:9"})
+	require.NoError(t, err)
+	assert.Equal(t, sales, o)
+	o, err = get(map[string]string{"s3.endpoint": "http://127.0.0.1:9"})
+	require.NoError(t, err)
+	assert.Equal(t, own, o)
+	o, err = get(nil)
+	require.NoError(t, err)
+	assert.Equal(t, own, o, "local files: the node's own")
 }

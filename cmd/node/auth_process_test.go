@@ -28,12 +28,14 @@ type authCluster struct {
 	auditDir string
 }
 
-func startAuthCluster(t *testing.T) *authCluster {
+// startAuthCluster starts three nodes with authorization on, each also
+// given the flags extra.
+func startAuthCluster(t *testing.T, extra ...string) *authCluster {
 	t.Helper()
 	auditDir := t.TempDir()
 	c := &authCluster{auditDir: auditDir}
 	c.testCluster = startTestClusterWith(t, func(p *clusterProc) []string {
-		return []string{"--auth=on", "--auth-root-token", testRootToken, "--audit-log", filepath.Join(auditDir, p.id+".log")}
+		return append([]string{"--auth=on", "--auth-root-token", testRootToken, "--audit-log", filepath.Join(auditDir, p.id+".log")}, extra...)
 	})
 	require.Eventually(t, func() bool {
 		for _, p := range c.procs {

@@ -15,12 +15,26 @@ import (
 // newCatalogHandler builds the Iceberg REST catalog served under /v1/. The
 // Raft node is its store (Propose and linearizable Read); objects holds the
 // table files; purger runs the purge jobs of synchronous drops taken here.
-func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, purger catalog.Purger, sec *security) (http.Handler, error) {
-	vendor, err := vending.New(vending.Config{
-		Mode: cfg.VendCredentials, AWS: objects.AWSConfig(), STSEndpoint: cfg.VendSTSEndpoint,
-		RoleARN: cfg.VendRoleARN, ExternalID: cfg.VendExternalID, Duration: cfg.VendDuration,
-		Logger: logger.With("component", "vending"), Registerer: reg,
-	})
+func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, named []namedWarehouse, purger catalog.Purger, sec *security) (http.Handler, error) {
+	// One vendor per warehouse, over the warehouse's own storage settings;
+	// their metrics carry the warehouse's prefix.
+	newVendor := func(name string, m *storage.Mux) (*vending.Vendor, error) {
+		return vending.New(vending.Config{
+			Mode: cfg.VendCredentials, AWS: m.AWSConfig(), STSEndpoint: cfg.VendSTSEndpoint,
+			RoleARN: cfg.VendRoleARN, ExternalID: cfg.VendExternalID, Duration: cfg.VendDuration,
+			Logger:     logger.With("component", "vending", "warehouse", name),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"warehouse": name}, reg),
+		})
+	}
+	vendor, err := newVendor(cfg.Prefix, objects)
+	if err != nil {
+		return nil, err
+	}
+	var vendorOf func(string, *storage.Mux) (*vending.Vendor, error)
+	if cfg.VendCredentials != vending.ModeOff {
+		vendorOf = newVendor
+	}
+	warehouses, err := catalogWarehouses(named, vendorOf)
 	if err != nil {
 		return nil, err
 	}
@@ -28,6 +42,7 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 		Warehouse:           cfg.Warehouse,
 		AllowedLocations:    cfg.allowedLocations(),
 		Prefix:              cfg.Prefix,
+		Warehouses:          warehouses,
 		Logger:              logger,
 		Registerer:          reg,
 		MaxBodyBytes:        cfg.MaxBodyBytes,

@@ -28,6 +28,7 @@ var (
 type cliJob struct {
 	ID               string            `json:"id"`
 	Warehouse        string            `json:"warehouse"`
+	WarehouseName    string            `json:"warehouse-name"`
 	Namespace        []string          `json:"namespace"`
 	Table            string            `json:"table"`
 	TableUUID        string            `json:"table-uuid"`
@@ -56,9 +57,14 @@ type cliJob struct {
 	UpdatedMs   int64  `json:"updated-ms"`
 }
 
-// tableName is the job's table as namespace.table.
+// tableName is the job's table as namespace.table, after "warehouse:"
+// for a named warehouse's table.
 func (j cliJob) tableName() string {
-	return strings.Join(append(append([]string{}, j.Namespace...), j.Table), ".")
+	name := strings.Join(append(append([]string{}, j.Namespace...), j.Table), ".")
+	if j.WarehouseName != "" {
+		return j.WarehouseName + ":" + name
+	}
+	return name
 }
 
 // state is the job's state, with "(released)" for a released FAILED job.

@@ -31,10 +31,13 @@ type config struct {
 	HTTPAddr string
 	// HTTPAdvertise is --http-advertise; validate fills it in when unset
 	// (see httpAdvertise).
-	HTTPAdvertise     string
-	ClusterAddr       string
-	Warehouse         string
-	AllowedLocations  string
+	HTTPAdvertise    string
+	ClusterAddr      string
+	Warehouse        string
+	AllowedLocations string
+	// Warehouses is --warehouses; validate parses it into warehouses.
+	Warehouses        string
+	warehouses        []warehouseSpec
 	S3Endpoint        string
 	S3Region          string
 	S3AccessKeyID     string
@@ -130,6 +133,16 @@ func (c config) allowedLocations() []string {
 	return out
 }
 
+// warehouseNames lists the named warehouses and their locations, for the
+// start-up log (their settings may hold secrets).
+func (c config) warehouseNames() []string {
+	var out []string
+	for _, w := range c.warehouses {
+		out = append(out, w.Name+"="+w.Location)
+	}
+	return out
+}
+
 // resolveExisting resolves symbolic links in the longest existing prefix
 // of the absolute path p, keeping the rest as it is.
 func resolveExisting(p string) string {
@@ -187,6 +200,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.ClusterAddr, "cluster-addr", defaultClusterAddr, "address Raft binds and advertises to the other nodes")
 	fs.StringVar(&c.Warehouse, "warehouse", "", "root URI of table data and metadata: file:///abs/path or s3://bucket/prefix (default: file://<abs data-dir>/warehouse)")
 	fs.StringVar(&c.AllowedLocations, "allowed-locations", "", "comma-separated URI prefixes every table location must lie strictly inside, checked at create, register and set-location and by the purge worker (default: the warehouse)")
+	fs.StringVar(&c.Warehouses, warehousesFlag, "", "named warehouses served beside the default one (--warehouse, --prefix), each under its own prefix (GET /v1/config?warehouse=NAME): NAME=URI pairs separated by commas, sharing this node's S3 settings; or, in a configuration file, a mapping of each name to its location, allowed-locations, s3-endpoint, s3-region, s3-access-key-id, s3-secret-access-key and s3-path-style (a JSON object on the command line); the same on every node")
 	fs.StringVar(&c.S3Endpoint, "s3-endpoint", "", "S3 API endpoint URL for S3-compatible servers (default: AWS)")
 	fs.StringVar(&c.S3Region, "s3-region", "", "S3 signing region (default: the AWS SDK's, else us-east-1)")
 	fs.StringVar(&c.S3AccessKeyID, "s3-access-key-id", "", "S3 access key ID; set with --s3-secret-access-key (default: the AWS SDK's credential chain)")
@@ -396,6 +410,9 @@ func (c *config) validate() error {
 			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", loc)
 		}
 	}
+	if c.warehouses, err = parseWarehouses(c.Warehouses, c.Prefix); err != nil {
+		return err
+	}
 	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {
 		return usagef("--s3-access-key-id and --s3-secret-access-key must be set together")
 	}
@@ -584,6 +601,7 @@ func (c config) logAttrs() []any {
 		"cluster_addr", c.ClusterAddr,
 		"warehouse", c.Warehouse,
 		"allowed_locations", c.allowedLocations(),
+		"warehouses", c.warehouseNames(),
 		"s3_endpoint", c.S3Endpoint,
 		"s3_region", c.S3Region,
 		"s3_access_key_id", c.S3AccessKeyID,

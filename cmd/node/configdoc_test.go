@@ -80,6 +80,9 @@ func flagType(f *flag.Flag) string {
 		if f.Name == "join" || f.Name == "allowed-locations" {
 			return "string or list"
 		}
+		if f.Name == warehousesFlag {
+			return "string or mapping"
+		}
 		return "string"
 	default:
 		return fmt.Sprintf("%T", v)

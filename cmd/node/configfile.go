@@ -198,6 +198,9 @@ func flagText(fl *flag.Flag, v *yaml.Node) (string, error) {
 	if g, ok := fl.Value.(flag.Getter); ok {
 		val = g.Get()
 	}
+	if fl.Name == warehousesFlag && v.Kind == yaml.MappingNode {
+		return warehousesText(v)
+	}
 	if _, ok := val.(string); ok && v.Kind == yaml.SequenceNode && slices.Contains(listFlags, fl.Name) {
 		items := make([]string, 0, len(v.Content))
 		for _, item := range v.Content {
@@ -271,7 +274,7 @@ func describe(n *yaml.Node) string {
 func (f *configFile) notices() []notice {
 	var secrets []string
 	for _, s := range f.settings {
-		if slices.Contains(secretFlags, s.name) && s.value != "" {
+		if (slices.Contains(secretFlags, s.name) && s.value != "") || (s.name == warehousesFlag && strings.Contains(s.value, `"s3-secret-access-key"`)) {
 			secrets = append(secrets, s.name)
 		}
 	}

@@ -127,13 +127,17 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	warehouses, err := openWarehouses(cfg)
+	if err != nil {
+		return err
+	}
 	// Purge workers run on every node; the scheduler runs on the leader
 	// only, switched on and off with leadership.
 	purger, err := purge.New(purge.Config{
 		NodeID:           node.ID(),
 		Store:            node,
-		Storage:          purge.StorageFor(objects, objects.FileIOConfig(cfg.Warehouse), cfg.PurgeDeleteBatchSize),
-		AllowedLocations: cfg.allowedLocations(),
+		Storage:          purge.StorageFor(purgeBases(cfg, objects, warehouses), cfg.PurgeDeleteBatchSize),
+		AllowedLocations: cfg.allowedEverywhere(),
 		WorkerThreads:    cfg.PurgeWorkerThreads,
 		DeleteThreads:    cfg.PurgeDeleteThreads,
 		DeleteBatchSize:  cfg.PurgeDeleteBatchSize,
@@ -161,7 +165,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if sec.on {
 		node.OnLeadership(sec.lead)
 	}
-	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, purger, sec)
+	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, warehouses, purger, sec)
 	if err != nil {
 		return err
 	}

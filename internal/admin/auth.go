@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -368,7 +369,11 @@ func (a *authAPI) rotate(w http.ResponseWriter, r *http.Request) error {
 // --- grants and roles ---
 
 type grantBody struct {
-	Grantee   string   `json:"grantee"`
+	Grantee string `json:"grantee"`
+	// Warehouse names a named warehouse: the grant applies to its
+	// Namespace, or to the whole warehouse when Namespace is empty. None:
+	// the default warehouse's Namespace, or the whole catalog.
+	Warehouse string   `json:"warehouse,omitempty"`
 	Namespace []string `json:"namespace,omitempty"`
 	Privilege string   `json:"privilege"`
 }
@@ -381,7 +386,8 @@ func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
 	out := []grantBody{}
 	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
 		for _, g := range rd.Grants(grantees...) {
-			out = append(out, grantBody{Grantee: g.Grantee, Namespace: g.Namespace, Privilege: g.Privilege})
+			wh, ns := fsm.SplitWarehouse(g.Namespace)
+			out = append(out, grantBody{Grantee: g.Grantee, Warehouse: wh, Namespace: ns, Privilege: g.Privilege})
 		}
 		return nil
 	}); err != nil {
@@ -416,8 +422,14 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 			if l == "" {
 				return fmt.Errorf("%w: namespace has an empty level", ErrBadRequest)
 			}
+			if hasControl(l) {
+				return fmt.Errorf("%w: namespace level %q contains a control character", ErrBadRequest, l)
+			}
 		}
-		g := fsm.Grant{Grantee: req.Grantee, Namespace: req.Namespace, Privilege: req.Privilege}
+		if hasControl(req.Warehouse) || strings.Contains(req.Warehouse, "/") {
+			return fmt.Errorf("%w: warehouse %q is not a warehouse name", ErrBadRequest, req.Warehouse)
+		}
+		g := fsm.Grant{Grantee: req.Grantee, Namespace: fsm.InWarehouse(req.Warehouse, req.Namespace), Privilege: req.Privilege}
 		if !revoke {
 			g.CreatedMs, g.CreatedBy = a.now().UnixMilli(), a.srv.principal(r)
 		}
@@ -470,4 +482,8 @@ func (a *authAPI) setRoles(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})
+}
+
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }

@@ -270,7 +270,7 @@ func (s *sseWriter) flush() error {
 // line goes with the last event of each entry.
 func (s *sseWriter) events(page []fsm.Event) error {
 	for i, ev := range page {
-		raw, err := json.Marshal(ev)
+		raw, err := json.Marshal(clientEvent(ev))
 		if err != nil {
 			return err
 		}
@@ -299,4 +299,28 @@ func (s *sseWriter) gone(se *statusError) error {
 	s.buf = append(s.buf, raw...)
 	s.buf = append(s.buf, "\n\n"...)
 	return s.flush()
+}
+
+// feedEvent is an event as the feed shows it: the names of a named
+// warehouse's namespaces, tables and views as clients write them, with the
+// warehouse beside them.
+type feedEvent struct {
+	fsm.Event
+	Warehouse string `json:"warehouse,omitempty"`
+}
+
+func clientEvent(ev fsm.Event) feedEvent {
+	out := feedEvent{Event: ev}
+	if ev.Namespace != nil {
+		out.Warehouse, out.Namespace = fsm.SplitWarehouse(ev.Namespace)
+	}
+	for _, id := range []**fsm.Ident{&out.Ident, &out.To} {
+		if *id == nil {
+			continue
+		}
+		cp := **id
+		out.Warehouse, cp.Namespace = fsm.SplitWarehouse(cp.Namespace)
+		*id = &cp
+	}
+	return out
 }

@@ -88,6 +88,9 @@ type purgeAPI struct {
 type PurgeJobView struct {
 	ID               string            `json:"id"`
 	Warehouse        string            `json:"warehouse"`
+	// WarehouseName names the table's warehouse when it is not the
+	// default one; Namespace is then the namespace within it.
+	WarehouseName    string            `json:"warehouse-name,omitempty"`
 	Namespace        []string          `json:"namespace"`
 	Table            string            `json:"table"`
 	TableUUID        string            `json:"table-uuid"`
@@ -121,8 +124,9 @@ func viewOf(j fsm.PurgeJob) PurgeJobView {
 		}
 		props[k] = v
 	}
+	whName, ns := fsm.SplitWarehouse(j.Ident.Namespace)
 	return PurgeJobView{
-		ID: j.ID, Warehouse: j.Warehouse, Namespace: j.Ident.Namespace, Table: j.Ident.Name, TableUUID: j.TableUUID,
+		ID: j.ID, Warehouse: j.Warehouse, WarehouseName: whName, Namespace: ns, Table: j.Ident.Name, TableUUID: j.TableUUID,
 		Location: j.Location, MetadataLocation: j.MetadataLocation, FileIO: props, State: string(j.State),
 		Released: j.Released, ReleasedBy: j.ReleasedBy, Attempts: j.Attempts, LastError: j.LastError, Lease: j.Lease,
 		Progress: j.Progress, NotBeforeMs: j.NotBeforeMs, DroppedBy: j.DroppedBy, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
@@ -142,6 +146,7 @@ type locationConflict struct {
 }
 
 type locatedTable struct {
+	Warehouse string   `json:"warehouse,omitempty"`
 	Namespace []string `json:"namespace"`
 	Name      string   `json:"name"`
 	Location  string   `json:"location"`
@@ -172,8 +177,8 @@ func (p *purgeAPI) conflicts(w http.ResponseWriter, r *http.Request) error {
 		out.Truncated = more
 		for _, c := range list {
 			out.Conflicts = append(out.Conflicts, locationConflict{
-				Outer: locatedTable{Namespace: c.Outer.Namespace, Name: c.Outer.Name, Location: c.Outer.Location},
-				Inner: locatedTable{Namespace: c.Inner.Namespace, Name: c.Inner.Name, Location: c.Inner.Location},
+				Outer: located(c.Outer.Namespace, c.Outer.Name, c.Outer.Location),
+				Inner: located(c.Inner.Namespace, c.Inner.Name, c.Inner.Location),
 			})
 		}
 		return nil
@@ -201,7 +206,9 @@ func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 		if len(levels) == 0 {
 			return fmt.Errorf("%w: malformed namespace %q", ErrBadRequest, ns)
 		}
-		f.Namespace = levels
+		// warehouse-name: the namespace is one of that named
+		// warehouse's; none: of the default warehouse.
+		f.Namespace = fsm.InWarehouse(q.Get("warehouse-name"), levels)
 	}
 	limit := defaultPurgePageSize
 	if v := q.Get("page-size"); v != "" {
@@ -350,4 +357,9 @@ func (p *purgeAPI) read(ctx context.Context, fn func(*fsm.Reader) error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+func located(levels []string, name, location string) locatedTable {
+	wh, ns := fsm.SplitWarehouse(levels)
+	return locatedTable{Warehouse: wh, Namespace: ns, Name: name, Location: location}
 }

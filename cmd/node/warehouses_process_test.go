@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A named warehouse defined in the configuration file, on three real
+// nodes with authorization on: the handshake, grants on the whole
+// warehouse and on one of its namespaces, and a purge job of the
+// warehouse in the operator API.
+func TestWarehouseProcesses(t *testing.T) {
+	dir := t.TempDir()
+	salesRoot := "file://" + filepath.ToSlash(filepath.Join(dir, "sales"))
+	cfgPath := filepath.Join(dir, "floe.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("warehouses:\n  sales:\n    location: "+salesRoot+"\n"), 0o600))
+	c := startAuthCluster(t, "--config", cfgPath)
+	p := c.procs[1]
+	ctx := context.Background()
+
+	code, body := c.call(t, p, "", "GET", "/v1/config?warehouse=sales", "")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var cfg struct {
+		Overrides map[string]string `json:"overrides"`
+	}
+	require.NoError(t, json.Unmarshal(body, &cfg))
+	assert.Equal(t, "sales", cfg.Overrides["prefix"])
+	assert.Equal(t, salesRoot, cfg.Overrides["warehouse"])
+
+	// The root principal through iceberg-go, in the sales warehouse.
+	cat, err := rest.NewCatalog(ctx, "floe", "http://"+p.httpAddr, rest.WithOAuthToken(testRootToken), rest.WithWarehouseLocation("sales"))
+	require.NoError(t, err)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"shared"}, nil))
+	tbl, err := cat.CreateTable(ctx, table.Identifier{"shared", "t"}, testSchema())
+	require.NoError(t, err)
+	assert.Equal(t, salesRoot+"/shared/t", tbl.Location())
+
+	// ana may write anywhere in sales, and nowhere in the default warehouse.
+	anaID, anaSecret := c.newClient(t, p, "ana")
+	c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants", `{"grantee":"principal:ana","warehouse":"sales","privilege":"write"}`, http.StatusNoContent)
+	ana := c.oauthToken(t, p, anaID, anaSecret)
+	c.mustCall(t, p, ana, "POST", "/v1/sales/namespaces", `{"namespace":["team"]}`, http.StatusOK)
+	c.mustCall(t, p, ana, "POST", "/v1/floe/namespaces", `{"namespace":["team"]}`, http.StatusForbidden)
+	c.mustCall(t, p, ana, "POST", "/v1/namespaces", `{"namespace":["team"]}`, http.StatusForbidden)
+	c.mustCall(t, p, ana, "POST", "/v1/sales/namespaces/team/tables", createTableAt("t", salesRoot+"/elsewhere/t"), http.StatusOK)
+
+	// bob may write in sales's namespace team only, and place tables only
+	// under its location.
+	bobID, bobSecret := c.newClient(t, p, "bob")
+	c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants", `{"grantee":"principal:bob","warehouse":"sales","namespace":["team"],"privilege":"write"}`, http.StatusNoContent)
+	bob := c.oauthToken(t, p, bobID, bobSecret)
+	c.mustCall(t, p, bob, "POST", "/v1/sales/namespaces/team/tables", createTableAt("u", ""), http.StatusOK)
+	c.mustCall(t, p, bob, "POST", "/v1/sales/namespaces/team/tables", createTableAt("v", salesRoot+"/shared/v"), http.StatusForbidden)
+	list := c.mustCall(t, p, bob, "GET", "/v1/sales/namespaces", "", http.StatusOK)
+	assert.JSONEq(t, `{"namespaces":[["team"]],"next-page-token":null}`, string(list))
+	code, _ = c.call(t, p, bob, "GET", "/v1/namespaces/team", "")
+	assert.Equal(t, http.StatusNotFound, code, "the default warehouse's team is not bob's")
+
+	grants := c.mustCall(t, p, testRootToken, "GET", "/management/v1/auth/grants?grantee=principal:bob", "", http.StatusOK)
+	assert.JSONEq(t, `{"grants":[{"grantee":"principal:bob","warehouse":"sales","namespace":["team"],"privilege":"write"}]}`, string(grants))
+
+	// A purge in sales is a job of the sales warehouse.
+	c.mustCall(t, p, testRootToken, "DELETE", "/v1/sales/namespaces/shared/tables/t?purgeRequested=true", "", http.StatusNoContent)
+	jobs := c.mustCall(t, p, testRootToken, "GET", "/management/v1/purge-jobs", "", http.StatusOK)
+	var out struct {
+		Jobs []struct {
+			Warehouse     string   `json:"warehouse"`
+			WarehouseName string   `json:"warehouse-name"`
+			Namespace     []string `json:"namespace"`
+			Table         string   `json:"table"`
+		} `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal(jobs, &out))
+	require.Len(t, out.Jobs, 1)
+	assert.Equal(t, salesRoot, out.Jobs[0].Warehouse)
+	assert.Equal(t, "sales", out.Jobs[0].WarehouseName)
+	assert.Equal(t, []string{"shared"}, out.Jobs[0].Namespace)
+	assert.False(t, strings.ContainsRune(string(jobs), 0x1e), "no stored form leaks")
+}
+
+// createTableAt is a createTable request for a one-column table, at
+// location unless it is "".
+func createTableAt(name, location string) string {
+	m := map[string]any{"name": name, "schema": map[string]any{"type": "struct", "schema-id": 0,
+		"fields": []any{map[string]any{"id": 1, "name": "id", "type": "long", "required": true}}}}
+	if location != "" {
+		m["location"] = location
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Named warehouses from the command line (NAME=URI pairs, or JSON) and
+// from a configuration file (a mapping), and the mistakes each refuses.
+func TestWarehousesSetting(t *testing.T) {
+	c, err := parseConfig([]string{"--warehouses", "sales=s3://b/sales, ops=file:///srv/ops"}, nil, io.Discard)
+	require.NoError(t, err)
+	require.Len(t, c.warehouses, 2)
+	assert.Equal(t, warehouseSpec{Name: "sales", Location: "s3://b/sales"}, c.warehouses[0])
+	assert.Equal(t, warehouseSpec{Name: "ops", Location: "file:///srv/ops"}, c.warehouses[1])
+
+	path := writeConfig(t, `
+s3-endpoint: http://127.0.0.1:7070
+s3-access-key-id: node-key
+s3-secret-access-key: node-secret
+warehouses:
+  sales:
+    location: s3://sales-bucket/wh
+    allowed-locations: [s3://sales-bucket/wh, s3://sales-bucket/imports]
+    s3-endpoint: http://127.0.0.1:7171
+    s3-access-key-id: sales-key
+    s3-secret-access-key: sales-secret
+    s3-path-style: true
+  ops:
+    location: s3://ops-bucket
+`)
+	c, err = parseConfig([]string{"--config", path}, nil, io.Discard)
+	require.NoError(t, err)
+	require.Len(t, c.warehouses, 2)
+	ops, sales := c.warehouses[0], c.warehouses[1]
+	assert.Equal(t, "ops", ops.Name)
+	assert.Equal(t, "sales", sales.Name)
+	assert.Equal(t, []string{"s3://sales-bucket/wh", "s3://sales-bucket/imports"}, sales.AllowedLocations)
+	sc := sales.storageConfig(c)
+	assert.Equal(t, "http://127.0.0.1:7171", sc.S3Endpoint)
+	assert.Equal(t, "sales-key", sc.S3AccessKeyID)
+	assert.Equal(t, "sales-secret", sc.S3SecretAccessKey)
+	assert.True(t, sc.S3PathStyle)
+	oc := ops.storageConfig(c)
+	assert.Equal(t, "http://127.0.0.1:7070", oc.S3Endpoint, "a warehouse without its own settings inherits the node's")
+	assert.Equal(t, "node-key", oc.S3AccessKeyID)
+	assert.False(t, oc.S3PathStyle)
+	assert.NotContains(t, c.warehouseNames(), "sales-secret")
+	assert.ElementsMatch(t, []string{"sales=s3://sales-bucket/wh", "ops=s3://ops-bucket"}, c.warehouseNames())
+	assert.Equal(t, []string{c.Warehouse, "s3://ops-bucket", "s3://sales-bucket/wh", "s3://sales-bucket/imports"}, c.allowedEverywhere())
+
+	for name, args := range map[string][]string{
+		"no location":            {"--warehouses", "sales"},
+		"a bad location":         {"--warehouses", "sales=http://x/y"},
+		"a name with a slash":    {"--warehouses", "a/b=s3://b/x"},
+		"a name with a colon":    {"--warehouses", "a:b=s3://b/x"},
+		"the default's prefix":   {"--warehouses", "floe=s3://b/x"},
+		"a name twice":           {"--warehouses", "a=s3://b/x,a=s3://b/y"},
+		"an unknown JSON key":    {"--warehouses", `{"a":{"location":"s3://b/x","bucket":"y"}}`},
+		"a key id alone":         {"--warehouses", `{"a":{"location":"s3://b/x","s3-access-key-id":"k"}}`},
+		"a bad allowed location": {"--warehouses", `{"a":{"location":"s3://b/x","allowed-locations":["/tmp"]}}`},
+		"malformed JSON":         {"--warehouses", `{"a":`},
+	} {
+		_, err := parseConfig(args, nil, io.Discard)
+		var ue usageError
+		assert.True(t, errors.As(err, &ue), "%s: %v", name, err)
+	}
+	bad := writeConfig(t, "warehouses:\n  sales: s3://b/x\n")
+	_, err = parseConfig([]string{"--config", bad}, nil, io.Discard)
+	assert.ErrorContains(t, err, "warehouses")
+}
