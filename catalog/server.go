@@ -346,7 +346,7 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		r = s.withScope(withAuditTarget(withWarehouse(r, wh)))
+		r = s.resolvePlus(s.withScope(withAuditTarget(withWarehouse(r, wh))))
 		err := s.authorizeRoute(name, r)
 		if err == nil {
 			err = h(rec, r)

@@ -1,0 +1,83 @@
+package catalog
+
+import (
+	"maps"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// A raw "+" in a path segment is ambiguous between clients. The Java client
+// encodes namespace levels and table and view names with
+// java.net.URLEncoder (RESTUtil.encodeString), which writes a space as "+"
+// (and a "+" as "%2B"), and the reference server decodes "+" back to a
+// space; Go's url.PathEscape and Rust's path encoding leave a "+" of a name
+// as it is. resolvePlus settles it by what exists: a namespace, table or
+// view variable holding a raw "+" is read as written when that names
+// something that exists, else with every "+" as a space when that does,
+// else as written (so a create, or a 404, names what the client wrote).
+// When both exist, the name as written wins.
+//
+// The lookup is one linearizable read, paid only by requests with a raw
+// "+" in those variables; if it fails, the variables are left as written.
+func (s *Server) resolvePlus(r *http.Request) *http.Request {
+	vars := mux.Vars(r)
+	rawNS, rawName := vars["namespace"], vars["table"]
+	nameVar := "table"
+	if v, ok := vars["view"]; ok {
+		rawName, nameVar = v, "view"
+	}
+	if !strings.Contains(rawNS, "+") && !strings.Contains(rawName, "+") {
+		return r
+	}
+	spaced := func(raw string) string { return strings.ReplaceAll(raw, "+", "%20") }
+	ns, name := rawNS, rawName
+	err := s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		exists := func(raw string) bool {
+			levels, err := parseNamespace(raw)
+			if err != nil {
+				return false
+			}
+			_, ok := rd.Namespace(levelsIn(r.Context(), levels))
+			return ok
+		}
+		if strings.Contains(rawNS, "+") && !exists(rawNS) && exists(spaced(rawNS)) {
+			ns = spaced(rawNS)
+		}
+		if !strings.Contains(rawName, "+") {
+			return nil
+		}
+		levels, err := parseNamespace(ns)
+		if err != nil {
+			return nil
+		}
+		levels = levelsIn(r.Context(), levels)
+		has := func(raw string) bool {
+			n, err := url.PathUnescape(raw)
+			if err != nil {
+				return false
+			}
+			id := fsm.Ident{Namespace: levels, Name: n}
+			_, isTable := rd.Table(id)
+			_, isView := rd.View(id)
+			return isTable || isView
+		}
+		if !has(rawName) && has(spaced(rawName)) {
+			name = spaced(rawName)
+		}
+		return nil
+	})
+	if err != nil || (ns == rawNS && name == rawName) {
+		return r
+	}
+	out := maps.Clone(vars)
+	out["namespace"] = ns
+	if _, ok := vars[nameVar]; ok {
+		out[nameVar] = name
+	}
+	return mux.SetURLVars(r, out)
+}
