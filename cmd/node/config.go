@@ -410,7 +410,7 @@ func (c *config) validate() error {
 			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", loc)
 		}
 	}
-	if c.warehouses, err = parseWarehouses(c.Warehouses, c.Prefix); err != nil {
+	if c.warehouses, err = parseWarehouses(c.Warehouses, c.Prefix, c.Warehouse); err != nil {
 		return err
 	}
 	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {

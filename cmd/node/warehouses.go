@@ -36,8 +36,10 @@ type warehouseSpec struct {
 // (the warehouses inherit the node's S3 settings), or a JSON object mapping
 // each name to its settings, which is what a configuration file's
 // warehouses mapping becomes (warehousesText). Names are single path
-// segments, distinct from each other and from --prefix.
-func parseWarehouses(v, prefix string) ([]warehouseSpec, error) {
+// segments, distinct from each other and from --prefix; locations are
+// apart from each other's and from the default warehouse's (def), so that
+// no warehouse's default table locations fall in another's tree.
+func parseWarehouses(v, prefix, def string) ([]warehouseSpec, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return nil, nil
@@ -82,11 +84,32 @@ func parseWarehouses(v, prefix string) ([]warehouseSpec, error) {
 				return nil, usagef("--%s: warehouse %s: location %q: want file:// or s3://", warehousesFlag, w.Name, loc)
 			}
 		}
+		if other, ok := overlapping(w, def, out); ok {
+			return nil, usagef("--%s: warehouse %s: location %s is, lies in or holds %s", warehousesFlag, w.Name, w.Location, other)
+		}
 		if (w.S3AccessKeyID == "") != (w.S3SecretAccessKey == "") {
 			return nil, usagef("--%s: warehouse %s: s3-access-key-id and s3-secret-access-key must be set together", warehousesFlag, w.Name)
 		}
 	}
 	return out, nil
+}
+
+// overlapping finds a location among def (the default warehouse's) and the
+// other warehouses' that is w's, lies inside it or holds it.
+func overlapping(w warehouseSpec, def string, all []warehouseSpec) (string, bool) {
+	loc := w.Location
+	same := func(a, b string) bool {
+		return strings.TrimRight(a, "/") == strings.TrimRight(b, "/") || storage.IsWithin(a, b) || storage.IsWithin(b, a)
+	}
+	if same(loc, def) {
+		return "the default warehouse's location " + def, true
+	}
+	for _, o := range all {
+		if o.Name != w.Name && same(loc, o.Location) {
+			return "warehouse " + o.Name + "'s location " + o.Location, true
+		}
+	}
+	return "", false
 }
 
 // warehousesText turns a configuration file's warehouses mapping into the

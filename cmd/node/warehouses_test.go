@@ -64,6 +64,11 @@ warehouses:
 		"a key id alone":         {"--warehouses", `{"a":{"location":"s3://b/x","s3-access-key-id":"k"}}`},
 		"a bad allowed location": {"--warehouses", `{"a":{"location":"s3://b/x","allowed-locations":["/tmp"]}}`},
 		"malformed JSON":         {"--warehouses", `{"a":`},
+		"inside the default":     {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/a"},
+		"around the default":     {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b"},
+		"the default's location": {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/"},
+		"inside another":         {"--warehouses", "a=s3://b/x,c=s3://b/x/c"},
+		"another's location":     {"--warehouses", "a=s3://b/x,c=s3://b/x"},
 	} {
 		_, err := parseConfig(args, nil, io.Discard)
 		var ue usageError
