@@ -96,6 +96,9 @@ type PrincipalRoles struct {
 // PutAuthClient creates or replaces an OAuth2 client.
 type PutAuthClient struct {
 	Client AuthClient `json:"client"`
+	// IfAbsent refuses (StatusAlreadyExists) to replace a client with the
+	// same id. Entries written before it existed replace.
+	IfAbsent bool `json:"if-absent,omitempty"`
 }
 
 // DeleteAuthClient removes a client; StatusNotFound when there is none.
@@ -248,6 +251,12 @@ func notFound(format string, args ...any) Result {
 
 func applyPutAuthClient(tx *txn, c Command) Result {
 	cmd := c.(PutAuthClient)
+	if cmd.IfAbsent {
+		var old AuthClient
+		if tx.get(bucketAuthClients, []byte(cmd.Client.ID), &old) {
+			return fail(StatusAlreadyExists, "client %s exists; delete it first", cmd.Client.ID)
+		}
+	}
 	tx.put(bucketAuthClients, []byte(cmd.Client.ID), cmd.Client)
 	return Result{}
 }

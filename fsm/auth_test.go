@@ -20,6 +20,8 @@ func TestAuthState(t *testing.T) {
 	require.NoError(t, apply(PutAuthClient{Client: AuthClient{ID: "etl", SecretHash: "$argon2id$x", Principal: "etl-bot"}}).Err())
 	require.NoError(t, apply(PutAuthClient{Client: AuthClient{ID: "etl", SecretHash: "$argon2id$y", Principal: "etl-bot"}}).Err())
 	require.NoError(t, apply(PutAuthToken{Token: AuthToken{ID: "t1", Hash: "abc", Principal: "svc"}}).Err())
+	// IfAbsent never replaces: the owner of the client keeps its secret.
+	assert.ErrorIs(t, apply(PutAuthClient{Client: AuthClient{ID: "etl", SecretHash: "$argon2id$z", Principal: "etl-bot"}, IfAbsent: true}).Err(), ErrAlreadyExists)
 	view(func(r *Reader) {
 		c, ok := r.AuthClient("etl")
 		require.True(t, ok)

@@ -288,6 +288,20 @@ func TestAuthProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("a client id is never replaced, with or without an Idempotency-Key", func(t *testing.T) {
+		body := `{"id":"fixed-client","principal":"carol"}`
+		first := c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/clients", body, http.StatusCreated)
+		var created struct {
+			Secret string `json:"client-secret"`
+		}
+		require.NoError(t, json.Unmarshal(first, &created))
+		for i, key := range []string{"", "01937a5e-0000-7000-8000-000000000001"} {
+			code, out := c.call(t, n2, testRootToken, "POST", "/management/v1/auth/clients", body, "Idempotency-Key", key)
+			assert.Equal(t, http.StatusConflict, code, "attempt %d: %s", i, out)
+		}
+		c.oauthToken(t, n3, "fixed-client", created.Secret)
+	})
+
 	t.Run("a deleted client gets no token; a revoked grant stops working", func(t *testing.T) {
 		c.mustCall(t, n1, testRootToken, "DELETE", "/management/v1/auth/clients/"+bobID, "", http.StatusNoContent)
 		form := url.Values{"grant_type": {"client_credentials"}, "client_id": {bobID}, "client_secret": {bobSecret}}

@@ -220,16 +220,12 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// A client id is never silently replaced: its owner would lose access.
-	var exists bool
-	if err := a.read(r.Context(), func(rd *fsm.Reader) error { _, exists = rd.AuthClient(req.ID); return nil }); err != nil {
-		return err
-	}
-	if exists && r.Header.Get(idempotency.Header) == "" {
-		return fmt.Errorf("%w: client %s exists; delete it first", ErrConflict, req.ID)
-	}
+	// The state machine refuses it (IfAbsent), whether or not the request
+	// carries an Idempotency-Key; a retry of a keyed creation that took
+	// effect is answered from its record before that.
 	c := fsm.AuthClient{ID: req.ID, SecretHash: hash, Principal: req.Principal, Description: req.Description,
 		Roles: req.Roles, CreatedMs: a.now().UnixMilli(), CreatedBy: a.srv.principal(r)}
-	return a.run(w, r, "createAuthClient", []string{req.ID}, body, fsm.PutAuthClient{Client: c}, func(replayed bool) error {
+	return a.run(w, r, "createAuthClient", []string{req.ID}, body, fsm.PutAuthClient{Client: c, IfAbsent: true}, func(replayed bool) error {
 		v := clientView{ID: c.ID, Principal: c.Principal, Description: c.Description, Roles: c.Roles, CreatedMs: c.CreatedMs, CreatedBy: c.CreatedBy}
 		if !replayed {
 			v.Secret, v.Credential = secret, c.ID+":"+secret
