@@ -39,7 +39,9 @@ type s3Cluster struct {
 	root    string // the nodes' data directories are root/<id>
 }
 
-func startS3Cluster(t *testing.T) *s3Cluster {
+// startS3Cluster starts three nodes on an S3 warehouse (versitygw), each
+// also given the flags extra (which may name further S3 servers).
+func startS3Cluster(t *testing.T, extra ...string) *s3Cluster {
 	t.Helper()
 	s3 := testenv.S3(t)
 	bin := floeBinary(t)
@@ -76,6 +78,7 @@ func startS3Cluster(t *testing.T) *s3Cluster {
 			"--purge-heartbeat-timeout", "1s", "--purge-delete-batch-size", "10", "--purge-delete-threads", "1",
 			"--purge-max-attempts", "3",
 		}
+		p.args = append(p.args, extra...)
 	}
 	t.Cleanup(func() {
 		for _, p := range c.procs {

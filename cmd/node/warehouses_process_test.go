@@ -3,16 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // A named warehouse defined in the configuration file, on three real
@@ -98,4 +104,71 @@ func createTableAt(name, location string) string {
 	}
 	b, _ := json.Marshal(m)
 	return string(b)
+}
+
+// A named warehouse on its own S3 server, with its own credentials: the
+// nodes write its metadata there, clients are told its endpoint (and no
+// secret), and its purge jobs delete there, leaving the default
+// warehouse's server alone.
+func TestWarehouseOwnS3Processes(t *testing.T) {
+	other := testenv.S3(t)
+	spec, err := json.Marshal(map[string]any{"sales": map[string]any{
+		"location": "s3://" + other.Bucket + "/sales", "s3-endpoint": other.Endpoint, "s3-region": other.Region,
+		"s3-access-key-id": other.AccessKeyID, "s3-secret-access-key": other.SecretAccessKey, "s3-path-style": true,
+	}})
+	require.NoError(t, err)
+	c := startS3Cluster(t, "--warehouses", string(spec))
+	otherObjects, err := storage.New(other.StorageConfig())
+	require.NoError(t, err)
+	ctx := context.Background()
+	p := c.follower(t)
+
+	cat, err := rest.NewCatalog(ctx, "floe", "http://"+p.httpAddr, rest.WithWarehouseLocation("sales"),
+		rest.WithAdditionalProps(iceberg.Properties{"s3.access-key-id": other.AccessKeyID, "s3.secret-access-key": other.SecretAccessKey}))
+	require.NoError(t, err)
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"ns"}, nil))
+	tbl, err := cat.CreateTable(ctx, table.Identifier{"ns", "t"}, testSchema())
+	require.NoError(t, err)
+	assert.Equal(t, "s3://"+other.Bucket+"/sales/ns/t", tbl.Location())
+
+	// The data files, on the warehouse's own server.
+	var dfs []iceberg.DataFile
+	for i := range 20 {
+		uri := fmt.Sprintf("%s/data/f%02d.parquet", tbl.Location(), i)
+		require.NoError(t, otherObjects.Write(ctx, uri, []byte("placeholder")))
+		b, err := iceberg.NewDataFileBuilder(*iceberg.UnpartitionedSpec, iceberg.EntryContentData, uri, iceberg.ParquetFile, nil, nil, nil, 1, 11)
+		require.NoError(t, err)
+		dfs = append(dfs, b.Build())
+	}
+	tx := tbl.NewTransaction()
+	require.NoError(t, tx.AddDataFiles(ctx, dfs, nil))
+	tbl, err = tx.Commit(ctx)
+	require.NoError(t, err)
+	list := func(o *storage.Mux, loc string) []string {
+		var out []string
+		require.NoError(t, o.List(ctx, loc+"/", func(uri string) error { out = append(out, uri); return nil }))
+		return out
+	}
+	require.Greater(t, len(list(otherObjects, tbl.Location())), 20)
+
+	code, body := c.request(t, p, "GET", "/v1/sales/namespaces/ns/tables/t")
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	var loaded struct {
+		Config map[string]string `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal(body, &loaded))
+	assert.Equal(t, other.Endpoint, loaded.Config["s3.endpoint"], "clients are told the warehouse's own endpoint")
+	assert.NotContains(t, string(body), other.SecretAccessKey)
+
+	// The default warehouse's table of the same name, on the node's server.
+	loc, files := c.makeTable(t, p, "ns", "t", 1, 5)
+
+	code, body = c.request(t, p, "DELETE", "/v1/sales/namespaces/ns/tables/t?purgeRequested=true", "X-Gravitino-Async-Purge", "true")
+	require.Equal(t, http.StatusNoContent, code, "%s", body)
+	require.Eventually(t, func() bool {
+		code, body, err := c.do(p, http.MethodGet, "/management/v1/purge-jobs?warehouse-name=sales&namespace=ns&table=t", "")
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), `"state":"SUCCEEDED"`)
+	}, 60*time.Second, 50*time.Millisecond, "the sales purge job never succeeded")
+	assert.Empty(t, list(otherObjects, tbl.Location()), "the warehouse's files are gone from its own server")
+	assert.Equal(t, files, c.list(t, loc), "the default warehouse's table of the same name keeps every file")
 }
