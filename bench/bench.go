@@ -53,6 +53,9 @@ type Options struct {
 	// AckTimeout bounds one failover round from the kill to the first
 	// acknowledged write; a round that reaches it fails the run.
 	AckTimeout time.Duration
+	// ReadsOnly skips the commits and the failover rounds (Failovers may
+	// then be 0): the healthy writes and the read measurements only.
+	ReadsOnly bool
 
 	// Command is the command line that reproduces the run, printed verbatim
 	// in the report; empty leaves the section out.
@@ -70,7 +73,9 @@ type Report struct {
 	Rounds        []FailoverRound
 	ReadsLeader   ReadResult // all requests to the leader
 	ReadsAll      ReadResult // round-robin over all nodes
-	Commits       CommitResult
+	// CPUs is where the nodes and the clients ran during the reads.
+	CPUs    CPUPlacement
+	Commits CommitResult
 }
 
 // Machine describes where the run happened.
@@ -150,18 +155,35 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if leader, err = c.Leader(ctx); err != nil {
 		return nil, err
 	}
-	cpu0, drv0, m0 := c.clusterCPU(), procCPU(0), readMachineCPU()
-	if rep.ReadsLeader, err = Reads(ctx, []*harness.Node{leader}, path, o.Clients, o.ReadDuration); err != nil {
+	// On a machine with enough CPUs each node and the clients get their
+	// own CPUs, so that "three nodes vs the leader alone" measures scaling,
+	// not sharing.
+	var unpin func()
+	rep.CPUs, unpin = c.pinForReads(ctx, log)
+	defer unpin()
+	measure := func(targets []*harness.Node) (ReadResult, error) {
+		cpu0, lcpu0, drv0, m0 := c.clusterCPU(), procCPU(leader.Pid()), procCPU(0), readMachineCPU()
+		r, err := Reads(ctx, targets, path, o.Clients, o.ReadDuration)
+		r.ServerCPU, r.LeaderCPU, r.DriverCPU, r.Machine = c.clusterCPU()-cpu0, procCPU(leader.Pid())-lcpu0, procCPU(0)-drv0, machineLoadSince(m0)
+		r.Leader, r.LeaderCPUs = leader.ID, rep.CPUs.CPUs(leader.Index)
+		return r, err
+	}
+	if rep.ReadsLeader, err = measure([]*harness.Node{leader}); err != nil {
 		return nil, err
 	}
-	rep.ReadsLeader.ServerCPU, rep.ReadsLeader.DriverCPU, rep.ReadsLeader.Machine = c.clusterCPU()-cpu0, procCPU(0)-drv0, machineLoadSince(m0)
 	logReads(log, "reads, all to the leader", rep.ReadsLeader)
-	cpu0, drv0, m0 = c.clusterCPU(), procCPU(0), readMachineCPU()
-	if rep.ReadsAll, err = Reads(ctx, c.Nodes, path, o.Clients, o.ReadDuration); err != nil {
+	if rep.ReadsAll, err = measure(c.Nodes); err != nil {
 		return nil, err
 	}
-	rep.ReadsAll.ServerCPU, rep.ReadsAll.DriverCPU, rep.ReadsAll.Machine = c.clusterCPU()-cpu0, procCPU(0)-drv0, machineLoadSince(m0)
 	logReads(log, "reads, round-robin over all nodes", rep.ReadsAll)
+	unpin()
+	if o.ReadsOnly {
+		if n := rep.ReadsLeader.Errors + rep.ReadsAll.Errors; n > 0 {
+			return rep, fmt.Errorf("%d loadTable requests failed during the read measurements; first: leader-only: %q; round-robin: %q",
+				n, rep.ReadsLeader.FirstError, rep.ReadsAll.FirstError)
+		}
+		return rep, nil
+	}
 
 	// Commits with and without an Idempotency-Key, interleaved.
 	if rep.Commits, err = c.Commits(ctx, writer, path, o.Writes); err != nil {
@@ -197,7 +219,7 @@ func (o Options) validate() error {
 	} else if st.IsDir() {
 		errs = append(errs, fmt.Errorf("floe binary %s is a directory", o.Floe))
 	}
-	if o.Failovers < 1 {
+	if o.Failovers < 1 && !o.ReadsOnly {
 		errs = append(errs, fmt.Errorf("failovers must be at least 1, not %d", o.Failovers))
 	}
 	if o.Writes < 1 {
@@ -217,7 +239,8 @@ func (o Options) validate() error {
 
 func logReads(log *slog.Logger, msg string, r ReadResult) {
 	log.Info(msg, "targets", strings.Join(r.Targets, ","), "clients", r.Clients, "ok", r.OK, "errors", r.Errors,
-		"req_per_s", fmt.Sprintf("%.0f", r.PerSecond()), "p50_ms", ms(r.P50), "p99_ms", ms(r.P99))
+		"req_per_s", fmt.Sprintf("%.0f", r.PerSecond()), "p50_ms", ms(r.P50), "p99_ms", ms(r.P99),
+		"leader_busy", fmt.Sprintf("%.0f%% of %d CPUs", 100*r.LeaderBusy(), r.LeaderCPUs))
 }
 
 // HealthyWriteMedian is the baseline of the failover figures.

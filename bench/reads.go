@@ -30,8 +30,13 @@ type ReadResult struct {
 	FirstError string
 	P50, P99   time.Duration // latency of successful requests
 	// ServerCPU and DriverCPU are the CPU time of the nodes and of the
-	// driver (the clients) over the measurement, warm-up included.
-	ServerCPU, DriverCPU time.Duration
+	// driver (the clients) over the measurement, warm-up included;
+	// LeaderCPU is the leader's share of ServerCPU.
+	ServerCPU, DriverCPU, LeaderCPU time.Duration
+	// Leader is the leader's node ID, LeaderCPUs how many CPUs it could
+	// use (its pinned set, or every CPU).
+	Leader     string
+	LeaderCPUs int
 	// Machine is how busy the whole machine was, warm-up included.
 	Machine MachineLoad
 }
@@ -42,6 +47,15 @@ func (r ReadResult) CPUPerRead() time.Duration {
 		return 0
 	}
 	return r.ServerCPU / time.Duration(r.OK)
+}
+
+// LeaderBusy is the share of the leader's CPUs it used over the
+// measurement: near 1 means the leader was saturated.
+func (r ReadResult) LeaderBusy() float64 {
+	if r.Elapsed <= 0 || r.LeaderCPUs <= 0 {
+		return 0
+	}
+	return r.LeaderCPU.Seconds() / r.Elapsed.Seconds() / float64(r.LeaderCPUs)
 }
 
 // PerSecond is the rate of successful requests.

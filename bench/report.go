@@ -110,7 +110,12 @@ func (r *Report) Markdown() string {
 	w("- **Failover**: find the leader with `GET /management/v1/cluster` (every node must name it), send it SIGKILL, and from that instant send `POST /v1/namespaces` (a new name each attempt, %s per attempt, %s between attempts) to one surviving node until one is answered 200. The figure is the time from just before the kill to that answer. The killed node is then restarted with the same command line, and the next round waits until the cluster is healthy again. The surviving node alternates between rounds.\n", writeTimeout, retryPause)
 	w("- **Reads**: one table; each client has its own keep-alive HTTP client and loops `GET /v1/namespaces/{ns}/tables/t` (linearizable: the default, no stale-read option) for the duration, sending either every request to the leader or its i-th request to node (client+i) mod %d. Each client first loads the table once from each target, uncounted. req/s counts 200 answers with the body read, divided by the time from the start signal to the last client's stop.\n", ClusterSize)
 	w("- **Commits**: %d table commits (`set-properties`) without and %d with an `Idempotency-Key`, alternating one of each kind, sent one at a time round-robin over the nodes. The keyed commit carries its record in the same log entry as the change; the ratio is the key's cost.\n", len(r.Commits.Plain), len(r.Commits.Keyed))
-	w("- Driver, clients and the %d nodes share the same %d CPUs, so the round-robin ratio shows how much read work moves off the leader here, not what separate machines would give.\n", ClusterSize, r.Machine.NumCPU)
+	if p := r.CPUs; p.Pinned {
+		w("- During the reads each node and the driver (the clients) ran on their own CPUs, pinned with `taskset -a -p -c`: nodes %s on %s, clients on %s (available: %s).\n",
+			strings.Join(p.NodeIDs, ", "), strings.Join(p.NodeCPUs, " | "), p.ClientCPUs, p.Available)
+	} else {
+		w("- Not pinned (%s): driver, clients and the %d nodes share the same %d CPUs, so the round-robin ratio shows how much read work moves off the leader here, not what separate machines would give.\n", p.NotPinned, ClusterSize, r.Machine.NumCPU)
+	}
 	return b.String()
 }
 

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -11,7 +12,9 @@ import (
 // read index obtained by a request that started after the read arrived, so a
 // read never joins a request already in flight; it waits for the next.
 // Under load this turns one leader round trip (and one quorum heartbeat) per
-// read into one per batch.
+// read into one per batch. There is no timed window: a read that finds no
+// request in flight starts one at once, so an idle node adds no latency, and
+// the round trip in flight is the window in which the next batch gathers.
 //
 // A fetch may send more than one request (a follower asks again when the
 // leader changed or did not answer in time). Before each new request it
@@ -31,6 +34,14 @@ type indexBatcher struct {
 	timeout time.Duration
 	// stop ends every fetch when canceled (the node's context).
 	stop context.Context
+	// role names the batcher in logs ("leader" or "follower"); log, when
+	// set, receives a debug line per fetch.
+	role string
+	log  *slog.Logger
+	// served, when set, is called after each fetch with the number of
+	// reads that joined it (reads that gave up meanwhile included): the
+	// reads one fetch answered.
+	served func(reads int)
 
 	mu      sync.Mutex
 	next    *indexBatch
@@ -45,6 +56,7 @@ type indexBatch struct {
 	index   uint64
 	err     error
 	waiters int // reads waiting for this batch (a read that gives up leaves)
+	joined  int // reads that joined this batch, including those that left
 }
 
 // pending reports how many reads wait for the next fetch.
@@ -71,6 +83,7 @@ func (b *indexBatcher) get(ctx context.Context) (uint64, error) {
 	}
 	my := b.next
 	my.waiters++
+	my.joined++
 	if !b.running {
 		b.running = true
 		// Added under mu while not closed: close sets closed under mu
@@ -112,9 +125,11 @@ func (b *indexBatcher) loop() {
 			continue
 		}
 		group := []*indexBatch{batch}
+		attempts := 1
 		renew := func() bool {
 			b.mu.Lock()
 			defer b.mu.Unlock()
+			attempts++
 			if b.next != nil && !b.closed {
 				group = append(group, b.next)
 				b.next = nil
@@ -126,12 +141,28 @@ func (b *indexBatcher) loop() {
 			}
 			return false
 		}
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(b.stop, b.timeout)
 		index, err := b.fetch(ctx, renew)
 		cancel()
+		// The group is final (renew runs only inside fetch) and no read
+		// joins a batch once it left b.next.
+		reads := 0
+		b.mu.Lock()
+		for _, g := range group {
+			reads += g.joined
+		}
+		b.mu.Unlock()
 		for _, g := range group {
 			g.index, g.err = index, err
 			close(g.done)
+		}
+		if b.served != nil {
+			b.served(reads)
+		}
+		if b.log != nil {
+			b.log.Debug("read index fetched", "role", b.role, "reads", reads, "attempts", attempts,
+				"index", index, "took", time.Since(start), "error", err)
 		}
 	}
 }

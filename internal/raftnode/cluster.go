@@ -257,6 +257,7 @@ func (n *Node) leaderReadIndex(ctx context.Context) (uint64, error) {
 	// until its lease runs out, while a new leader on the other side may
 	// already acknowledge writes; a quorum answering us means no other
 	// leader of a higher term existed when it answered.
+	n.metrics.readIndexRounds.WithLabelValues(roleLeader).Inc()
 	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
 		return 0, readError(err)
 	}
@@ -274,16 +275,21 @@ func (n *Node) leaderReadIndex(ctx context.Context) (uint64, error) {
 // within electionBound.
 var errReadIndexTimeout = errors.New("the leader did not answer in time")
 
-// followerReadIndex asks the leader for a read index, then waits until this
-// node's log has reached it, so that the wait for the state machine below
-// knows which entries it must see.
+// followerReadIndex asks the leader for a read index: the fetch of the
+// follower's indexBatcher, shared by every read in its batch. It returns as
+// soon as the leader answers; each read then waits on its own until this
+// node's log reaches the index (waitLogReaches), so that the next batch's
+// request is not held behind this one's catch-up.
 //
 // It follows the leader through a failover: a call is abandoned when the
 // leader changes (see leaderWatch) or does not answer within
 // electionBound, and asked again of the leader known then; after an answer
 // that the leader does not lead, or no leader known, it waits at most
-// electionBound for another leader. Before each new request renew lets the
-// reads queued meanwhile join it (see indexBatcher).
+// electionBound for another leader, and then fails with the last call's
+// error (wrapping ErrNotLeader or ErrNoLeader). Before each new request
+// renew lets the reads queued meanwhile join it (see indexBatcher); when no
+// read waits any more it gives up with the last error. ErrShutdown and
+// ctx's error end it at once.
 func (n *Node) followerReadIndex(ctx context.Context, renew func() bool) (uint64, error) {
 	var (
 		failed  raft.ServerID // the leader the last call failed on
@@ -303,6 +309,7 @@ func (n *Node) followerReadIndex(ctx context.Context, renew func() bool) (uint64
 				return 0, lastErr // every read waiting for it gave up
 			}
 			n.metrics.leaderRetries.WithLabelValues(rpcReadIndex).Inc()
+			n.logger.Debug("asking for the read index again", "attempt", attempt+1, "previous_error", lastErr)
 		}
 		if n.raft.State() == raft.Leader {
 			// This node leads now: steps 2 to 6 run here.
@@ -314,9 +321,6 @@ func (n *Node) followerReadIndex(ctx context.Context, renew func() bool) (uint64
 		}
 		index, err := n.askReadIndex(ctx, epoch, string(addr))
 		if err == nil {
-			if err := n.waitLogReaches(ctx, index); err != nil {
-				return 0, err
-			}
 			return index, nil
 		}
 		lastErr = err
@@ -343,6 +347,7 @@ func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, er
 	cctx, cancel := context.WithTimeoutCause(lctx, n.electionBound(), errReadIndexTimeout)
 	defer cancel()
 	var resp readIndexResponse
+	n.metrics.readIndexRounds.WithLabelValues(roleFollower).Inc()
 	err := n.call(cctx, addr, rpcReadIndex, struct{}{}, &resp)
 	if err == nil {
 		return resp.Index, nil
@@ -351,13 +356,14 @@ func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, er
 		(errors.Is(cause, errLeaderChanged) || errors.Is(cause, errReadIndexTimeout)) {
 		// Nothing is written by a read: asking again is always safe.
 		n.metrics.leaderAbandoned.WithLabelValues(rpcReadIndex).Inc()
+		n.logger.Debug("read-index call abandoned", "leader_addr", addr, "cause", cause)
 		return 0, fmt.Errorf("raftnode: read index from %s: %w", addr, cause)
 	}
 	return 0, fromRemote(err, false)
 }
 
 // waitLogReaches waits until Raft has handed every entry up to index to the
-// state machine.
+// state machine. It fails only with ctx's error (wrapped) or ErrShutdown.
 func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	resp := readIndexResponse{Index: index}
 	// raft.AppliedIndex passes an entry once Raft has handed it to the state

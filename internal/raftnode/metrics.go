@@ -21,9 +21,27 @@ type metrics struct {
 	// leader sent again and calls abandoned in flight during failovers.
 	leaderRetries   *prometheus.CounterVec
 	leaderAbandoned *prometheus.CounterVec
+	// readIndexRounds counts, by role, the round trips linearizable reads
+	// cost: on the leader one quorum confirmation (VerifyLeader) each, on a
+	// follower one read-index call to the leader each. readIndexBatch is
+	// how many read-index requests one fetch answered (see indexBatcher).
+	readIndexRounds *prometheus.CounterVec
+	readIndexBatch  *prometheus.HistogramVec
 
 	snapshotDuration prometheus.Histogram
 	snapshotBytes    prometheus.Gauge
+}
+
+// Values of the role label of the read-index metrics, and the batchers'
+// names in logs.
+const (
+	roleLeader   = "leader"
+	roleFollower = "follower"
+)
+
+// observeReads returns a batcher's served hook recording into h.
+func observeReads(h prometheus.Observer) func(reads int) {
+	return func(reads int) { h.Observe(float64(reads)) }
 }
 
 // raftStates are the values of the state label, in raft.RaftState order.
@@ -91,6 +109,15 @@ func newMetrics() *metrics {
 			Namespace: ns, Subsystem: sub, Name: "leader_calls_abandoned_total",
 			Help: "Calls to the leader this node gave up on while they were in flight, because another leader was elected or none was known for a while (or, for read indexes, no answer came in time).",
 		}, []string{"method"}),
+		readIndexRounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "read_index_round_trips_total",
+			Help: "Round trips spent on linearizable reads: role=leader counts leadership confirmations by a quorum (one heartbeat round each), role=follower counts read-index calls to the leader (calls sent again included).",
+		}, []string{"role"}),
+		readIndexBatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "read_index_batch_size",
+			Help:    "Read-index requests answered by one shared fetch: role=leader counts the leader's own reads and followers' read-index calls sharing one quorum confirmation, role=follower the reads on this follower sharing one request to the leader.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}, []string{"role"}),
 		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshot_persist_seconds",
 			Help:    "Time to write a state machine snapshot.",
@@ -104,7 +131,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.snapshotDuration, m.snapshotBytes}
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.readIndexRounds, m.readIndexBatch, m.snapshotDuration, m.snapshotBytes}
 }
 
 // register registers every collector with reg, or none: on failure the ones

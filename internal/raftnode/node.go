@@ -439,9 +439,12 @@ func Open(cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Shutdown cancels n.ctx, then closes both batchers and waits for their
 	// goroutines.
-	n.leaderBatch = &indexBatcher{timeout: cfg.ApplyTimeout, stop: n.ctx,
-		fetch: func(ctx context.Context, _ func() bool) (uint64, error) { return n.leaderReadIndex(ctx) }}
-	n.followerBatch = &indexBatcher{fetch: n.followerReadIndex, timeout: cfg.ApplyTimeout, stop: n.ctx}
+	n.leaderBatch = &indexBatcher{timeout: cfg.ApplyTimeout, stop: n.ctx, role: roleLeader, log: n.logger,
+		fetch:  func(ctx context.Context, _ func() bool) (uint64, error) { return n.leaderReadIndex(ctx) },
+		served: observeReads(n.metrics.readIndexBatch.WithLabelValues(roleLeader))}
+	n.followerBatch = &indexBatcher{timeout: cfg.ApplyTimeout, stop: n.ctx, role: roleFollower, log: n.logger,
+		fetch:  n.followerReadIndex,
+		served: observeReads(n.metrics.readIndexBatch.WithLabelValues(roleFollower))}
 	n.leader = newLeaderWatch(n.electionBound())
 
 	n.observerCh = make(chan raft.Observation, 64)

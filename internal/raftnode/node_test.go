@@ -165,7 +165,8 @@ func TestSingleNodeProposeAndRead(t *testing.T) {
 		names[f.GetName()] = true
 	}
 	for _, want := range []string{"floe_raft_state", "floe_raft_term", "floe_raft_commit_index", "floe_raft_applied_index",
-		"floe_raft_leader_changes_total", "floe_raft_apply_duration_seconds", "floe_raft_read_index_wait_seconds"} {
+		"floe_raft_leader_changes_total", "floe_raft_apply_duration_seconds", "floe_raft_read_index_wait_seconds",
+		"floe_raft_read_index_round_trips_total", "floe_raft_read_index_batch_size"} {
 		assert.True(t, names[want], "metric %s not registered", want)
 	}
 

@@ -45,11 +45,19 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 	)
 	if n.raft.State() == raft.Leader {
 		readIndex, err = n.leaderBatch.get(ctx)
+		if err != nil {
+			return err
+		}
 	} else {
-		readIndex, err = n.followerBatch.get(ctx)
-	}
-	if err != nil {
-		return err
+		// The whole batch shares one request to the leader; each read
+		// then waits on its own for this node's log to reach the index,
+		// while the next batch's request is already under way.
+		if readIndex, err = n.followerBatch.get(ctx); err != nil {
+			return err
+		}
+		if err := n.waitLogReaches(ctx, readIndex); err != nil {
+			return err
+		}
 	}
 
 	// 7. Wait until the local state machine has applied up to the read

@@ -49,6 +49,10 @@ func runSuite(log *slog.Logger, a suiteArgs, timeout time.Duration) int {
 		args = append(args, "--out", a.out)
 	}
 	command := "go build -o " + harness.ShellJoin([]string{a.floe}) + " ./cmd/node && " + harness.ShellJoin(args)
+	// The same run from prebuilt binaries (make build elsewhere, bin/
+	// copied over), as make bench runs it without a Go toolchain.
+	prebuilt := append([]string{"./bin/floebench"}, args[3:]...)
+	command += "\n# or, from prebuilt binaries (make build; no Go toolchain needed):\n" + harness.ShellJoin(prebuilt)
 
 	var rep *bench.SuiteReport
 	if a.render != "" {
