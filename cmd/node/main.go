@@ -178,6 +178,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		Warehouse: cfg.Warehouse, Prefix: cfg.Prefix, Store: node, Cluster: node, Objects: objects,
 		PurgeJobs: purgeJobs, Logger: logger, Registerer: reg,
 	}
+	for _, w := range warehouses {
+		uiCfg.Warehouses = append(uiCfg.Warehouses, ui.Warehouse{Name: w.spec.Name, Location: w.spec.Location, Objects: w.objects})
+	}
 	if sec.on {
 		uiCfg.Authorizer, uiCfg.VerifyToken = authorizer{sec}, sec.verifyToken
 	}

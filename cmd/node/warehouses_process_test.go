@@ -72,6 +72,13 @@ func TestWarehouseProcesses(t *testing.T) {
 	code, _ = c.call(t, p, bob, "GET", "/v1/namespaces/team", "")
 	assert.Equal(t, http.StatusNotFound, code, "the default warehouse's team is not bob's")
 
+	// The status page browses the warehouse.
+	page := c.mustCall(t, p, testRootToken, "GET", "/ui/catalog?wh=sales", "", http.StatusOK)
+	assert.Contains(t, string(page), "shared")
+	assert.Contains(t, string(page), "team")
+	page = c.mustCall(t, p, testRootToken, "GET", "/ui/catalog", "", http.StatusOK)
+	assert.NotContains(t, string(page), "team", "the default warehouse has no namespace team")
+
 	grants := c.mustCall(t, p, testRootToken, "GET", "/management/v1/auth/grants?grantee=principal:bob", "", http.StatusOK)
 	assert.JSONEq(t, `{"grants":[{"grantee":"principal:bob","warehouse":"sales","namespace":["team"],"privilege":"write"}]}`, string(grants))
 

@@ -40,33 +40,50 @@ func sortedProps(m map[string]string) []kv {
 	return out
 }
 
-// crumbs links every ancestor of a namespace, and the namespace itself.
-func crumbs(levels []string) []link {
-	out := make([]link, len(levels))
-	for i := range levels {
-		out[i] = link{Name: levels[i], Href: namespaceHref(levels[:i+1])}
-	}
-	return out
+// warehouseRow is one warehouse in the catalog page's list of them.
+type warehouseRow struct {
+	// Name is empty for the default warehouse.
+	Name     string
+	Location string
+	Prefix   string
+	Href     string
+	Current  bool
 }
 
-// catalogPage is the warehouse and its top-level namespaces, those the
-// principal may see.
+// catalogPage is one warehouse and its top-level namespaces, those the
+// principal may see, with every warehouse served when there are named
+// ones.
 type catalogPage struct {
+	// Name is the warehouse's name, empty for the default one.
+	Name       string
 	Warehouse  string
 	Prefix     string
+	Crumbs     []link
+	Warehouses []warehouseRow
 	Namespaces []link
 	Pager      pager
 }
 
 func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
+	wh, err := s.warehouseOf(r)
+	if err != nil {
+		return err
+	}
 	page, after := pageOf(r, "ns")
-	p := catalogPage{Warehouse: s.cfg.Warehouse, Prefix: s.cfg.Prefix}
+	p := catalogPage{Name: wh.name, Warehouse: wh.location, Prefix: wh.prefix, Crumbs: wh.crumbs(nil)}
+	if len(s.warehouses) > 1 {
+		for _, o := range s.warehouses {
+			p.Warehouses = append(p.Warehouses, warehouseRow{
+				Name: o.name, Location: o.location, Prefix: o.prefix, Href: o.catalogHref(), Current: o == wh,
+			})
+		}
+	}
 	var (
 		list []fsm.Namespace
 		more bool
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
-		list, more = rd.Namespaces(nil, after, s.cfg.PageSize)
+		list, more = rd.Namespaces(wh.root(), after, s.cfg.PageSize)
 		return nil
 	})
 	if err != nil {
@@ -80,7 +97,8 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if ok {
-			p.Namespaces = append(p.Namespaces, link{Name: nsName(ns.Levels), Href: namespaceHref(ns.Levels)})
+			levels := external(ns.Levels)
+			p.Namespaces = append(p.Namespaces, link{Name: nsName(levels), Href: wh.namespaceHref(levels)})
 		}
 	}
 	// The next page starts after the last namespace shown: a cursor never
@@ -90,8 +108,12 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
 	if more && len(p.Namespaces) > 0 {
 		next = p.Namespaces[len(p.Namespaces)-1].Name
 	}
-	p.Pager = cursorPager("/ui/catalog", nil, "ns", page, next)
-	s.renderWith(w, r, http.StatusOK, "catalog", layout{Title: "Catalog", Stale: stale, Content: &p}, "catalog")
+	p.Pager = cursorPager("/ui/catalog", wh.params(url.Values{}), "ns", page, next)
+	title := "Catalog"
+	if wh.name != "" {
+		title = "Warehouse " + wh.name
+	}
+	s.renderWith(w, r, http.StatusOK, "catalog", layout{Title: title, Stale: stale, Content: &p}, "catalog")
 	return nil
 }
 
@@ -100,7 +122,9 @@ func lastLevel(levels []string) string { return levels[len(levels)-1] }
 // namespacePage is one namespace: its properties, child namespaces, tables
 // and views, each listing paginated on its own.
 type namespacePage struct {
-	Name       string
+	Name string
+	// Warehouse names a named warehouse; empty for the default one.
+	Warehouse  string
 	Crumbs     []link
 	Properties []kv
 	CreatedMs  int64
@@ -117,23 +141,29 @@ type namespacePage struct {
 }
 
 func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
+	wh, err := s.warehouseOf(r)
+	if err != nil {
+		return err
+	}
 	levels, err := nsParam(r)
 	if err != nil {
 		return err
 	}
-	missing := notFound("Namespace %s does not exist.", nsName(levels))
-	seen, err := s.visible(r, levels)
+	// stored: the levels in the state machine and in grants.
+	stored := wh.stored(levels)
+	missing := notFound("Namespace %s does not exist%s.", nsName(levels), wh.in())
+	seen, err := s.visible(r, stored)
 	if err != nil {
 		return err
 	}
 	if !seen {
 		return missing
 	}
-	canRead, err := s.allowed(r, privRead, levels)
+	canRead, err := s.allowed(r, privRead, stored)
 	if err != nil {
 		return err
 	}
-	p := namespacePage{Name: nsName(levels), Crumbs: crumbs(levels), CanRead: canRead}
+	p := namespacePage{Name: nsName(levels), Warehouse: wh.name, Crumbs: wh.crumbs(levels), CanRead: canRead}
 	childPage, childAfter := pageOf(r, "ns")
 	tablePage, tableAfter := pageOf(r, "tables")
 	viewPage, viewAfter := pageOf(r, "views")
@@ -145,12 +175,12 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 		views                             []fsm.View
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
-		ns, exists = rd.Namespace(levels)
-		children, moreNS = rd.Namespaces(levels, childAfter, s.cfg.PageSize)
+		ns, exists = rd.Namespace(stored)
+		children, moreNS = rd.Namespaces(stored, childAfter, s.cfg.PageSize)
 		tables, moreTab, views, moreView = nil, false, nil, false
 		if canRead {
-			tables, moreTab = rd.Tables(levels, tableAfter, s.cfg.PageSize)
-			views, moreView = rd.Views(levels, viewAfter, s.cfg.PageSize)
+			tables, moreTab = rd.Tables(stored, tableAfter, s.cfg.PageSize)
+			views, moreView = rd.Views(stored, viewAfter, s.cfg.PageSize)
 		}
 		return nil
 	})
@@ -170,17 +200,17 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if ok {
-			p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: namespaceHref(c.Levels)})
+			p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: wh.namespaceHref(external(c.Levels))})
 			lastVisibleChild = lastLevel(c.Levels)
 		}
 	}
 	for _, t := range tables {
-		p.Tables = append(p.Tables, link{Name: t.Name, Href: tableHref(levels, t.Name)})
+		p.Tables = append(p.Tables, link{Name: t.Name, Href: wh.tableHref(levels, t.Name)})
 	}
 	for _, v := range views {
-		p.Views = append(p.Views, link{Name: v.Name, Href: viewHref(levels, v.Name)})
+		p.Views = append(p.Views, link{Name: v.Name, Href: wh.viewHref(levels, v.Name)})
 	}
-	fixed := url.Values{"ns": {nsName(levels)}}
+	fixed := wh.params(url.Values{"ns": {nsName(levels)}})
 	nextOf := func(more bool, last func() string) string {
 		if !more {
 			return ""
@@ -193,7 +223,7 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 		nextOf(moreTab && len(tables) > 0, func() string { return tables[len(tables)-1].Name }))
 	p.ViewPager = cursorPager("/ui/namespace", fixed, "views", viewPage,
 		nextOf(moreView && len(views) > 0, func() string { return views[len(views)-1].Name }))
-	s.renderWith(w, r, http.StatusOK, "namespace", layout{Title: "Namespace " + p.Name, Stale: stale, Content: &p}, "catalog")
+	s.renderWith(w, r, http.StatusOK, "namespace", layout{Title: "Namespace " + p.Name + wh.in(), Stale: stale, Content: &p}, "catalog")
 	return nil
 }
 
@@ -230,6 +260,8 @@ type snapshotRow struct {
 // tablePage is one table: what the state machine holds (location,
 // metadata location) and what its current metadata file says.
 type tablePage struct {
+	// Warehouse names a named warehouse; empty for the default one.
+	Warehouse        string
 	Namespace        string
 	NamespaceHref    string
 	Crumbs           []link
@@ -257,6 +289,10 @@ type tablePage struct {
 }
 
 func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
+	wh, err := s.warehouseOf(r)
+	if err != nil {
+		return err
+	}
 	levels, err := nsParam(r)
 	if err != nil {
 		return err
@@ -265,9 +301,10 @@ func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
 	if name == "" {
 		return badRequest("the name parameter (the table's name) is required")
 	}
-	id := fsm.Ident{Namespace: levels, Name: name}
-	missing := notFound("Table %s.%s does not exist.", nsName(levels), name)
-	if err := s.requireRead(r, levels, missing); err != nil {
+	stored := wh.stored(levels)
+	id := fsm.Ident{Namespace: stored, Name: name}
+	missing := notFound("Table %s.%s does not exist%s.", nsName(levels), name, wh.in())
+	if err := s.requireRead(r, stored, missing); err != nil {
 		return err
 	}
 	var (
@@ -285,21 +322,21 @@ func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
 		return missing
 	}
 	p := tablePage{
-		Namespace: nsName(levels), NamespaceHref: namespaceHref(levels), Crumbs: crumbs(levels), Name: name,
+		Warehouse: wh.name, Namespace: nsName(levels), NamespaceHref: wh.namespaceHref(levels), Crumbs: wh.crumbs(levels), Name: name,
 		UUID: t.UUID, Location: t.Location, MetadataLocation: t.MetadataLocation, CreatedMs: t.CreatedMs, UpdatedMs: t.UpdatedMs,
 	}
-	if meta, err := s.tableMetadata(r.Context(), t.MetadataLocation); err != nil {
+	if meta, err := readTableMetadata(r.Context(), wh.objects, t.MetadataLocation); err != nil {
 		p.MetadataErr = err.Error()
 	} else {
-		s.fillTable(r, &p, meta, levels)
+		s.fillTable(r, &p, meta, wh, levels)
 	}
-	s.renderWith(w, r, http.StatusOK, "table", layout{Title: "Table " + p.Namespace + "." + name, Stale: stale, Content: &p}, "catalog")
+	s.renderWith(w, r, http.StatusOK, "table", layout{Title: "Table " + p.Namespace + "." + name + wh.in(), Stale: stale, Content: &p}, "catalog")
 	return nil
 }
 
 // fillTable adds what the metadata file says: schema, partition spec,
 // snapshots (newest first, paginated), properties.
-func (s *Server) fillTable(r *http.Request, p *tablePage, meta table.Metadata, levels []string) {
+func (s *Server) fillTable(r *http.Request, p *tablePage, meta table.Metadata, wh *warehouse, levels []string) {
 	p.FormatVersion = meta.Version()
 	if sc := meta.CurrentSchema(); sc != nil {
 		p.SchemaID = sc.ID
@@ -335,7 +372,7 @@ func (s *Server) fillTable(r *http.Request, p *tablePage, meta table.Metadata, l
 		}
 		p.Snapshots = append(p.Snapshots, row)
 	}
-	fixed := url.Values{"ns": {nsName(levels)}, "name": {p.Name}}
+	fixed := wh.params(url.Values{"ns": {nsName(levels)}, "name": {p.Name}})
 	p.SnapshotPager = pager{Page: page}
 	if page > 1 {
 		p.SnapshotPager.First = withParams("/ui/table", fixed, nil)
@@ -345,10 +382,10 @@ func (s *Server) fillTable(r *http.Request, p *tablePage, meta table.Metadata, l
 	}
 }
 
-// readMetadataFile reads a metadata file through the storage layer,
-// gunzipping it when it is compressed, as the catalog does.
-func (s *Server) readMetadataFile(ctx context.Context, loc string) ([]byte, error) {
-	raw, err := s.cfg.Objects.Read(ctx, loc)
+// readMetadataFile reads a metadata file through the storage layer of its
+// warehouse, gunzipping it when it is compressed, as the catalog does.
+func readMetadataFile(ctx context.Context, objects Objects, loc string) ([]byte, error) {
+	raw, err := objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read metadata file %s: %w", loc, err)
 	}
@@ -364,8 +401,8 @@ func (s *Server) readMetadataFile(ctx context.Context, loc string) ([]byte, erro
 	return raw, nil
 }
 
-func (s *Server) tableMetadata(ctx context.Context, loc string) (table.Metadata, error) {
-	raw, err := s.readMetadataFile(ctx, loc)
+func readTableMetadata(ctx context.Context, objects Objects, loc string) (table.Metadata, error) {
+	raw, err := readMetadataFile(ctx, objects, loc)
 	if err != nil {
 		return nil, err
 	}
@@ -385,6 +422,8 @@ type representation struct {
 // viewPage is one view: what the state machine holds and what its current
 // metadata file says about the current version.
 type viewPage struct {
+	// Warehouse names a named warehouse; empty for the default one.
+	Warehouse        string
 	Namespace        string
 	NamespaceHref    string
 	Crumbs           []link
@@ -409,6 +448,10 @@ type viewPage struct {
 }
 
 func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
+	wh, err := s.warehouseOf(r)
+	if err != nil {
+		return err
+	}
 	levels, err := nsParam(r)
 	if err != nil {
 		return err
@@ -417,8 +460,9 @@ func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
 	if name == "" {
 		return badRequest("the name parameter (the view's name) is required")
 	}
-	missing := notFound("View %s.%s does not exist.", nsName(levels), name)
-	if err := s.requireRead(r, levels, missing); err != nil {
+	stored := wh.stored(levels)
+	missing := notFound("View %s.%s does not exist%s.", nsName(levels), name, wh.in())
+	if err := s.requireRead(r, stored, missing); err != nil {
 		return err
 	}
 	var (
@@ -426,7 +470,7 @@ func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
 		ok bool
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
-		v, ok = rd.View(fsm.Ident{Namespace: levels, Name: name})
+		v, ok = rd.View(fsm.Ident{Namespace: stored, Name: name})
 		return nil
 	})
 	if err != nil {
@@ -436,10 +480,10 @@ func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
 		return missing
 	}
 	p := viewPage{
-		Namespace: nsName(levels), NamespaceHref: namespaceHref(levels), Crumbs: crumbs(levels), Name: name,
+		Warehouse: wh.name, Namespace: nsName(levels), NamespaceHref: wh.namespaceHref(levels), Crumbs: wh.crumbs(levels), Name: name,
 		UUID: v.UUID, Location: v.Location, MetadataLocation: v.MetadataLocation, CreatedMs: v.CreatedMs, UpdatedMs: v.UpdatedMs,
 	}
-	raw, err := s.readMetadataFile(r.Context(), v.MetadataLocation)
+	raw, err := readMetadataFile(r.Context(), wh.objects, v.MetadataLocation)
 	var meta view.Metadata
 	if err == nil {
 		if meta, err = view.ParseMetadataBytes(raw); err != nil {
@@ -469,6 +513,6 @@ func (s *Server) view(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	s.renderWith(w, r, http.StatusOK, "view", layout{Title: "View " + p.Namespace + "." + name, Stale: stale, Content: &p}, "catalog")
+	s.renderWith(w, r, http.StatusOK, "view", layout{Title: "View " + p.Namespace + "." + name + wh.in(), Stale: stale, Content: &p}, "catalog")
 	return nil
 }

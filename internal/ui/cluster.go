@@ -21,10 +21,12 @@ type clusterPage struct {
 	Admin     bool
 	Warehouse string
 	Prefix    string
-	Err       string
-	Status    raftnode.Status
-	Members   []memberRow
-	Jobs      jobCounts
+	// Named are the named warehouses, linked to their catalog pages.
+	Named   []warehouseRow
+	Err     string
+	Status  raftnode.Status
+	Members []memberRow
+	Jobs    jobCounts
 }
 
 // memberRow is one member with its health: "ready", "not ready: REASON",
@@ -43,6 +45,9 @@ type jobCounts struct {
 
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) error {
 	p := clusterPage{Warehouse: s.cfg.Warehouse, Prefix: s.cfg.Prefix}
+	for _, wh := range s.warehouses[1:] {
+		p.Named = append(p.Named, warehouseRow{Name: wh.name, Location: wh.location, Prefix: wh.prefix, Href: wh.catalogHref()})
+	}
 	ok, err := s.allowed(r, privAdmin, nil)
 	if err != nil {
 		return err

@@ -31,7 +31,10 @@ type purgePage struct {
 // jobRow is one purge job with its progress, and the forms of its actions
 // when it is FAILED and not released.
 type jobRow struct {
-	ID           string
+	ID string
+	// Warehouse names the table's named warehouse; empty for the default
+	// one. Table is the table's name within it.
+	Warehouse    string
 	Table        string
 	Location     string
 	State        string
@@ -111,8 +114,9 @@ func (s *Server) purgeJobs(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) jobRow(j fsm.PurgeJob) jobRow {
+	wh, levels := fsm.SplitWarehouse(j.Ident.Namespace)
 	row := jobRow{
-		ID: j.ID, Table: nsName(j.Ident.Namespace) + "." + j.Ident.Name, Location: j.Location,
+		ID: j.ID, Warehouse: wh, Table: nsName(levels) + "." + j.Ident.Name, Location: j.Location,
 		State: string(j.State), Released: j.Released, ReleasedBy: j.ReleasedBy, Attempts: j.Attempts, LastError: j.LastError,
 		Phase: purge.PhaseName(j.Progress.Phase), Deleted: j.Progress.Deleted, Bytes: j.Progress.Bytes,
 		Skipped: j.Progress.Skipped, SkippedOwned: j.Progress.SkippedOwned, DroppedBy: j.DroppedBy,

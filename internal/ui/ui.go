@@ -1,6 +1,6 @@
 // Package ui serves the status page under /ui: server-rendered HTML pages
 // of the cluster (members, leader, terms, indexes, each node's health), the
-// catalog (the warehouse, namespaces, tables, views) and the purge queue,
+// catalog (every warehouse: namespaces, tables, views) and the purge queue,
 // with Retry and Release buttons for FAILED purge jobs. The pages need no
 // JavaScript and load no external asset; every value is escaped by
 // html/template.
@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -79,12 +80,16 @@ const DefaultPageSize = 50
 
 // Config configures the status page.
 type Config struct {
-	// Warehouse and Prefix are the catalog's (floe serves one warehouse).
+	// Warehouse and Prefix are the catalog's default warehouse: its
+	// location and URL prefix. Objects reads its metadata files.
 	Warehouse string
 	Prefix    string
 	Store     Store
 	Cluster   Cluster
 	Objects   Objects
+	// Warehouses are the catalog's named warehouses, browsed beside the
+	// default one (catalog.Config.Warehouses).
+	Warehouses []Warehouse
 	// PurgeJobs is the operator API's purge-jobs handler
 	// ((*admin.Server).PurgeJobs): Retry and Release go through it, as
 	// POST /management/v1/purge-jobs/{id}/retry|release with an
@@ -110,13 +115,26 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Warehouse is a named warehouse of the catalog: its namespaces are
+// stored under its reserved root (fsm.InWarehouse).
+type Warehouse struct {
+	// Name is the warehouse's name, as the catalog's Warehouse.Name.
+	Name string
+	// Location is its root URI, shown on the pages.
+	Location string
+	// Objects reads its metadata files. Default: Config.Objects.
+	Objects Objects
+}
+
 // Server is the status page's HTTP handler.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	pages    map[string]*template.Template
-	requests *prometheus.CounterVec
-	mux      *http.ServeMux
+	cfg Config
+	// warehouses are the warehouses browsed, the default one first.
+	warehouses []*warehouse
+	log        *slog.Logger
+	pages      map[string]*template.Template
+	requests   *prometheus.CounterVec
+	mux        *http.ServeMux
 }
 
 //go:embed templates/*.html
@@ -147,7 +165,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ui"), pages: map[string]*template.Template{}}
+	whs, err := newWarehouses(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, warehouses: whs, log: cfg.Logger.With("component", "ui"), pages: map[string]*template.Template{}}
 	for _, name := range pageNames {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -393,7 +415,7 @@ func (s *Server) requireRead(r *http.Request, namespace []string, missing error)
 	if !seen {
 		return missing
 	}
-	return forbidden("%s may not read namespace %s (read privilege needed).", s.actor(r), nsName(namespace))
+	return forbidden("%s may not read namespace %s (read privilege needed).", s.actor(r), storedName(namespace))
 }
 
 // read runs fn linearizably. When that fails for want of a leader it runs
@@ -419,9 +441,24 @@ func (s *Server) read(ctx context.Context, fn func(*fsm.Reader) error) (stale st
 // the catalog advertises it; a level never contains it.
 const nsSeparator = "."
 
+// nsName joins namespace levels as a warehouse's clients name them
+// (without a named warehouse's reserved root).
 func nsName(levels []string) string { return strings.Join(levels, nsSeparator) }
 
-// nsParam parses the ns query parameter into namespace levels.
+// storedName renders stored namespace levels for a message: a named
+// warehouse's namespace a.b reads "a.b in warehouse W", never showing the
+// reserved level.
+func storedName(levels []string) string {
+	wh, rest := fsm.SplitWarehouse(levels)
+	if wh == "" {
+		return nsName(rest)
+	}
+	return nsName(rest) + " in warehouse " + wh
+}
+
+// nsParam parses the ns query parameter into namespace levels, as the
+// warehouse's clients name them. A level never holds a control character
+// (the catalog refuses them), so a reserved level cannot be named here.
 func nsParam(r *http.Request) ([]string, error) {
 	v := r.URL.Query().Get("ns")
 	if v == "" {
@@ -429,25 +466,11 @@ func nsParam(r *http.Request) ([]string, error) {
 	}
 	levels := strings.Split(v, nsSeparator)
 	for _, l := range levels {
-		if l == "" {
+		if l == "" || strings.ContainsFunc(l, unicode.IsControl) {
 			return nil, badRequest("malformed namespace %q", v)
 		}
 	}
 	return levels, nil
-}
-
-// Links to the pages, with their parameters escaped.
-
-func namespaceHref(levels []string) string {
-	return "/ui/namespace?" + url.Values{"ns": {nsName(levels)}}.Encode()
-}
-
-func tableHref(levels []string, name string) string {
-	return "/ui/table?" + url.Values{"ns": {nsName(levels)}, "name": {name}}.Encode()
-}
-
-func viewHref(levels []string, name string) string {
-	return "/ui/view?" + url.Values{"ns": {nsName(levels)}, "name": {name}}.Encode()
 }
 
 // pager is the page links of one listing: First is empty on the first

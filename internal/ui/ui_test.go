@@ -779,4 +779,220 @@ func TestNewChecksItsConfig(t *testing.T) {
 	cfg.Authorizer = fakeAuthz{}
 	_, err = New(cfg)
 	assert.ErrorContains(t, err, "go together")
+	cfg = f.srv.cfg
+	cfg.Warehouses = []Warehouse{{Name: "lake"}, {Name: "lake"}}
+	_, err = New(cfg)
+	assert.ErrorContains(t, err, "defined twice")
+	cfg.Warehouses = []Warehouse{{Name: ""}}
+	_, err = New(cfg)
+	assert.ErrorContains(t, err, "empty")
+}
+
+// newWarehouseFixture adds the named warehouse lake to the fixture, with
+// its own metadata files, holding the same names as the default warehouse
+// (namespace db, table events) and its own: namespaces db.inner and only,
+// view lakeview, and a dropped table gone with a FAILED purge job.
+func newWarehouseFixture(t *testing.T, mutate func(*Config)) (*fixture, memObjects) {
+	t.Helper()
+	lake := memObjects{
+		"s3://lake/db/events/metadata/00001.metadata.json":   []byte(strings.ReplaceAll(tableMetadata, `"parquet"`, `"orc"`)),
+		"s3://lake/db/lakeview/metadata/00001.metadata.json": []byte(strings.ReplaceAll(viewMetadata, "last day", "lake view")),
+	}
+	f := newFixture(t, func(c *Config) {
+		c.Warehouses = []Warehouse{{Name: "lake", Location: "s3://lake", Objects: lake}, {Name: "empty", Location: "s3://empty"}}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	in := func(levels ...string) []string { return fsm.InWarehouse("lake", levels) }
+	for _, ns := range [][]string{in("db"), in("db", "inner"), in("only")} {
+		f.store.must(t, fsm.CreateNamespace{Namespace: ns, Properties: map[string]string{"comment": "lake " + nsName(external(ns))}})
+	}
+	for _, name := range []string{"events", "gone"} {
+		f.store.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: fsm.Ident{Namespace: in("db"), Name: name},
+			MetadataLocation: "s3://lake/db/" + name + "/metadata/00001.metadata.json", Location: "s3://lake/db/" + name, UUID: "lake-" + name + "-uuid"}}})
+	}
+	f.store.must(t, fsm.CreateView{Ident: fsm.Ident{Namespace: in("db"), Name: "lakeview"}, UUID: "lake-view-uuid",
+		Location: "s3://lake/db/lakeview", MetadataLocation: "s3://lake/db/lakeview/metadata/00001.metadata.json", AtMs: 1})
+	f.store.must(t, fsm.DropTable{Ident: fsm.Ident{Namespace: in("db"), Name: "gone"}, Purge: true, AtMs: 3,
+		Job: &fsm.PurgeJobSpec{ID: "job-lake", Warehouse: "s3://lake", DroppedBy: "etl"}})
+	return f, lake
+}
+
+// namespaceLinks are the ns and wh parameters of the page's namespace
+// links, as "ns" or "ns@wh".
+func namespaceLinks(body string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`href="/ui/namespace\?([^"]+)"`).FindAllStringSubmatch(body, -1) {
+		q, err := url.ParseQuery(strings.ReplaceAll(m[1], "&amp;", "&"))
+		if err != nil {
+			continue
+		}
+		l := q.Get("ns")
+		if wh := q.Get("wh"); wh != "" {
+			l += "@" + wh
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func TestNamedWarehouses(t *testing.T) {
+	f, _ := newWarehouseFixture(t, nil)
+	var pages []string // every page fetched, checked for the reserved level at the end
+	get := func(target string, want int) string {
+		t.Helper()
+		code, body := f.get(t, target)
+		require.Equal(t, want, code, "%s: %s", target, body)
+		pages = append(pages, target+"\n"+body)
+		return body
+	}
+
+	// The default warehouse's catalog page lists its own namespaces and
+	// links every warehouse.
+	body := get("/ui/catalog", http.StatusOK)
+	assert.Equal(t, []string{"db", "other"}, namespaceLinks(body))
+	hasAll(t, body, `id="warehouses"`, `href="/ui/catalog?wh=lake"`, `href="/ui/catalog?wh=empty"`, "s3://lake", "s3://empty")
+
+	// The named warehouse's page lists its own, every link carrying it.
+	body = get("/ui/catalog?wh=lake", http.StatusOK)
+	assert.Equal(t, []string{"db@lake", "only@lake"}, namespaceLinks(body))
+	hasAll(t, body, "Warehouse <span class=\"mono\">lake</span>", `<a href="/ui/catalog">catalog</a>`,
+		`href="/ui/catalog?wh=lake">warehouse lake</a>`, "s3://lake", `href="/ui/catalog?wh=empty"`)
+	body = get("/ui/catalog?wh=empty", http.StatusOK)
+	assert.Empty(t, namespaceLinks(body))
+	assert.Contains(t, body, "no namespaces")
+
+	// Same namespace name, different contents.
+	body = get("/ui/namespace?ns=db&wh=lake", http.StatusOK)
+	hasAll(t, body, `href="/ui/table?name=events&amp;ns=db&amp;wh=lake"`, `href="/ui/view?name=lakeview&amp;ns=db&amp;wh=lake"`,
+		"lake db", "in warehouse <span class=\"mono\">lake</span>", `href="/ui/catalog?wh=lake">warehouse lake</a>`,
+		`href="/ui/namespace?ns=db&amp;wh=lake">db</a>`)
+	assert.Equal(t, []string{"db@lake", "db.inner@lake"}, namespaceLinks(body), "crumb, then the child")
+	assert.NotContains(t, body, "recent", "the default warehouse's view")
+	assert.NotContains(t, body, `ns=db"`, "no link leaves the warehouse")
+	body = get("/ui/namespace?ns=db", http.StatusOK)
+	hasAll(t, body, `href="/ui/table?name=events&amp;ns=db"`, `href="/ui/view?name=recent&amp;ns=db"`, "main")
+	assert.NotContains(t, body, "lakeview")
+	assert.NotContains(t, body, "wh=")
+	assert.NotContains(t, body, "in warehouse")
+	body = get("/ui/namespace?ns=db.inner&wh=lake", http.StatusOK)
+	hasAll(t, body, `href="/ui/namespace?ns=db&amp;wh=lake">db</a>`, `href="/ui/namespace?ns=db.inner&amp;wh=lake">inner</a>`)
+
+	// Tables and views read the state and the metadata files of their
+	// own warehouse.
+	body = get("/ui/table?ns=db&name=events&wh=lake", http.StatusOK)
+	hasAll(t, body, "lake-events-uuid", "s3://lake/db/events/metadata/00001.metadata.json", "orc", "3055729675574597004",
+		`href="/ui/catalog?wh=lake">warehouse lake</a>`, `href="/ui/namespace?ns=db&amp;wh=lake">db</a>`)
+	assert.NotContains(t, body, "parquet")
+	body = get("/ui/table?ns=db&name=events", http.StatusOK)
+	hasAll(t, body, "events-uuid", "parquet")
+	assert.NotContains(t, body, "lake")
+	body = get("/ui/view?ns=db&name=lakeview&wh=lake", http.StatusOK)
+	hasAll(t, body, "lake-view-uuid", "lake view", `href="/ui/catalog?wh=lake">warehouse lake</a>`)
+
+	// Each name exists in its own warehouse only; an unknown warehouse is
+	// a 404 page on every catalog page.
+	for _, target := range []string{
+		"/ui/namespace?ns=only",
+		"/ui/namespace?ns=other&wh=lake",
+		"/ui/table?ns=other&name=secret&wh=lake",
+		"/ui/table?ns=db&name=events&wh=empty",
+		"/ui/view?ns=db&name=recent&wh=lake",
+		"/ui/view?ns=db&name=lakeview",
+		"/ui/catalog?wh=nope",
+		"/ui/namespace?ns=db&wh=nope",
+		"/ui/table?ns=db&name=events&wh=nope",
+		"/ui/view?ns=db&name=lakeview&wh=nope",
+	} {
+		body := get(target, http.StatusNotFound)
+		assert.Contains(t, body, `id="error-message"`, target)
+	}
+	body = get("/ui/catalog?wh=nope", http.StatusNotFound)
+	assert.Contains(t, body, "There is no warehouse &#34;nope&#34;.")
+	body = get("/ui/table?ns=db&name=nope&wh=lake", http.StatusNotFound)
+	assert.Contains(t, body, "Table db.nope does not exist in warehouse lake.")
+	// The reserved level cannot be named to reach a warehouse without wh.
+	get("/ui/namespace?"+url.Values{"ns": {fsm.WarehouseRoot("lake") + ".db"}}.Encode(), http.StatusBadRequest)
+
+	// The purge queue and the cluster page name the warehouse.
+	body = get("/ui/purge-jobs", http.StatusOK)
+	hasAll(t, body, "job-lake", "db.gone<div class=\"muted\">warehouse lake</div>", "s3://lake/db/gone")
+	body = get("/ui", http.StatusOK)
+	hasAll(t, body, `<a href="/ui/catalog?wh=lake">lake</a>`, `<a href="/ui/catalog?wh=empty">empty</a>`)
+
+	for _, page := range pages {
+		assert.NotContains(t, page, "\x1e", "the reserved level is never rendered")
+	}
+}
+
+func TestNamedWarehousePagination(t *testing.T) {
+	f, _ := newWarehouseFixture(t, func(c *Config) { c.PageSize = 1 })
+	for _, n := range []string{"n1", "n2"} {
+		f.store.must(t, fsm.CreateNamespace{Namespace: fsm.InWarehouse("lake", []string{n})})
+	}
+	f.store.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: fsm.Ident{Namespace: fsm.InWarehouse("lake", []string{"db"}), Name: "more"},
+		MetadataLocation: "s3://lake/db/more/metadata/00001.metadata.json", Location: "s3://lake/db/more", UUID: "lake-more-uuid"}}})
+	var seen []string
+	target := "/ui/catalog?wh=lake"
+	for page := 1; target != ""; page++ {
+		code, body := f.get(t, target)
+		require.Equal(t, http.StatusOK, code, body)
+		seen = append(seen, namespaceLinks(body)...)
+		if page > 1 {
+			assert.Contains(t, body, `href="/ui/catalog?wh=lake">« First page`)
+		}
+		target = nextLink(body)
+		if target != "" {
+			assert.Contains(t, target, "wh=lake")
+		}
+		require.LessOrEqual(t, page, 4)
+	}
+	assert.Equal(t, []string{"db@lake", "n1@lake", "n2@lake", "only@lake"}, seen)
+
+	// The namespace page's listings keep the warehouse too.
+	code, body := f.get(t, "/ui/namespace?ns=db&wh=lake")
+	require.Equal(t, http.StatusOK, code, body)
+	next := nextLink(body)
+	require.NotEmpty(t, next, "two tables, one per page")
+	assert.Contains(t, next, "wh=lake")
+	code, body = f.get(t, next)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `href="/ui/table?name=more&amp;ns=db&amp;wh=lake"`)
+	assert.Contains(t, body, `href="/ui/catalog?wh=lake">warehouse lake</a>`)
+}
+
+func TestNamedWarehouseAuthorization(t *testing.T) {
+	// Grants are checked on stored levels: ana reads the default
+	// warehouse's db, lena the whole warehouse lake (its reserved root).
+	authz := fakeAuthz{readers: map[string][]string{"ana": {"db"}, "lena": {fsm.WarehouseRoot("lake")}}}
+	f, _ := newWarehouseFixture(t, func(c *Config) {
+		c.Authorizer = authz
+		c.VerifyToken = func(context.Context, string) (string, error) { return "", errors.New("unused") }
+	})
+	as := func(p string) []string { return []string{"X-Test-Principal", p} }
+
+	_, body := f.get(t, "/ui/catalog?wh=lake", as("ana")...)
+	assert.Empty(t, namespaceLinks(body), "ana sees nothing in lake")
+	code, _ := f.get(t, "/ui/table?ns=db&name=events&wh=lake", as("ana")...)
+	assert.Equal(t, http.StatusNotFound, code)
+	code, _ = f.get(t, "/ui/table?ns=db&name=events", as("ana")...)
+	assert.Equal(t, http.StatusOK, code)
+
+	_, body = f.get(t, "/ui/catalog?wh=lake", as("lena")...)
+	assert.Equal(t, []string{"db@lake", "only@lake"}, namespaceLinks(body))
+	_, body = f.get(t, "/ui/catalog", as("lena")...)
+	assert.Empty(t, namespaceLinks(body), "lena sees nothing in the default warehouse")
+	code, body = f.get(t, "/ui/table?ns=db&name=events&wh=lake", as("lena")...)
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "lake-events-uuid")
+	code, _ = f.get(t, "/ui/table?ns=db&name=events", as("lena")...)
+	assert.Equal(t, http.StatusNotFound, code)
+
+	// Seen but not readable: the message names the warehouse, not the
+	// reserved level.
+	code, body = f.get(t, "/ui/table?ns=db&name=events&wh=lake", as("peeker")...)
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, "may not read namespace db in warehouse lake")
+	assert.NotContains(t, body, "\x1e")
 }
