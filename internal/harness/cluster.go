@@ -55,6 +55,7 @@ type Cluster struct {
 	Dir       string
 	Warehouse string // the nodes' --warehouse
 
+	cfg     ClusterConfig // as given to NewCluster, Bin and Dir made absolute
 	control *http.Client
 }
 
@@ -102,7 +103,9 @@ func NewCluster(cc ClusterConfig) (*Cluster, error) {
 	if controlTimeout <= 0 {
 		controlTimeout = ControlTimeout
 	}
-	c := &Cluster{Dir: dir, Warehouse: warehouse, control: NewHTTPClient(8, controlTimeout)}
+	cfg := cc
+	cfg.Bin, cfg.Dir = bin, dir
+	c := &Cluster{Dir: dir, Warehouse: warehouse, cfg: cfg, control: NewHTTPClient(8, controlTimeout)}
 	for i := range size {
 		n := &Node{
 			ID:          fmt.Sprintf("n%d", i+1),
@@ -228,6 +231,39 @@ func (c *Cluster) Restart(ctx context.Context, n *Node) error {
 		return fmt.Errorf("restarted node %s not ready: %w", n.ID, err)
 	}
 	return c.WaitHealthy(ctx, HealthyTimeout)
+}
+
+// Joiner lays out one more node, id, that joins the running cluster when
+// started: --join names every node's cluster address (or advertise
+// address), without --bootstrap-expect, with the cluster's --warehouse
+// and ClusterConfig.Args, its data directory Dir/<id> and its log
+// Dir/<id>.log, on free 127.0.0.1 ports. It is not added to c.Nodes, and
+// nothing is started: the caller starts, stops and (through the operator
+// API) removes it.
+func (c *Cluster) Joiner(id string) (*Node, error) {
+	addrs, err := freeAddrs([]string{"127.0.0.1", "127.0.0.1"})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{ID: id, Index: len(c.Nodes), HTTPAddr: addrs[0].String(), ClusterAddr: addrs[1].String(),
+		DataDir: filepath.Join(c.Dir, id), control: c.control}
+	var join []string
+	for _, o := range c.Nodes {
+		if o.Advertise != "" {
+			join = append(join, o.Advertise)
+		} else {
+			join = append(join, o.ClusterAddr)
+		}
+	}
+	args := []string{
+		"--node-id", n.ID, "--data-dir", n.DataDir, "--http-addr", n.HTTPAddr, "--cluster-addr", n.ClusterAddr,
+		"--join", strings.Join(join, ","), "--warehouse", c.Warehouse,
+	}
+	n.Process = NewProcess(ProcessConfig{
+		Name: n.ID, Bin: c.cfg.Bin, Args: append(args, c.cfg.Args...), Env: c.cfg.Env,
+		LogPath: filepath.Join(c.Dir, n.ID+".log"), Tool: c.cfg.Tool,
+	})
+	return n, nil
 }
 
 // Node returns the node with the given ID, nil if there is none.

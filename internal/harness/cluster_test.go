@@ -65,6 +65,20 @@ func TestClusterLifecycle(t *testing.T) {
 	require.NoError(t, c.Restart(ctx, leader))
 	assert.True(t, leader.LogContains(0, "start #2"))
 
+	// A joiner becomes a member and is removed again.
+	j, err := c.Joiner("n4")
+	require.NoError(t, err)
+	require.NoError(t, j.Process.Start())
+	t.Cleanup(func() { _ = j.Stop() })
+	require.NoError(t, j.WaitReady(ctx, HealthyTimeout))
+	require.Eventually(t, func() bool {
+		st, err := newLeader.Status(ctx)
+		return err == nil && len(st.Members) == 4
+	}, HealthyTimeout, 50*time.Millisecond, "n4 never became a member")
+	require.NoError(t, newLeader.RemoveMember(ctx, "n4"))
+	require.NoError(t, j.Stop())
+	require.NoError(t, c.WaitHealthy(ctx, HealthyTimeout))
+
 	// Stop all, start all: the same command lines, a healthy cluster.
 	c.Stop()
 	for _, n := range c.Nodes {

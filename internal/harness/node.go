@@ -93,3 +93,24 @@ func (n *Node) Status(ctx context.Context) (ClusterStatus, error) {
 	}
 	return st, nil
 }
+
+// RemoveMember asks n to remove the member id from the cluster
+// (DELETE /management/v1/cluster/members/{id}); n forwards it to the leader
+// when it is not the leader. Any answer but 2xx is an error.
+func (n *Node) RemoveMember(ctx context.Context, id string) error {
+	url := n.BaseURL() + "/management/v1/cluster/members/" + id
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := n.control.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", n.ID, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s: DELETE %s: %d %s", n.ID, url, resp.StatusCode, truncate(string(body), 300))
+	}
+	return nil
+}
