@@ -283,12 +283,20 @@ func (s *Store) DeleteRange(min, max uint64) error {
 		c := tx.Bucket(bucketLogs).Cursor()
 		// Re-seek after every delete instead of calling Next: a bbolt cursor
 		// can skip an element when Next follows Delete on a leaf that was
-		// already modified in the same transaction. Seeking is O(log n) and
-		// always correct.
-		for k, _ := c.Seek(minKey); k != nil && keyToIndex(k) <= max; k, _ = c.Seek(minKey) {
+		// already modified in the same transaction. Each seek starts just
+		// past the key deleted, never at min: bbolt merges emptied leaves
+		// only at commit, so a seek from min would walk every leaf emptied
+		// so far, and compacting n entries would cost O(n²) (tens of
+		// seconds at 50K entries, with the log store locked).
+		for k, _ := c.Seek(minKey); k != nil && keyToIndex(k) <= max; {
+			idx := keyToIndex(k)
 			if err := c.Delete(); err != nil {
-				return fmt.Errorf("delete log %d: %w", keyToIndex(k), err)
+				return fmt.Errorf("delete log %d: %w", idx, err)
 			}
+			if idx == max {
+				break
+			}
+			k, _ = c.Seek(indexToKey(idx + 1))
 		}
 		return nil
 	})

@@ -155,6 +155,23 @@ func TestStoreLogsIsAtomic(t *testing.T) {
 	requireIndexes(t, s, 0, 0)
 }
 
+// Compaction across many leaves, with holes already punched: every
+// entry in range goes, every other stays.
+func TestDeleteRangeAcrossPages(t *testing.T) {
+	s, _ := openTestStore(t)
+	storeRange(t, s, 1, 30_000)
+	require.NoError(t, s.DeleteRange(100, 200))
+	require.NoError(t, s.DeleteRange(5_000, 5_000))
+	require.NoError(t, s.DeleteRange(1, 25_000))
+	requireIndexes(t, s, 25_001, 30_000)
+	for _, i := range []uint64{25_001, 27_500, 30_000} {
+		var out raft.Log
+		require.NoError(t, s.GetLog(i, &out), "index %d", i)
+	}
+	var out raft.Log
+	require.Equal(t, raft.ErrLogNotFound, s.GetLog(25_000, &out))
+}
+
 func TestDeleteRange(t *testing.T) {
 	s, _ := openTestStore(t)
 	storeRange(t, s, 1, 20)
