@@ -8,7 +8,8 @@
 // cache, drop and purge on a versitygw S3 server, memory, and growth with
 // the number of tables, and (item 9, issue 14) when an async purge starts,
 // drop latency under load, drop throughput and what a purge costs in S3
-// requests and memory. Every figure is reported next to a baseline
+// requests and memory, and (item 10) leader changes in a loaded run
+// without faults. Every figure is reported next to a baseline
 // measured in the same run, because the machines it runs on are noisy and
 // absolute numbers from different runs do not compare.
 //

@@ -224,7 +224,21 @@ func TestSuiteSmoke(t *testing.T) {
 		require.Equal(t, 2*sizes.StartRounds, len(d.Start))
 		require.Zero(t, d.Tput.Errors)
 	}
-	for _, want := range []string{"## Reproduce", "floebench --suite --size smoke", "## 1. Commit throughput", "## 8. Growth", "## 9. Drops", "| nproc | "} {
+	require.NotNil(t, rep.Stability)
+	require.Len(t, rep.Stability.Nodes, ClusterSize)
+	for _, n := range rep.Stability.Nodes {
+		require.Positive(t, n.Poll.Samples, "no cluster status polled on %s", n.ID)
+		require.Positive(t, n.LeaderChangesBefore, "%s: %s before the load", n.ID, metricLeaderChanges)
+		require.Positive(t, n.TermBefore, "%s: %s before the load", n.ID, metricTerm)
+	}
+	require.Positive(t, rep.Stability.Commits.OK)
+	require.Positive(t, rep.Stability.Reads.OK)
+	// The number of leader changes is a measurement, not a test: 0 or more.
+	cells := tableRow(t, md, SumStability)
+	require.Len(t, cells, 5)
+	require.GreaterOrEqual(t, number(t, firstField(cells[1], "leader changes"), "leader changes"), 0.0)
+	positive(SumStabilityLat, "ms", true)
+	for _, want := range []string{"## Reproduce", "floebench --suite --size smoke", "## 1. Commit throughput", "## 8. Growth", "## 9. Drops", "## 10. Stability", "--items 10", "| nproc | "} {
 		require.Contains(t, md, want)
 	}
 }

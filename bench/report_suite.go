@@ -130,6 +130,9 @@ func (r *SuiteReport) Markdown(plot string) string {
 	if d := r.Drops; d != nil {
 		r.dropsSection(w, d)
 	}
+	if s := r.Stability; s != nil {
+		r.stabilitySection(w, s)
+	}
 	return b.String()
 }
 
@@ -240,6 +243,7 @@ func (r *SuiteReport) summaryRows(w func(string, ...any)) {
 		}
 	}
 	r.dropsSummaryRows(w)
+	r.stabilitySummaryRows(w)
 }
 
 // machineCell prints a MachineLoad as "93% / 4%".

@@ -61,6 +61,9 @@ type Sizes struct {
 	DropTputPerClient   int
 	DropTputRawDuration time.Duration
 	DropDrainWait       time.Duration
+
+	// Item 10: how long the loaded run without faults lasts.
+	StabilityDuration time.Duration
 }
 
 // SizesFor returns the preset named smoke (seconds, for the test),
@@ -77,6 +80,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 2, StartFiles: 20, DropLatFiles: []int{20, 60}, DropLatN: 10, DropLatClients: 2,
 			DropLatQuiet: 500 * time.Millisecond, DropTputClients: 4, DropTputPerClient: 5,
 			DropTputRawDuration: 500 * time.Millisecond, DropDrainWait: 5 * time.Second,
+			StabilityDuration: 2 * time.Second,
 		}, nil
 	case "", "default":
 		return Sizes{
@@ -88,6 +92,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
+			StabilityDuration: 10 * time.Minute,
 		}, nil
 	case "large":
 		return Sizes{
@@ -99,12 +104,13 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
+			StabilityDuration: 10 * time.Minute,
 		}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown size %q (smoke, default or large)", name)
 }
 
-// Item numbers, as in issue 7 (1–8) and issue 14 (9).
+// Item numbers, as in issue 7 (1–8) and issue 14 (9, 10).
 const (
 	ItemCommits     = 1
 	ItemReads       = 2
@@ -118,6 +124,9 @@ const (
 	// starts, drop latency as a distribution under load, drop throughput,
 	// S3 requests per file deleted and the purging node's memory.
 	ItemDrops = 9
+	// ItemStability is issue 14's part 5 without faults: leader changes
+	// and elections in a loaded run of a healthy cluster.
+	ItemStability = 10
 )
 
 // SuiteOptions configures RunSuite.
@@ -165,8 +174,8 @@ func ParseItems(s string) ([]int, error) {
 			continue
 		}
 		n, err := strconv.Atoi(f)
-		if err != nil || n < ItemCommits || n > ItemDrops {
-			return nil, fmt.Errorf("item %q: want a number from %d to %d", f, ItemCommits, ItemDrops)
+		if err != nil || n < ItemCommits || n > ItemStability {
+			return nil, fmt.Errorf("item %q: want a number from %d to %d", f, ItemCommits, ItemStability)
 		}
 		out = append(out, n)
 	}
@@ -186,6 +195,7 @@ type SuiteReport struct {
 	Drop      *DropBench        // item 5 (and the purge half of 7)
 	Growth    *GrowthBench      // items 8 and 7
 	Drops     *DropsBench       // item 9
+	Stability *StabilityBench   // item 10
 	// Failures records items that failed; the rest of the suite still ran.
 	Failures map[int]string
 }
@@ -259,6 +269,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error)
 	if o.wants(ItemDrops) && ctx.Err() == nil {
 		if rep.Drops, err = runDropsBench(ctx, &o, filepath.Join(dir, "drops")); err != nil {
 			fail([]int{ItemDrops}, err)
+		}
+	}
+	if o.wants(ItemStability) && ctx.Err() == nil {
+		if rep.Stability, err = runStability(ctx, &o, filepath.Join(dir, "stability")); err != nil {
+			fail([]int{ItemStability}, err)
 		}
 	}
 	rep.Duration = time.Since(start)

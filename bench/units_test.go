@@ -51,11 +51,143 @@ func TestSizesAndItems(t *testing.T) {
 	assert.Equal(t, 64, def.DropTputClients)
 	assert.Contains(t, large.DropLatFiles, 500_000)
 
+	assert.Equal(t, 10*time.Minute, def.StabilityDuration)
+	assert.Equal(t, 10*time.Minute, large.StabilityDuration)
+	smoke, _ := SizesFor("smoke")
+	assert.Positive(t, smoke.StabilityDuration)
+	assert.Less(t, smoke.StabilityDuration, time.Minute)
+
 	items, err := ParseItems("1, 3,8,9")
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 3, 8, 9}, items)
-	_, err = ParseItems("10")
+	items, err = ParseItems("10")
+	require.NoError(t, err)
+	assert.Equal(t, []int{ItemStability}, items)
+	_, err = ParseItems("11")
 	require.Error(t, err)
+	_, err = ParseItems("0")
+	require.Error(t, err)
+}
+
+func TestTallyLeaderSamples(t *testing.T) {
+	s := func(at int, leader string, term uint64) LeaderSample {
+		return LeaderSample{At: time.Duration(at) * time.Second, Node: "n1", Leader: leader, Term: term}
+	}
+	failed := LeaderSample{At: 3 * time.Second, Node: "n1", Err: "no answer"}
+
+	steady := tallyLeaderSamples([]LeaderSample{s(0, "n2", 4), s(1, "n2", 4), failed, s(4, "n2", 4)})
+	assert.Equal(t, 4, steady.Samples)
+	assert.Equal(t, 1, steady.Failed)
+	assert.Zero(t, steady.Leaderless)
+	assert.Zero(t, steady.Changes)
+	assert.Empty(t, steady.Events)
+	assert.Zero(t, steady.TermIncrease())
+
+	// A spell without a leader, then the same leader again in a new term:
+	// no change of leader by the polls, one election by the term.
+	same := tallyLeaderSamples([]LeaderSample{s(0, "n2", 4), s(1, "", 5), s(2, "n2", 5)})
+	assert.Equal(t, 1, same.Leaderless)
+	assert.Zero(t, same.Changes)
+	assert.Equal(t, 1, same.TermIncrease())
+
+	moved := tallyLeaderSamples([]LeaderSample{s(0, "n2", 4), s(1, "", 5), s(2, "n3", 5), s(3, "n3", 5), s(4, "n1", 7)})
+	assert.Equal(t, 2, moved.Changes)
+	assert.Equal(t, 3, moved.TermIncrease())
+	require.Len(t, moved.Events, 2)
+	assert.Equal(t, LeaderEvent{At: 2 * time.Second, Node: "n1", From: "n2", To: "n3", Term: 5}, moved.Events[0])
+	assert.Equal(t, "n1", moved.Events[1].To)
+
+	// The first answered sample sets the starting term.
+	late := tallyLeaderSamples([]LeaderSample{failed, s(4, "n2", 9)})
+	assert.Equal(t, uint64(9), late.FirstTerm)
+	assert.Zero(t, late.TermIncrease())
+	assert.Zero(t, tallyLeaderSamples(nil).Samples)
+}
+
+func TestStabilityCounts(t *testing.T) {
+	assert.Zero(t, counterDelta(3, 3))
+	assert.Equal(t, 2, counterDelta(1, 3))
+	assert.Zero(t, counterDelta(5, 1), "a counter that went down (a restart) counts nothing")
+
+	sb := &StabilityBench{Nodes: []StabilityNode{
+		{ID: "n1", LeaderChangesBefore: 1, LeaderChangesAfter: 1, TermBefore: 2, TermAfter: 2},
+		{ID: "n2", LeaderChangesBefore: 1, LeaderChangesAfter: 1, TermBefore: 2, TermAfter: 2},
+	}}
+	assert.True(t, sb.Stable())
+	assert.Zero(t, sb.LeaderChanges())
+	assert.Zero(t, sb.Elections())
+
+	// A change only the counter saw (too short for the polls).
+	sb.Nodes[1].LeaderChangesAfter = 3
+	assert.Equal(t, 2, sb.LeaderChanges())
+	assert.False(t, sb.Stable())
+
+	// An election only the polls saw.
+	sb.Nodes[1].LeaderChangesAfter = 1
+	sb.Nodes[0].Poll = LeaderTally{FirstTerm: 2, LastTerm: 3, Failed: 2}
+	assert.Zero(t, sb.LeaderChanges())
+	assert.Equal(t, 1, sb.Elections())
+	assert.False(t, sb.Stable())
+	assert.Equal(t, 2, sb.PollFailures())
+}
+
+func TestStabilityReport(t *testing.T) {
+	sizes, err := SizesFor("default")
+	require.NoError(t, err)
+	load := func(ok int) LoadResult {
+		return LoadResult{Clients: 16, Elapsed: 10 * time.Minute, OK: ok, P50: 40 * time.Millisecond, P99: 90 * time.Millisecond}
+	}
+	sb := &StabilityBench{
+		Duration: 10 * time.Minute, CommitClients: 16, ReadClients: 16, Tables: 64, PollEvery: time.Second,
+		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond, LeaderLeaseTimeout: 500 * time.Millisecond,
+		Leader: "n1", LeaderAfter: "n1", Commits: load(180_000), Reads: load(600_000),
+		Nodes: []StabilityNode{{ID: "n1", LeaderChangesBefore: 1, LeaderChangesAfter: 1, TermBefore: 2, TermAfter: 2, Poll: LeaderTally{Samples: 602}}},
+	}
+	r := &SuiteReport{Options: SuiteOptions{Floe: "bin/floe", Sizes: sizes}, Stability: sb}
+	md := r.Markdown("")
+	cells := tableRow(t, md, SumStability)
+	require.Len(t, cells, 5)
+	assert.Equal(t, "0 leader changes, 0 elections", cells[1])
+	assert.Contains(t, cells[2], "300 commits/s + 1000 reads/s")
+	assert.Contains(t, cells[4], "**met**")
+	cells = tableRow(t, md, SumStabilityLat)
+	assert.Equal(t, "90.00 ms", cells[1])
+	assert.Equal(t, "2.25×", cells[3])
+	assert.Contains(t, md, "## 10. Stability: a loaded run without faults")
+	assert.Contains(t, md, "10 min")
+	assert.Contains(t, md, "--items 10")
+	assert.Contains(t, md, "heartbeat **500ms**")
+
+	sb.Commits.Errors, sb.ErrorSpells = 3, []ErrorSpell{{Start: 100 * time.Second, End: 101 * time.Second, Commits: 3}}
+	md = r.Markdown("")
+	assert.Contains(t, tableRow(t, md, SumStability)[2], "3 errors")
+	assert.Contains(t, md, "| 100.0 | 101.0 | 3 | 0 |")
+	assert.Contains(t, md, "Leadership held, but 3 commits and 0 reads failed")
+
+	sb.Nodes[0].Poll = LeaderTally{Samples: 602, Changes: 1, FirstTerm: 2, LastTerm: 3,
+		Events: []LeaderEvent{{At: 90 * time.Second, Node: "n1", From: "n1", To: "n2", Term: 3}}}
+	sb.LeaderAfter = "n2"
+	md = r.Markdown("")
+	assert.Equal(t, "1 leader changes, 1 elections", tableRow(t, md, SumStability)[1])
+	assert.Contains(t, tableRow(t, md, SumStability)[4], "**not met**")
+	assert.Contains(t, md, "| 90.0 | n1 | n1 → n2 | 3 |")
+}
+
+func TestErrorSpells(t *testing.T) {
+	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	assert.Empty(t, errorSpells(nil, nil, 2*time.Second))
+	spells := errorSpells([]time.Duration{sec(10), sec(11.5), sec(100)}, []time.Duration{sec(12), sec(14.5), sec(99)}, 2*time.Second)
+	assert.Equal(t, []ErrorSpell{
+		{Start: sec(10), End: sec(12), Commits: 2, Reads: 1},
+		{Start: sec(14.5), End: sec(14.5), Reads: 1},
+		{Start: sec(99), End: sec(100), Commits: 1, Reads: 1},
+	}, spells)
+}
+
+func TestFmtRunLength(t *testing.T) {
+	assert.Equal(t, "10 min", fmtRunLength(10*time.Minute))
+	assert.Equal(t, "2s", fmtRunLength(2*time.Second))
+	assert.Equal(t, "1m30s", fmtRunLength(90*time.Second))
 }
 
 //go:noinline

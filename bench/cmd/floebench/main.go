@@ -8,14 +8,16 @@
 //	go build -o /tmp/floe ./cmd/node
 //	go run ./bench/cmd/floebench --floe /tmp/floe --out docs/benchmarks-cluster.md
 //
-// With --suite it runs the whole benchmark suite (items 1–8 of issue 7 and
-// item 9, the drop measurements of issue 14; what make bench runs) and
+// With --suite it runs the whole benchmark suite (items 1–8 of issue 7,
+// item 9, the drop measurements of issue 14, and item 10, its loaded run
+// without faults; what make bench runs) and
 // writes docs/benchmarks.md and the drop-latency plot next to it;
 // --size smoke|default|large (env BENCH_SIZE) picks the sizes and --items
 // runs a subset:
 //
 //	go run ./bench/cmd/floebench --suite --floe /tmp/floe --out docs/benchmarks.md
 //	go run ./bench/cmd/floebench --suite --floe /tmp/floe --items 9 --out docs/benchmarks-drop.md
+//	go run ./bench/cmd/floebench --suite --floe /tmp/floe --items 10 --out /tmp/stability.md
 package main
 
 import (
@@ -54,9 +56,9 @@ func run() int {
 	dir := fs.String("dir", "", "directory for the nodes' data and logs (default: a temporary directory, removed after a successful run)")
 	ackTimeout := fs.Duration("ack-timeout", 30*time.Second, "longest wait, per round, from the kill to an acknowledged write")
 	timeout := fs.Duration("timeout", 15*time.Minute, "stop the whole run after this long (--suite: default 40m; 4h for --size large)")
-	suite := fs.Bool("suite", false, "run the whole benchmark suite (items 1–8 of issue 7, item 9 of issue 14) and write its report (make bench)")
+	suite := fs.Bool("suite", false, "run the whole benchmark suite (items 1–8 of issue 7, items 9 and 10 of issue 14) and write its report (make bench)")
 	size := fs.String("size", envOr("BENCH_SIZE", "default"), "--suite sizes: smoke (seconds), default or large (env BENCH_SIZE)")
-	items := fs.String("items", "", "--suite: run only these items, e.g. 1,3 or 9 (default: all)")
+	items := fs.String("items", "", "--suite: run only these items, e.g. 1,3 or 10 (default: all)")
 	profileDir := fs.String("profile-dir", "", "--suite: write a CPU profile of item 1's in-process floe node (64 clients) into this directory")
 	jsonOut := fs.String("json", "", "--suite: also write the raw results as JSON here")
 	render := fs.String("render", "", "--suite: do not measure; render the report (--out, plot) from results written by --json")
