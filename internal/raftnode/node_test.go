@@ -351,7 +351,7 @@ func waitOneLeader(t *testing.T, nodes []*Node) *Node {
 			}
 		}
 		return true
-	}, 15*time.Second, 10*time.Millisecond, "no single leader elected")
+	}, 30*time.Second, 10*time.Millisecond, "no single leader elected")
 	return leader
 }
 
