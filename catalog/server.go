@@ -214,13 +214,13 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		store:     keyedStore{Store: store},
-		keys:      idempotency.New(store, idempotency.Config{Lifetime: cfg.IdempotencyLifetime, Now: cfg.Now, Logger: cfg.Logger}),
-		objects:   objects,
-		log:       cfg.Logger,
-		cache:     newMetadataCache(cfg.MetadataCacheSize),
-		metrics:   newMetrics(cfg.Registerer),
+		cfg:        cfg,
+		store:      keyedStore{Store: store},
+		keys:       idempotency.New(store, idempotency.Config{Lifetime: cfg.IdempotencyLifetime, Now: cfg.Now, Logger: cfg.Logger}),
+		objects:    objects,
+		log:        cfg.Logger,
+		cache:      newMetadataCache(cfg.MetadataCacheSize),
+		metrics:    newMetrics(cfg.Registerer),
 		purgerSvc:  cfg.Purger,
 		warehouses: warehouses,
 	}

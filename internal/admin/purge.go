@@ -86,8 +86,8 @@ type purgeAPI struct {
 
 // PurgeJobView is a purge job as the operator API shows it.
 type PurgeJobView struct {
-	ID               string            `json:"id"`
-	Warehouse        string            `json:"warehouse"`
+	ID        string `json:"id"`
+	Warehouse string `json:"warehouse"`
 	// WarehouseName names the table's warehouse when it is not the
 	// default one; Namespace is then the namespace within it.
 	WarehouseName    string            `json:"warehouse-name,omitempty"`
