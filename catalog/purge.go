@@ -48,7 +48,7 @@ func (s *Server) purger() (Purger, error) {
 	svc, err := purge.New(purge.Config{
 		NodeID:           "inline-" + uuid.NewString(),
 		Store:            s.store,
-		Storage:          s.purgeStorage,
+		Storage:          purge.StorageFor(s.purgeBases(), 0),
 		AllowedLocations: s.allowedEverywhere(),
 		Logger:           s.log,
 		Now:              s.cfg.Now,

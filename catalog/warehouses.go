@@ -3,7 +3,6 @@ package catalog
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -171,17 +170,15 @@ func (s *Server) prefixes() string {
 	return strings.Join(out, ", ")
 }
 
-// purgeStorage is the storage of the private purge service (a server
-// built without Config.Purger): the warehouse whose storage settings the
-// job recorded, the default one when none matches.
-func (s *Server) purgeStorage(fileIO map[string]string) (purge.Objects, error) {
-	public := storage.WithoutSecrets(fileIO)
+// purgeBases is the storage of the private purge service (a server built
+// without Config.Purger), for purge.StorageFor: each warehouse's, with the
+// storage settings it gives clients, the default warehouse's first.
+func (s *Server) purgeBases() []purge.Base {
+	var out []purge.Base
 	for _, w := range s.warehouses {
-		if maps.Equal(storage.WithoutSecrets(w.objects.ClientConfig(w.location)), public) {
-			return w.objects, nil
-		}
+		out = append(out, purge.Base{Objects: w.objects, FileIO: w.objects.ClientConfig(w.location)})
 	}
-	return s.warehouses[0].objects, nil
+	return out
 }
 
 // allowedEverywhere is every warehouse's allowed locations: what a purge
