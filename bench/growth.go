@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,14 @@ type GrowthStep struct {
 	// was complete (index ≥ the step's last entry).
 	SnapshotBytes int64
 	SnapshotIndex uint64
+	// Snapshots is how many snapshots the leader wrote while the step was
+	// measured, and SnapshotPersist their mean write time (the node's
+	// floe_raft_snapshot_persist_seconds histogram, sum ÷ count, before and
+	// after); the last of them holds the whole step.
+	Snapshots       int
+	SnapshotPersist time.Duration
+	// Restore is a new node's catch-up at this step, zero when not measured.
+	Restore Restore
 	// RSS of each node after the step, by node ID.
 	Memory map[string]NodeMemory
 	Leader string
@@ -50,6 +59,17 @@ type GrowthStep struct {
 // NodeMemory is one node's /proc/<pid>/status memory figures.
 type NodeMemory struct {
 	RSS, Anon, File, Peak int64
+}
+
+// Restore is one new node joining the cluster at a growth step: from its
+// process start to its applied index reaching the leader's commit index read
+// just before the start (the leader sends it its newest snapshot, then the
+// log after it). Memory is the new node's right after.
+type Restore struct {
+	Node   string
+	Index  uint64
+	Took   time.Duration
+	Memory NodeMemory
 }
 
 // GrowthBench is items 8 (growth) and 7 (memory).
@@ -210,6 +230,11 @@ func runGrowth(ctx context.Context, o *SuiteOptions, dir string) (*GrowthBench, 
 		if err := measureStep(ctx, c, leader, cl, have, &step, o); err != nil {
 			return g, err
 		}
+		if target == slices.Max(o.Sizes.GrowthTables) {
+			if step.Restore, err = measureRestore(ctx, c, leader, cl, "r1", o); err != nil {
+				return g, err
+			}
+		}
 		g.Steps = append(g.Steps, step)
 		logStep(o, step)
 	}
@@ -234,6 +259,9 @@ func runGrowth(ctx context.Context, o *SuiteOptions, dir string) (*GrowthBench, 
 		if err := measureStep(ctx, c, leader, cl, have, &step, o); err != nil {
 			return g, err
 		}
+		if step.Restore, err = measureRestore(ctx, c, leader, cl, "r2", o); err != nil {
+			return g, err
+		}
 		g.Steps = append(g.Steps, step)
 		g.RecordsStep = len(g.Steps) - 1
 		logStep(o, step)
@@ -243,7 +271,8 @@ func runGrowth(ctx context.Context, o *SuiteOptions, dir string) (*GrowthBench, 
 
 func logStep(o *SuiteOptions, s GrowthStep) {
 	o.log().Info("items 7/8: growth step", "tables", s.Tables, "records", s.Records, "fill_s", fmt.Sprintf("%.1f", s.Fill.Seconds()),
-		"commit_p50_ms", ms(median(s.Commits)), "snapshot", mib(s.SnapshotBytes), "leader_rss", mib(s.Memory[s.Leader].RSS))
+		"commit_p50_ms", ms(median(s.Commits)), "snapshot", mib(s.SnapshotBytes), "snapshots", s.Snapshots, "snapshot_persist_ms", ms(s.SnapshotPersist),
+		"restore_ms", ms(s.Restore.Took), "leader_rss", mib(s.Memory[s.Leader].RSS))
 }
 
 // measureStep times o.Sizes.GrowthWrites commits (one at a time, to random
@@ -262,6 +291,10 @@ func measureStep(ctx context.Context, c *Cluster, leader *harness.Node, cl *http
 		return err
 	}
 	last := uint64(ci)
+	sum0, n0, err := snapshotPersist(ctx, cl, leader)
+	if err != nil {
+		return err
+	}
 	rng := rand.New(rand.NewPCG(uint64(tables), 7))
 	one := func(ctx context.Context, j int) error {
 		i := rng.IntN(tables)
@@ -307,7 +340,80 @@ func measureStep(ctx context.Context, c *Cluster, leader *harness.Node, cl *http
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	var err2 error
-	step.Memory, err2 = c.memory()
-	return err2
+	sum1, n1, err := snapshotPersist(ctx, cl, leader)
+	if err != nil {
+		return err
+	}
+	if n1 > n0 {
+		step.Snapshots = n1 - n0
+		step.SnapshotPersist = time.Duration((sum1 - sum0) / float64(n1-n0) * float64(time.Second))
+	}
+	step.Memory, err = c.memory()
+	return err
+}
+
+// snapshotPersist reads the sum and count of n's snapshot write times.
+func snapshotPersist(ctx context.Context, cl *http.Client, n *harness.Node) (float64, int, error) {
+	sum, err := metricValue(ctx, cl, n, "floe_raft_snapshot_persist_seconds_sum")
+	if err != nil {
+		return 0, 0, err
+	}
+	count, err := metricValue(ctx, cl, n, "floe_raft_snapshot_persist_seconds_count")
+	return sum, int(count), err
+}
+
+// restoreWait bounds one new node's catch-up.
+const restoreWait = 10 * time.Minute
+
+// measureRestore starts a new node id that joins c, times it until its
+// applied index reaches the leader's commit index read just before, reads
+// its memory, then removes it from the cluster and stops it, leaving c as it
+// was (healthy, same members).
+func measureRestore(ctx context.Context, c *Cluster, leader *harness.Node, cl *http.Client, id string, o *SuiteOptions) (Restore, error) {
+	r := Restore{Node: id}
+	ci, err := metricValue(ctx, cl, leader, "floe_raft_commit_index")
+	if err != nil {
+		return r, err
+	}
+	r.Index = uint64(ci)
+	j, err := c.Joiner(id)
+	if err != nil {
+		return r, err
+	}
+	t0 := time.Now()
+	if err := j.Process.Start(); err != nil {
+		return r, err
+	}
+	defer func() { _ = j.Stop() }()
+	deadline := t0.Add(restoreWait)
+	for {
+		// The gauge is refreshed every 100ms; a node that is still starting
+		// does not answer yet.
+		if v, err := metricValue(ctx, cl, j, "floe_raft_applied_index"); err == nil && uint64(v) >= r.Index {
+			r.Took = time.Since(t0)
+			break
+		}
+		if !j.Running() {
+			return r, fmt.Errorf("new node %s exited while catching up: %s", id, j.LogTail(20))
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("new node %s did not reach index %d within %s", id, r.Index, restoreWait)
+		}
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if r.Memory, err = nodeMemory(j); err != nil {
+		return r, err
+	}
+	o.log().Info("items 7/8: new node caught up", "node", id, "index", r.Index, "took_ms", ms(r.Took), "rss", mib(r.Memory.RSS))
+	if err := leader.RemoveMember(ctx, id); err != nil {
+		return r, err
+	}
+	if err := j.Stop(); err != nil {
+		return r, err
+	}
+	return r, c.WaitHealthy(ctx, harness.HealthyTimeout)
 }
