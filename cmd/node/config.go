@@ -36,26 +36,27 @@ type config struct {
 	Warehouse        string
 	AllowedLocations string
 	// Warehouses is --warehouses; validate parses it into warehouses.
-	Warehouses        string
-	warehouses        []warehouseSpec
-	S3Endpoint        string
-	S3Region          string
-	S3AccessKeyID     string
-	S3SecretAccessKey string
-	S3PathStyle       bool
-	LogLevel          string
-	LogFormat         string
-	Prefix            string
-	MaxBodyBytes      int64
-	Join              string
-	ClusterAdvertise  string
-	BootstrapExpect   int
-	RejoinAsNonvoter  bool
-	TLSCert           string
-	TLSKey            string
-	TLSCA             string
-	SnapshotThreshold uint64
-	SnapshotInterval  time.Duration
+	Warehouses           string
+	warehouses           []warehouseSpec
+	S3Endpoint           string
+	S3Region             string
+	S3AccessKeyID        string
+	S3SecretAccessKey    string
+	S3PathStyle          bool
+	LogLevel             string
+	LogFormat            string
+	Prefix               string
+	MaxBodyBytes         int64
+	Join                 string
+	ClusterAdvertise     string
+	BootstrapExpect      int
+	RejoinAsNonvoter     bool
+	TLSCert              string
+	TLSKey               string
+	TLSCA                string
+	SnapshotThreshold    uint64
+	SnapshotInterval     time.Duration
+	RaftHeartbeatTimeout time.Duration
 
 	// The client HTTP server (package httpserve).
 	HTTPTLSCert           string
@@ -219,6 +220,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
+	fs.DurationVar(&c.RaftHeartbeatTimeout, "raft-heartbeat-timeout", raftnode.DefaultHeartbeatTimeout, "silence from the leader after which a follower starts an election (checked at random between one and two of it); Raft's election and leader-lease timeouts are set to the same. Raise it on congested or long-distance links; every node should use the same")
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", "", "PEM certificate (and intermediates) for HTTPS on --http-addr, with --http-tls-key; both files are checked at most once a second and reloaded when they change (a failed reload keeps the previous certificate)")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", "", "PEM private key for --http-tls-cert")
 	fs.IntVar(&c.HTTPMaxHeaderBytes, "http-max-header-bytes", httpserve.DefaultMaxHeaderBytes, "largest request line and headers accepted, in bytes (431 beyond)")
@@ -461,6 +463,9 @@ func (c *config) validate() error {
 	if c.SnapshotThreshold == 0 || c.SnapshotInterval <= 0 {
 		return usagef("--snapshot-threshold and --snapshot-interval must be positive")
 	}
+	if c.RaftHeartbeatTimeout < 50*time.Millisecond || c.RaftHeartbeatTimeout > time.Minute {
+		return usagef("--raft-heartbeat-timeout %s: want between 50ms and 1m", c.RaftHeartbeatTimeout)
+	}
 	if (c.HTTPTLSCert == "") != (c.HTTPTLSKey == "") {
 		return usagef("--http-tls-cert and --http-tls-key must be set together")
 	}
@@ -618,6 +623,7 @@ func (c config) logAttrs() []any {
 		"tls", c.TLSCert != "",
 		"snapshot_threshold", c.SnapshotThreshold,
 		"snapshot_interval", c.SnapshotInterval,
+		"raft_heartbeat_timeout", c.RaftHeartbeatTimeout,
 		"http_tls_cert", c.HTTPTLSCert,
 		"http_max_header_bytes", c.HTTPMaxHeaderBytes,
 		"http_read_header_timeout", c.HTTPReadHeaderTimeout,

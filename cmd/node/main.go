@@ -104,8 +104,13 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		TLS:               cfg.tls(),
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		SnapshotInterval:  cfg.SnapshotInterval,
-		Logger:            logger,
-		Registerer:        reg,
+		// Raft's own checks want ElectionTimeout ≥ HeartbeatTimeout ≥
+		// LeaderLeaseTimeout; one flag keeps them so.
+		HeartbeatTimeout:   cfg.RaftHeartbeatTimeout,
+		ElectionTimeout:    cfg.RaftHeartbeatTimeout,
+		LeaderLeaseTimeout: cfg.RaftHeartbeatTimeout,
+		Logger:             logger,
+		Registerer:         reg,
 	})
 	if err != nil {
 		return err

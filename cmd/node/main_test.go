@@ -310,6 +310,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--purge-delete-threads=-1"}, want: "at least 1"},
 		{args: []string{"--purge-max-attempts=0"}, want: "at least 1"},
 		{args: []string{"--purge-heartbeat-timeout=10ms"}, want: "--purge-heartbeat-timeout"},
+		{args: []string{"--raft-heartbeat-timeout=10ms"}, want: "--raft-heartbeat-timeout"},
+		{args: []string{"--raft-heartbeat-timeout=2m"}, want: "--raft-heartbeat-timeout"},
 		{args: []string{"--purge-retention=0s"}, want: "--purge-retention"},
 		{args: []string{"--idempotency-lifetime=30m"}, want: "--idempotency-lifetime"},
 		{args: []string{"--idempotency-lifetime=PT0S"}, want: "--idempotency-lifetime"},

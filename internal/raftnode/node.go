@@ -68,9 +68,9 @@ var (
 
 // Defaults for the Config knobs left zero.
 const (
-	DefaultHeartbeatTimeout   = 500 * time.Millisecond
-	DefaultElectionTimeout    = 500 * time.Millisecond
-	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultHeartbeatTimeout   = 300 * time.Millisecond
+	DefaultElectionTimeout    = 300 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 300 * time.Millisecond
 	DefaultCommitTimeout      = 5 * time.Millisecond
 	DefaultSnapshotInterval   = 2 * time.Minute
 	DefaultSnapshotThreshold  = 8192
@@ -114,17 +114,17 @@ type Config struct {
 	// intervals between one and two of it, so a stopped leader is noticed
 	// after 1-2×). Lower detects a dead leader sooner; too low for the
 	// network or for GC and fsync pauses causes needless elections.
-	// Default 500ms (a LAN or loopback: a failover then takes about a
-	// second, and loaded three- and five-node clusters on two shared cores
-	// saw no needless election; raise it on congested or long-distance
-	// links).
+	// Default 300ms (a LAN or loopback: a failover then takes about half a
+	// second, and a loaded three-node cluster on two shared cores saw no
+	// needless election in 10 minutes; raise it on congested or
+	// long-distance links: cmd/node's --raft-heartbeat-timeout).
 	HeartbeatTimeout time.Duration
 	// ElectionTimeout is how long a candidate waits for votes before it
-	// starts another election. At least HeartbeatTimeout. Default 500ms.
+	// starts another election. At least HeartbeatTimeout. Default 300ms.
 	ElectionTimeout time.Duration
 	// LeaderLeaseTimeout is how long a leader stays leader without hearing
 	// from a quorum; it then steps down. At most HeartbeatTimeout.
-	// Default 500ms.
+	// Default 300ms.
 	LeaderLeaseTimeout time.Duration
 	// CommitTimeout bounds how long followers may go without an
 	// AppendEntries carrying the leader's commit index when nothing new is
