@@ -38,7 +38,17 @@ var (
 	// format by expiry: 8-byte big-endian expires-ms, then the key. Nothing
 	// is added to it any more; pruning empties it.
 	bucketIdemExpiry = []byte("idempotency_expiry")
+	// bucketIdemRoots interns the roots that compact records name their
+	// entries' metadata locations under (locUnderIdent: a warehouse's
+	// location, shared by the records of all its tables): `n` holds how
+	// many there are, `r` and the root its id, `i` and the id (uvarint)
+	// the root. At most maxIdemRoots; never pruned.
+	bucketIdemRoots = []byte("idempotency_roots")
 )
+
+// maxIdemRoots bounds bucketIdemRoots: roots past it are stored in each
+// record as they are.
+const maxIdemRoots = 64
 
 // slotBits sets the width of an expiry slot: 1024 ms. Records whose expiry
 // falls in one slot are stored in log order, so that a record stamped a
@@ -51,15 +61,16 @@ const slotBits = 10
 // percent (50% by default), and a page the inserts have moved past never
 // fills again. Records are appended within their slot: their pages are
 // filled to 95%. Keys arrive in the order of their clients' clocks (UUIDv7)
-// or in none (UUIDv4): their pages keep 30% for keys arriving between
-// others. Fill percents shape pages, never what pages hold.
+// or in none (UUIDv4): their pages keep 15% for keys arriving between
+// others (of 70-95%, the smallest snapshot in BenchmarkIdempotencyRecordSize).
+// Fill percents shape pages, never what pages hold.
 const (
-	idemKeysFillPercent    = 0.7
+	idemKeysFillPercent    = 0.85
 	idemRecordsFillPercent = 0.95
 )
 
 func init() {
-	allBuckets = append(allBuckets, bucketIdempotency, bucketIdemRecords, bucketIdemExpiry)
+	allBuckets = append(allBuckets, bucketIdempotency, bucketIdemRecords, bucketIdemExpiry, bucketIdemRoots)
 	register(TypeKeyed, registration{1, jsonCodec[Keyed](1), applyKeyed})
 	register(TypeRecordOutcome, registration{1, jsonCodec[RecordOutcome](1), applyRecordOutcome})
 	register(TypePruneIdempotency, registration{1, jsonCodec[PruneIdempotency](1), applyPruneIdempotency})
@@ -99,14 +110,48 @@ func (b Binding) Describe(other Binding) string {
 
 // IdempotencyRecord is a stored key: the operation and the digest of the
 // binding it was first used with, the outcome to replay (the Result Apply
-// stored, whole) and its times.
+// stored, whole: Outcome) and its times.
 type IdempotencyRecord struct {
 	Key       string
 	Operation string
 	Digest    BindingDigest
-	Result    Result
 	CreatedMs int64
 	ExpiresMs int64
+	// outcome is the Result stored. A table or view entry named by the
+	// binding's route is stored without its identifier (routed lists
+	// them); Outcome rebuilds it, and what is made from it, from the route
+	// of the request being answered.
+	outcome Result
+	routed  []routedEntry
+	// route is the binding's route of a record about to be stored
+	// (newIdemRecord); a record read back does not know it.
+	route string
+}
+
+// Outcome returns the stored Result, whole, to answer a request with
+// binding b, one the record Binds: a table or view the outcome names by
+// the route it was requested on takes its identifier from b's route. ok is
+// false when b's route cannot name an entry (b does not bind the record).
+func (r IdempotencyRecord) Outcome(b Binding) (Result, bool) {
+	res := r.outcome
+	if len(r.routed) == 0 {
+		return res, true
+	}
+	ns, name, ok := splitRoute(b.Route)
+	if !ok {
+		return Result{}, false
+	}
+	res.Tables, res.Views = slices.Clone(res.Tables), slices.Clone(res.Views)
+	for _, e := range r.routed {
+		var t *Table
+		if e.view {
+			t = (*Table)(&res.Views[e.i])
+		} else {
+			t = &res.Tables[e.i]
+		}
+		e.complete(t, slices.Clone(ns), name)
+	}
+	return res, true
 }
 
 // Live reports whether the record still binds its key at time nowMs.
@@ -186,6 +231,41 @@ func (PruneIdempotency) Type() CommandType { return TypePruneIdempotency }
 // idemBuckets holds the idempotency buckets of one transaction.
 type idemBuckets struct {
 	keys, records, legacyExpiry *bolt.Bucket
+	roots                       boltRoots
+}
+
+// boltRoots is the rootTable of bucketIdemRoots: it interns new roots when
+// its transaction writes.
+type boltRoots struct{ b *bolt.Bucket }
+
+func (r boltRoots) id(root string) (uint64, bool) {
+	if v := r.b.Get(append([]byte{'r'}, root...)); v != nil {
+		id, n := binary.Uvarint(v)
+		return id, n > 0
+	}
+	if !r.b.Tx().Writable() {
+		return 0, false
+	}
+	var count uint64
+	if v := r.b.Get([]byte{'n'}); v != nil {
+		count, _ = binary.Uvarint(v)
+	}
+	if count >= maxIdemRoots {
+		return 0, false
+	}
+	id := count + 1
+	idb := binary.AppendUvarint(nil, id)
+	for _, kv := range [][2][]byte{{{'n'}, idb}, {append([]byte{'r'}, root...), idb}, {append([]byte{'i'}, idb...), []byte(root)}} {
+		if err := r.b.Put(kv[0], kv[1]); err != nil {
+			panic(fmt.Sprintf("fsm: put %s/%q: %v", bucketIdemRoots, kv[0], err))
+		}
+	}
+	return id, true
+}
+
+func (r boltRoots) root(id uint64) (string, bool) {
+	v := r.b.Get(append([]byte{'i'}, binary.AppendUvarint(nil, id)...))
+	return string(v), v != nil
 }
 
 // idemBucketsOf returns tx's idempotency buckets, with their fill percents
@@ -193,7 +273,7 @@ type idemBuckets struct {
 func idemBucketsOf(tx *bolt.Tx) idemBuckets {
 	b := idemBuckets{
 		keys: tx.Bucket(bucketIdempotency), records: tx.Bucket(bucketIdemRecords),
-		legacyExpiry: tx.Bucket(bucketIdemExpiry),
+		legacyExpiry: tx.Bucket(bucketIdemExpiry), roots: boltRoots{tx.Bucket(bucketIdemRoots)},
 	}
 	if tx.Writable() {
 		b.keys.FillPercent, b.records.FillPercent = idemKeysFillPercent, idemRecordsFillPercent
@@ -242,7 +322,7 @@ func (b idemBuckets) read(k, raw []byte) (IdempotencyRecord, idemEntry, error) {
 	if v == nil {
 		return IdempotencyRecord{}, idemEntry{}, fmt.Errorf("no record at %x", sk)
 	}
-	rec, rk, err := decodeRecord(sk, v)
+	rec, rk, err := decodeRecord(sk, v, b.roots)
 	if err == nil && string(rk) != string(k) {
 		err = fmt.Errorf("the record at %x is %q's", sk, rk)
 	}
@@ -306,7 +386,7 @@ func (t *txn) putIdemRecord(rec IdempotencyRecord) {
 		sk = recordSlotKey(rec.ExpiresMs, seq)
 	}
 	k := recordKey(rec.Key)
-	if err := b.records.Put(sk, encodeRecord(k, rec)); err != nil {
+	if err := b.records.Put(sk, encodeRecord(k, rec, b.roots)); err != nil {
 		panic(fmt.Sprintf("fsm: put idempotency record %q: %v", k, err))
 	}
 	if err := b.keys.Put(k, encodeRef(rec.ExpiresMs, seq)); err != nil {
@@ -315,7 +395,7 @@ func (t *txn) putIdemRecord(rec IdempotencyRecord) {
 }
 
 func newIdemRecord(key string, b Binding, res Result, atMs, expiresMs int64) IdempotencyRecord {
-	return IdempotencyRecord{Key: key, Operation: b.Operation, Digest: b.Digest(), Result: res, CreatedMs: atMs, ExpiresMs: expiresMs}
+	return IdempotencyRecord{Key: key, Operation: b.Operation, Digest: b.Digest(), outcome: res, CreatedMs: atMs, ExpiresMs: expiresMs, route: b.Route}
 }
 
 // checkKey returns the replay or refusal for a live record, or ok=false
@@ -329,7 +409,10 @@ func (t *txn) checkKey(key string, b Binding, atMs int64) (Result, bool) {
 		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s; this request differs (%s)",
 			key, rec.Operation, rec.Describe(b)), true
 	}
-	res := rec.Result
+	res, ok := rec.Outcome(b)
+	if !ok { // a digest collision: never answer with another request's outcome
+		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s; this request differs (a different request)", key, rec.Operation), true
+	}
 	res.Replayed = true
 	return res, true
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -198,7 +199,20 @@ const (
 	locUnderIdent
 	// locUnderPrefix: <prefix>/metadata/<version>-<uuid>.metadata.json
 	locUnderPrefix
+	// locUnderRootID: as locUnderIdent, with the root's id in the
+	// record's rootTable stored in place of the root (decoding makes it
+	// locUnderIdent again).
+	locUnderRootID
 )
+
+// rootTable interns the roots of locUnderIdent metadata locations. id
+// returns root's id, interning it when it can; ok false means the root is
+// stored as it is. root returns the root of an id, ok false when there is
+// none. A nil rootTable interns nothing.
+type rootTable interface {
+	id(root string) (id uint64, ok bool)
+	root(id uint64) (root string, ok bool)
+}
 
 type packedLoc struct {
 	form    byte
@@ -285,8 +299,8 @@ func packLoc(loc string, ns []string, name string) packedLoc {
 //
 // A string is a uvarint length and the bytes; a list of strings is a
 // uvarint count + 1 (0: nil) and the strings; a varint is zigzag encoded.
-func encodeRecord(k []byte, rec IdempotencyRecord) []byte {
-	var w recWriter
+func encodeRecord(k []byte, rec IdempotencyRecord, roots rootTable) []byte {
+	w := recWriter{roots: roots}
 	w.b = make([]byte, 0, 160)
 	w.byte(recordFormat1)
 	w.uvarint(uint64(rec.ExpiresMs) & (1<<slotBits - 1))
@@ -306,7 +320,8 @@ func encodeRecord(k []byte, rec IdempotencyRecord) []byte {
 	}
 	w.b = append(w.b, rec.Digest.Sum[:]...)
 	w.b = append(w.b, rec.Digest.Route, rec.Digest.Principal, rec.Digest.Body)
-	w.result(rec.Result, rec.CreatedMs)
+	w.route, w.noUUID = rec.route, uuidFreeOps[rec.Operation]
+	w.result(rec.outcome, rec.CreatedMs)
 	return w.b
 }
 
@@ -319,7 +334,20 @@ const (
 	outViews
 	outReplayed
 	outRecorded
+	// outNoTimes: the entries carry no times (every record written since;
+	// no answer is built from them).
+	outNoTimes
 )
+
+// uuidFreeOps are the operations whose replay is built from an entry's
+// identifier and metadata location alone (catalog/idempotency.go replay):
+// their entries leave the UUID out (entNoUUID). Any other operation's keep
+// it (a replayed synchronous purge finds its job by the dropped table's
+// UUID).
+var uuidFreeOps = map[string]bool{
+	"createTable": true, "registerTable": true, "updateTable": true, "unregisterTable": true, "renameTable": true, "commitTransaction": true,
+	"createView": true, "registerView": true, "replaceView": true, "renameView": true,
+}
 
 // result writes res whole, so that a replay returns exactly the Result
 // first stored. atMs (the record's created-ms) is the base of the entries'
@@ -371,6 +399,7 @@ func (w *recWriter) result(res Result, atMs int64) {
 	if res.Recorded {
 		flags |= outRecorded
 	}
+	flags |= outNoTimes
 	w.byte(flags)
 	if flags&outMessage != 0 {
 		w.string(res.Message)
@@ -406,8 +435,54 @@ const (
 	keyLiteral    byte = 0
 	keyEmpty      byte = 1
 	keyLocSlash   byte = 2
-	entKnownFlags      = 0x3f
+	entRouted     byte = 1 << 6 // the identifier is the binding's route: not stored
+	entNoUUID     byte = 1 << 7 // the UUID is not stored (uuidFreeOps)
+	entKnownFlags      = 0xff
 )
+
+// routeSep separates the parts of a binding's route (package idempotency:
+// the warehouse root, the namespace path variable, whose levels it also
+// separates, and the table or view).
+const routeSep = "\x1f"
+
+// splitRoute reads a route as the identifier it names: every part but the
+// last the namespace levels, the last the name. ok is false for a route of
+// fewer than two parts.
+func splitRoute(route string) (ns []string, name string, ok bool) {
+	parts := strings.Split(route, routeSep)
+	if len(parts) < 2 {
+		return nil, "", false
+	}
+	return parts[:len(parts)-1], parts[len(parts)-1], true
+}
+
+// isRoute reports whether route names exactly the identifier ns.name.
+func isRoute(route string, ns []string, name string) bool {
+	rns, rname, ok := splitRoute(route)
+	return ok && rname == name && slices.Equal(rns, ns)
+}
+
+// routedEntry is a table or view entry of a read record stored without its
+// identifier (entRouted): what it takes to complete it from the route.
+type routedEntry struct {
+	view     bool
+	i        int // in the outcome's Tables or Views
+	meta     packedLoc
+	locIsDir bool
+	key      byte
+}
+
+// complete gives t the identifier ns.name and the locations made from it.
+func (e routedEntry) complete(t *Table, ns []string, name string) {
+	t.Namespace, t.Name = ns, name
+	t.MetadataLocation = e.meta.expand(ns, name)
+	if e.locIsDir {
+		t.Location, _ = e.meta.dir(ns, name)
+	}
+	if e.key == keyLocSlash {
+		t.LocationKey = t.Location + "/"
+	}
+}
 
 func (w *recWriter) entry(t Table, atMs int64) {
 	var flags byte
@@ -416,7 +491,13 @@ func (w *recWriter) entry(t Table, atMs int64) {
 		flags |= entUUID
 	}
 	meta := packLoc(t.MetadataLocation, t.Namespace, t.Name)
-	flags |= meta.form << entMetaShift
+	form, rootID := meta.form, uint64(0)
+	if form == locUnderIdent && w.roots != nil {
+		if id, ok := w.roots.id(meta.prefix); ok {
+			form, rootID = locUnderRootID, id
+		}
+	}
+	flags |= form << entMetaShift
 	if dir, ok := meta.dir(t.Namespace, t.Name); ok && dir == t.Location {
 		flags |= entLocIsDir
 	}
@@ -428,15 +509,30 @@ func (w *recWriter) entry(t Table, atMs int64) {
 		key = keyLocSlash
 	}
 	flags |= key << entKeyShift
+	if w.route != "" && isRoute(w.route, t.Namespace, t.Name) {
+		flags |= entRouted
+	}
+	if w.noUUID {
+		flags &^= entUUID
+		flags |= entNoUUID
+	}
 	w.byte(flags)
-	w.strings(t.Namespace)
-	w.string(t.Name)
-	if rawID {
+	if flags&entRouted == 0 {
+		w.strings(t.Namespace)
+		w.string(t.Name)
+	}
+	switch {
+	case w.noUUID:
+	case rawID:
 		w.b = append(w.b, raw[:]...)
-	} else {
+	default:
 		w.string(t.UUID)
 	}
-	w.string(meta.prefix)
+	if form == locUnderRootID {
+		w.uvarint(rootID)
+	} else {
+		w.string(meta.prefix)
+	}
 	if meta.form != locLiteral {
 		w.uvarint(meta.version)
 		w.b = append(w.b, meta.file[:]...)
@@ -447,11 +543,16 @@ func (w *recWriter) entry(t Table, atMs int64) {
 	if key == keyLiteral {
 		w.string(t.LocationKey)
 	}
-	w.varint(atMs - t.UpdatedMs)
-	w.varint(t.UpdatedMs - t.CreatedMs)
 }
 
-type recWriter struct{ b []byte }
+// recWriter writes a compact record; route is the binding's route, which
+// entries named by it leave out.
+type recWriter struct {
+	b      []byte
+	route  string
+	noUUID bool      // entries leave the UUID out
+	roots  rootTable // interns roots; nil: none
+}
 
 func (w *recWriter) byte(c byte)      { w.b = append(w.b, c) }
 func (w *recWriter) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
@@ -502,8 +603,8 @@ func (r *recReader) head(sk []byte) (expiresMs int64, k []byte) {
 
 // decodeRecord reads the compact record stored under sk in
 // bucketIdemRecords, and its key in bucketIdempotency.
-func decodeRecord(sk, raw []byte) (IdempotencyRecord, []byte, error) {
-	r := recReader{b: raw}
+func decodeRecord(sk, raw []byte, roots rootTable) (IdempotencyRecord, []byte, error) {
+	r := recReader{b: raw, roots: roots}
 	expiresMs, k := r.head(sk)
 	rec := IdempotencyRecord{Key: keyOf(k), ExpiresMs: expiresMs}
 	if u := r.uvarint(); u&1 == 1 {
@@ -524,7 +625,8 @@ func decodeRecord(sk, raw []byte) (IdempotencyRecord, []byte, error) {
 	if tags := r.take(3); tags != nil {
 		rec.Digest.Route, rec.Digest.Principal, rec.Digest.Body = tags[0], tags[1], tags[2]
 	}
-	rec.Result = r.result(rec.CreatedMs)
+	rec.outcome = r.result(rec.CreatedMs)
+	rec.routed = r.routed
 	if r.err == nil && len(r.b) != 0 {
 		r.err = fmt.Errorf("%d bytes after the record", len(r.b))
 	}
@@ -538,10 +640,11 @@ func (r *recReader) result(atMs int64) Result {
 	var res Result
 	res.Status = Status(r.byte())
 	flags := r.byte()
-	if flags&^(outRecorded<<1-1) != 0 && r.err == nil {
+	if flags&^(outNoTimes|(outNoTimes-1)) != 0 && r.err == nil {
 		r.err = fmt.Errorf("unknown outcome flags %#x", flags)
 	}
 	res.Replayed, res.Recorded = flags&outReplayed != 0, flags&outRecorded != 0
+	r.noTimes = flags&outNoTimes != 0
 	if flags&outMessage != 0 {
 		if res.Message = r.string(); res.Message == "" && r.err == nil {
 			r.err = errors.New("empty message")
@@ -559,65 +662,92 @@ func (r *recReader) result(atMs int64) Result {
 		n := r.nonZeroCount()
 		res.Tables = make([]Table, 0, n)
 		for i := 0; i < n && r.err == nil; i++ {
-			res.Tables = append(res.Tables, r.entry(atMs))
+			res.Tables = append(res.Tables, r.entry(atMs, false, i))
 		}
 	}
 	if flags&outViews != 0 {
 		n := r.nonZeroCount()
 		res.Views = make([]View, 0, n)
 		for i := 0; i < n && r.err == nil; i++ {
-			res.Views = append(res.Views, View(r.entry(atMs)))
+			res.Views = append(res.Views, View(r.entry(atMs, true, i)))
 		}
 	}
 	return res
 }
 
-func (r *recReader) entry(atMs int64) Table {
+// entry reads the i-th table (or view) entry. One stored without its
+// identifier is read without it, and noted in r.routed.
+func (r *recReader) entry(atMs int64, view bool, i int) Table {
 	var t Table
 	flags := r.byte()
 	meta := packedLoc{form: flags >> entMetaShift & 3}
 	key := flags >> entKeyShift & 3
-	if r.err == nil && (flags&^entKnownFlags != 0 || meta.form > locUnderPrefix || key > keyLocSlash) {
+	if r.err == nil && (flags&^entKnownFlags != 0 || key > keyLocSlash) {
 		r.err = fmt.Errorf("unknown entry flags %#x", flags)
 	}
-	t.Namespace = r.strings()
-	t.Name = r.string()
-	if flags&entUUID != 0 {
+	routed := flags&entRouted != 0
+	if !routed {
+		t.Namespace = r.strings()
+		t.Name = r.string()
+	}
+	switch {
+	case flags&entNoUUID != 0:
+		if flags&entUUID != 0 && r.err == nil {
+			r.err = fmt.Errorf("entry flags %#x: a UUID both stored and not", flags)
+		}
+	case flags&entUUID != 0:
 		if b := r.take(16); b != nil {
 			t.UUID = formatUUID([16]byte(b))
 		}
-	} else {
+	default:
 		t.UUID = r.string()
 	}
-	meta.prefix = r.string()
+	if meta.form == locUnderRootID {
+		id := r.uvarint()
+		var ok bool
+		if r.roots != nil {
+			meta.prefix, ok = r.roots.root(id)
+		}
+		if !ok && r.err == nil {
+			r.err = fmt.Errorf("unknown root id %d", id)
+		}
+		meta.form = locUnderIdent
+	} else {
+		meta.prefix = r.string()
+	}
 	if meta.form != locLiteral {
 		meta.version = r.uvarint()
 		if b := r.take(16); b != nil {
 			meta.file = [16]byte(b)
 		}
 	}
-	t.MetadataLocation = meta.expand(t.Namespace, t.Name)
-	if flags&entLocIsDir != 0 {
-		t.Location, _ = meta.dir(t.Namespace, t.Name)
-	} else {
+	e := routedEntry{view: view, i: i, meta: meta, locIsDir: flags&entLocIsDir != 0, key: key}
+	if !e.locIsDir {
 		t.Location = r.string()
 	}
-	switch key {
-	case keyLiteral:
+	if key == keyLiteral {
 		t.LocationKey = r.string()
-	case keyLocSlash:
-		t.LocationKey = t.Location + "/"
 	}
-	t.UpdatedMs = atMs - r.varint()
-	t.CreatedMs = t.UpdatedMs - r.varint()
+	if !r.noTimes {
+		t.UpdatedMs = atMs - r.varint()
+		t.CreatedMs = t.UpdatedMs - r.varint()
+	}
+	if routed {
+		r.routed = append(r.routed, e)
+	} else {
+		e.complete(&t, t.Namespace, t.Name)
+	}
 	return t
 }
 
 // recReader reads a compact record; the first error sticks and makes every
 // later read return zero.
 type recReader struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	routed  []routedEntry // entries read without their identifier
+	roots   rootTable     // the ids of locUnderRootID
+	noTimes bool          // the outcome's entries carry no times
 }
 
 func (r *recReader) take(n int) []byte {
@@ -726,6 +856,6 @@ func decodeLegacyRecord(raw []byte) (IdempotencyRecord, error) {
 	}
 	return IdempotencyRecord{
 		Key: old.Key, Operation: old.Binding.Operation, Digest: old.Binding.Digest(),
-		Result: old.Result, CreatedMs: old.CreatedMs, ExpiresMs: old.ExpiresMs,
+		outcome: old.Result, CreatedMs: old.CreatedMs, ExpiresMs: old.ExpiresMs,
 	}, nil
 }

@@ -87,6 +87,49 @@ func TestKeyedCommandsApplyOnce(t *testing.T) {
 	assert.Equal(t, 1, apply(PruneIdempotency{NowMs: 10000}).Count)
 }
 
+// memRoots is a rootTable in memory that interns up to two roots.
+type memRoots []string
+
+func (m *memRoots) id(root string) (uint64, bool) {
+	i := slices.Index(*m, root)
+	if i < 0 {
+		if len(*m) >= 2 {
+			return 0, false
+		}
+		*m = append(*m, root)
+		i = len(*m) - 1
+	}
+	return uint64(i + 1), true
+}
+
+func (m *memRoots) root(id uint64) (string, bool) {
+	if id == 0 || id > uint64(len(*m)) {
+		return "", false
+	}
+	return (*m)[id-1], true
+}
+
+// replayable is res as a record of op keeps it: entries without their
+// times, and without their UUID for the operations of uuidFreeOps.
+func replayable(op string, res Result) Result {
+	res.Tables, res.Views = slices.Clone(res.Tables), slices.Clone(res.Views)
+	for i := range res.Tables {
+		t := &res.Tables[i]
+		t.CreatedMs, t.UpdatedMs = 0, 0
+		if uuidFreeOps[op] {
+			t.UUID = ""
+		}
+	}
+	for i := range res.Views {
+		v := &res.Views[i]
+		v.CreatedMs, v.UpdatedMs = 0, 0
+		if uuidFreeOps[op] {
+			v.UUID = ""
+		}
+	}
+	return res
+}
+
 // compactResults are outcomes of every shape a record stores.
 func compactResults() []Result {
 	tbl := Table{
@@ -122,17 +165,28 @@ func compactResults() []Result {
 func TestIdempotencyRecordRoundTrip(t *testing.T) {
 	keys := []string{"0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e", "0190F0A4-7B1C-7CC0-8D2E-1F2A3B4C5D6E", "membership-claim/x", "k"}
 	times := [][2]int64{{1_785_000_000_000, 1_785_002_100_000}, {1, 1000}, {100, 50}, {-7, 3}, {0, 0}, {1<<63 - 1, -1 << 63}, {5, 5 + 1<<62}}
+	// Routes: none, one naming the "db.inner.events" entries (left out of
+	// the stored entries), the namespace alone, and a warehouse's.
+	routes := []string{"", "db\x1finner\x1fevents", "db\x1finner", "\x1esales\x1fdb\x1finner\x1fevents", "k"}
 	for _, res := range compactResults() {
 		for i, key := range keys {
 			tm := times[i%len(times)]
-			for _, op := range []string{"updateTable", "someday-an-operation", ""} {
-				rec := IdempotencyRecord{Key: key, Operation: op, Digest: Binding{Operation: op, Route: key}.Digest(),
-					Result: res, CreatedMs: tm[0], ExpiresMs: tm[1]}
+			for j, op := range []string{"updateTable", "dropTable", "someday-an-operation", ""} {
+				b := Binding{Operation: op, Route: routes[(i+j)%len(routes)]}
+				rec := newIdemRecord(key, b, res, tm[0], tm[1])
 				k := recordKey(key)
 				sk := recordSlotKey(rec.ExpiresMs, 42<<8)
-				got, gotK, err := decodeRecord(sk, encodeRecord(k, rec))
+				var roots rootTable // none, then two slots for roots
+				if j%2 == 1 {
+					roots = &memRoots{}
+				}
+				got, gotK, err := decodeRecord(sk, encodeRecord(k, rec, roots), roots)
 				require.NoError(t, err)
-				assert.Equal(t, rec, got)
+				assert.Equal(t, [5]any{rec.Key, rec.Operation, rec.Digest, rec.CreatedMs, rec.ExpiresMs},
+					[5]any{got.Key, got.Operation, got.Digest, got.CreatedMs, got.ExpiresMs})
+				out, ok := got.Outcome(b)
+				require.True(t, ok)
+				assert.Equal(t, replayable(op, res), out, "route %q", b.Route)
 				assert.Equal(t, k, gotK)
 			}
 		}
@@ -146,32 +200,105 @@ func TestIdempotencyRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// firstCompactRecord is an updateTable record as the first binary with
+// the compact format wrote it (entries with their UUID and times, no
+// identifier left out): compactResults()[1] for the binding of
+// TestIdempotencyRecordFormat, stored under slot key
+// recordSlotKey(1_785_002_100_000, 7<<8).
+const firstCompactRecord = "01" + // format
+	"a002" + // expires-ms − slot start: 288
+	"11ff0190f0a47b1c7cc08d2e1f2a3b4c5d6e" + // the key in bucketIdempotency
+	"d141" + // lifetime: 2100 s
+	"06" + // updateTable
+	"b87439d429c1138b53ca614539adc7468de7d6" + // binding digest and tags
+	"00" + "08" + "01" + // StatusOK, tables, one
+	"2b" + // UUID as bytes, location under the identifier, location its directory, key location + "/"
+	"0302646205696e6e6572066576656e7473" + // db, inner; events
+	"0190f0a47b1c7cc08d2e1f2a3b4c5d6e" + // UUID
+	"0773333a2f2f77682a9b2f5e1c3a4d4e5f8a6b7c8d9e0f1a2b" + // s3://wh, version 42, file UUID
+	"0586c8a8a6f904" // atMs − updated-ms: −3; updated-ms − created-ms
+
 // TestIdempotencyRecordFormat pins the stored format: records written by
-// this binary must read the same in every later one.
+// this binary, and by the ones before it, must read the same in every
+// later one.
 func TestIdempotencyRecordFormat(t *testing.T) {
 	b := Binding{Operation: "updateTable", Route: "db\x1fevents", Principal: "alice", BodyDigest: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}
 	d := b.Digest()
 	assert.Equal(t, "b87439d429c1138b53ca614539adc746 8de7d6", fmt.Sprintf("%x %02x%02x%02x", d.Sum, d.Route, d.Principal, d.Body))
-	rec := IdempotencyRecord{Key: "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e", Operation: b.Operation, Digest: d,
-		Result: compactResults()[1], CreatedMs: 1_785_000_000_000, ExpiresMs: 1_785_002_100_000}
-	raw := encodeRecord(recordKey(rec.Key), rec)
-	assert.Equal(t, "01"+ // format
-		"a002"+ // expires-ms − slot start: 288
-		"11ff0190f0a47b1c7cc08d2e1f2a3b4c5d6e"+ // the key in bucketIdempotency
-		"d141"+ // lifetime: 2100 s
-		"06"+ // updateTable
-		"b87439d429c1138b53ca614539adc7468de7d6"+ // binding digest and tags
-		"00"+"08"+"01"+ // StatusOK, tables, one
-		"2b"+ // UUID as bytes, location under the identifier, location its directory, key location + "/"
-		"0302646205696e6e6572066576656e7473"+ // db, inner; events
-		"0190f0a47b1c7cc08d2e1f2a3b4c5d6e"+ // UUID
-		"0773333a2f2f77682a9b2f5e1c3a4d4e5f8a6b7c8d9e0f1a2b"+ // s3://wh, version 42, file UUID
-		"0586c8a8a6f904", // atMs − updated-ms: −3; updated-ms − created-ms
-		hex.EncodeToString(raw))
-	got, _, err := decodeRecord(recordSlotKey(rec.ExpiresMs, 7<<8), raw)
+	sk := recordSlotKey(1_785_002_100_000, 7<<8)
+
+	// A record of the first compact format reads whole.
+	raw, err := hex.DecodeString(firstCompactRecord)
 	require.NoError(t, err)
-	assert.Equal(t, rec, got)
+	got, _, err := decodeRecord(sk, raw, nil)
+	require.NoError(t, err)
+	assert.Equal(t, IdempotencyRecord{Key: "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e", Operation: b.Operation, Digest: d,
+		outcome: compactResults()[1], CreatedMs: 1_785_000_000_000, ExpiresMs: 1_785_002_100_000}, got)
+
+	// Written now: the entry keeps neither its times nor, for an
+	// updateTable, its UUID.
+	rec := newIdemRecord("0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e", b, compactResults()[1], 1_785_000_000_000, 1_785_002_100_000)
+	raw = encodeRecord(recordKey(rec.Key), rec, nil)
+	assert.Equal(t, "01"+"a002"+"11ff0190f0a47b1c7cc08d2e1f2a3b4c5d6e"+"d141"+"06"+"b87439d429c1138b53ca614539adc7468de7d6"+
+		"00"+"88"+"01"+ // StatusOK, tables and no times, one
+		"aa"+ // no UUID, location under the identifier, location its directory, key location + "/"
+		"0302646205696e6e6572066576656e7473"+ // db, inner; events
+		"0773333a2f2f77682a9b2f5e1c3a4d4e5f8a6b7c8d9e0f1a2b", // s3://wh, version 42, file UUID
+		hex.EncodeToString(raw))
+	got, _, err = decodeRecord(sk, raw, nil)
+	require.NoError(t, err)
+	out, ok := got.Outcome(b)
+	require.True(t, ok)
+	assert.Equal(t, replayable(b.Operation, compactResults()[1]), out)
 	assert.Equal(t, "02c094d4a6f367800e", hex.EncodeToString(encodeRef(rec.ExpiresMs, 7<<8)))
+
+	// The same outcome for a request on the table's own route: its entry
+	// leaves out the identifier, which the route gives back.
+	b.Route = "db\x1finner\x1fevents"
+	rec = newIdemRecord(rec.Key, b, compactResults()[1], rec.CreatedMs, rec.ExpiresMs)
+	raw = encodeRecord(recordKey(rec.Key), rec, nil)
+	assert.Equal(t, "01"+"a002"+"11ff0190f0a47b1c7cc08d2e1f2a3b4c5d6e"+"d141"+"06"+
+		hex.EncodeToString(rec.Digest.Sum[:])+fmt.Sprintf("%02x%02x%02x", rec.Digest.Route, rec.Digest.Principal, rec.Digest.Body)+
+		"00"+"88"+"01"+
+		"ea"+ // as before, and the identifier is the route's
+		"0773333a2f2f77682a9b2f5e1c3a4d4e5f8a6b7c8d9e0f1a2b",
+		hex.EncodeToString(raw))
+	got, _, err = decodeRecord(sk, raw, nil)
+	require.NoError(t, err)
+	out, ok = got.Outcome(b)
+	require.True(t, ok)
+	assert.Equal(t, replayable(b.Operation, compactResults()[1]), out)
+	_, ok = got.Outcome(Binding{Route: "events"})
+	assert.False(t, ok, "a route of one part names no table")
+
+	// A drop keeps the UUID (a replayed synchronous purge finds its job by
+	// it), not the times.
+	b.Operation = "dropTable"
+	rec = newIdemRecord(rec.Key, b, compactResults()[1], rec.CreatedMs, rec.ExpiresMs)
+	raw = encodeRecord(recordKey(rec.Key), rec, nil)
+	assert.Contains(t, hex.EncodeToString(raw), "0088016b"+"0190f0a47b1c7cc08d2e1f2a3b4c5d6e"+"0773333a2f2f7768")
+	got, _, err = decodeRecord(sk, raw, nil)
+	require.NoError(t, err)
+	out, ok = got.Outcome(b)
+	require.True(t, ok)
+	assert.Equal(t, "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e", out.Tables[0].UUID)
+	assert.Equal(t, replayable(b.Operation, compactResults()[1]), out)
+
+	// With the root interned (id 2), the entry names it by its id.
+	roots := &memRoots{"s3://other"}
+	b.Operation = "updateTable"
+	rec = newIdemRecord(rec.Key, b, compactResults()[1], rec.CreatedMs, rec.ExpiresMs)
+	raw = encodeRecord(recordKey(rec.Key), rec, roots)
+	assert.Equal(t, &memRoots{"s3://other", "s3://wh"}, roots)
+	assert.True(t, strings.HasSuffix(hex.EncodeToString(raw), "0088"+"01"+"ee"+"02"+"2a9b2f5e1c3a4d4e5f8a6b7c8d9e0f1a2b"),
+		"routed, root id 2: %x", raw)
+	got, _, err = decodeRecord(sk, raw, roots)
+	require.NoError(t, err)
+	out, ok = got.Outcome(b)
+	require.True(t, ok)
+	assert.Equal(t, replayable(b.Operation, compactResults()[1]), out)
+	_, _, err = decodeRecord(sk, raw, &memRoots{"s3://other"})
+	assert.ErrorContains(t, err, "unknown root id 2")
 }
 
 // legacyJSON is a record as the binary before the compact format wrote it.
@@ -230,7 +357,7 @@ func TestLegacyIdempotencyRecords(t *testing.T) {
 	require.NoError(t, f.View(func(r *Reader) error {
 		rec, ok := r.IdempotencyRecord(key)
 		require.True(t, ok)
-		assert.Equal(t, IdempotencyRecord{Key: key, Operation: "updateTable", Digest: b.Digest(), Result: stored,
+		assert.Equal(t, IdempotencyRecord{Key: key, Operation: "updateTable", Digest: b.Digest(), outcome: stored,
 			CreatedMs: 1000, ExpiresMs: 5000}, rec)
 		assert.True(t, rec.Binds(b))
 		return nil
@@ -262,7 +389,9 @@ func TestLegacyIdempotencyRecords(t *testing.T) {
 		rec, ok := r.IdempotencyRecord(key)
 		require.True(t, ok)
 		fresh.Recorded = false
-		assert.Equal(t, fresh, rec.Result, "the stored outcome is the whole result")
+		out, ok := rec.Outcome(other)
+		require.True(t, ok)
+		assert.Equal(t, replayable(other.Operation, fresh), out, "the stored outcome, as a record keeps it")
 		return nil
 	}))
 
@@ -314,8 +443,8 @@ func TestTwoRecordsInOneEntry(t *testing.T) {
 	require.NoError(t, f.View(func(r *Reader) error {
 		inner, _ := r.IdempotencyRecord("inner")
 		outer, _ := r.IdempotencyRecord("outer")
-		assert.False(t, inner.Result.Recorded)
-		assert.True(t, outer.Result.Recorded, "as the inner command returned it")
+		assert.False(t, inner.outcome.Recorded)
+		assert.True(t, outer.outcome.Recorded, "as the inner command returned it")
 		return nil
 	}))
 }
@@ -410,20 +539,35 @@ func TestPruneIdempotencyOrder(t *testing.T) {
 // error, never a panic; one that decodes encodes back to itself.
 func FuzzIdempotencyRecordDecode(f *testing.F) {
 	for _, res := range compactResults() {
-		rec := IdempotencyRecord{Key: "k", Operation: "createView", Result: res, CreatedMs: 1, ExpiresMs: 2101}
-		f.Add(encodeRecord([]byte("k"), rec))
+		for _, route := range []string{"", "db\x1finner\x1fevents"} {
+			rec := newIdemRecord("k", Binding{Operation: "createView", Route: route}, res, 1, 2101)
+			f.Add(encodeRecord([]byte("k"), rec, nil))
+		}
 	}
 	f.Add([]byte{recordFormat1})
 	f.Add([]byte{recordFormat1, 0x80})
+	f.Add(encodeRecord([]byte("k"), newIdemRecord("k", Binding{Operation: "updateTable", Route: "db\x1finner\x1fevents"}, compactResults()[2], 1, 2101), &memRoots{"s3://wh"}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sk := recordSlotKey(2101, 1<<8)
-		rec, k, err := decodeRecord(sk, raw)
+		roots := &memRoots{"s3://wh"}
+		rec, k, err := decodeRecord(sk, raw, roots)
 		if err != nil {
 			return
 		}
-		again, k2, err := decodeRecord(sk, encodeRecord(k, rec))
+		// Answered on a route, the outcome is stored again the same way
+		// (an entry the route names leaves its identifier out) and reads
+		// back the same.
+		b := Binding{Operation: rec.Operation, Route: "db\x1fevents"}
+		out, ok := rec.Outcome(b)
+		require.True(t, ok)
+		rec.outcome, rec.routed, rec.route = out, nil, b.Route
+		again, k2, err := decodeRecord(sk, encodeRecord(k, rec, roots), roots)
 		require.NoError(t, err)
-		assert.Equal(t, rec, again)
+		assert.Equal(t, [5]any{rec.Key, rec.Operation, rec.Digest, rec.CreatedMs, rec.ExpiresMs},
+			[5]any{again.Key, again.Operation, again.Digest, again.CreatedMs, again.ExpiresMs})
+		out2, ok := again.Outcome(b)
+		require.True(t, ok)
+		assert.Equal(t, out, out2)
 		assert.Equal(t, k, k2)
 	})
 }

@@ -153,10 +153,11 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 		return Unrecorded, err
 	}
 	if found && rec.Live(key.AtMs) {
-		if !rec.Binds(key.Binding) {
+		res, ok := rec.Outcome(key.Binding)
+		if !rec.Binds(key.Binding) || !ok {
 			return Refused, reused(key.Key, rec, key.Binding)
 		}
-		return Replayed, replay(ctx, rec.Result)
+		return Replayed, replay(ctx, res)
 	}
 	ctx = context.WithValue(ctx, keyCtx{}, key)
 	err = run(ctx)

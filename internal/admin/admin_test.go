@@ -289,7 +289,9 @@ func TestMembershipKeyRecordUsesConfiguredClockAndLifetime(t *testing.T) {
 	require.True(t, found)
 	assert.Equal(t, clock.UnixMilli(), stored.CreatedMs)
 	assert.Equal(t, clock.UnixMilli()+(lifetime+idempotency.Grace).Milliseconds(), stored.ExpiresMs)
-	assert.Equal(t, fsm.StatusOK, stored.Result.Status)
+	out, ok := stored.Outcome(fsm.Binding{Route: "c"})
+	require.True(t, ok)
+	assert.Equal(t, fsm.StatusOK, out.Status)
 
 	// The key is honoured for the configured lifetime by the injected
 	// clock, not longer.
