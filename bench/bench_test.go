@@ -165,6 +165,7 @@ func TestSuiteSmoke(t *testing.T) {
 	positive(SumRSS, "MiB", true)
 	positive(SumGrowthLatency, "ms", true)
 	positive(SumGrowthSnap, "MiB", true)
+	positive(SumRecordSize, "B", true)
 
 	require.NotNil(t, rep.Drop)
 	switch {

@@ -43,6 +43,10 @@ type Sizes struct {
 	GrowthWrites int
 	// SnapshotThreshold is the growth cluster's --snapshot-threshold.
 	SnapshotThreshold int
+	// RecordSizeN is how many Idempotency-Key records of each kind item 8
+	// stores in a state machine in the driver's process to measure a
+	// record's size at rest (RecordSize).
+	RecordSizeN int
 
 	// Item 9. StartRounds async and as many sync purges of StartFiles-file
 	// tables, one at a time; DropLatN async drops at each size of
@@ -76,7 +80,7 @@ func SizesFor(name string) (Sizes, error) {
 			CommitClients: []int{1, 4}, CommitDuration: 500 * time.Millisecond,
 			LoadTableN:   50,
 			DropFiles:    []int{20, 60},
-			GrowthTables: []int{20, 60}, IdemRecords: 100, GrowthWrites: 10, SnapshotThreshold: 64,
+			GrowthTables: []int{20, 60}, IdemRecords: 100, GrowthWrites: 10, SnapshotThreshold: 64, RecordSizeN: 5000,
 			StartRounds: 2, StartFiles: 20, DropLatFiles: []int{20, 60}, DropLatN: 10, DropLatClients: 2,
 			DropLatQuiet: 500 * time.Millisecond, DropTputClients: 4, DropTputPerClient: 5,
 			DropTputRawDuration: 500 * time.Millisecond, DropDrainWait: 5 * time.Second,
@@ -88,7 +92,7 @@ func SizesFor(name string) (Sizes, error) {
 			CommitClients: []int{1, 64}, CommitDuration: 10 * time.Second,
 			LoadTableN:   2000,
 			DropFiles:    []int{1000, 50_000},
-			GrowthTables: []int{1000, 5000, 20_000}, IdemRecords: 200_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+			GrowthTables: []int{1000, 5000, 20_000}, IdemRecords: 200_000, GrowthWrites: 200, SnapshotThreshold: 1024, RecordSizeN: recordSizeDefaultN,
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
@@ -100,7 +104,7 @@ func SizesFor(name string) (Sizes, error) {
 			CommitClients: []int{1, 64}, CommitDuration: 10 * time.Second,
 			LoadTableN:   2000,
 			DropFiles:    []int{1000, 50_000, 500_000},
-			GrowthTables: []int{1000, 10_000, 100_000}, IdemRecords: 1_000_000, GrowthWrites: 200, SnapshotThreshold: 1024,
+			GrowthTables: []int{1000, 10_000, 100_000}, IdemRecords: 1_000_000, GrowthWrites: 200, SnapshotThreshold: 1024, RecordSizeN: 200_000,
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
@@ -189,13 +193,14 @@ type SuiteReport struct {
 	Machine  Machine
 	Duration time.Duration
 
-	Commits   *CommitThroughput // item 1
-	Cluster   *Report           // items 2, 4, 6
-	LoadTable *LoadTableLatency // item 3
-	Drop      *DropBench        // item 5 (and the purge half of 7)
-	Growth    *GrowthBench      // items 8 and 7
-	Drops     *DropsBench       // item 9
-	Stability *StabilityBench   // item 10
+	Commits    *CommitThroughput // item 1
+	Cluster    *Report           // items 2, 4, 6
+	LoadTable  *LoadTableLatency // item 3
+	Drop       *DropBench        // item 5 (and the purge half of 7)
+	Growth     *GrowthBench      // items 8 and 7
+	RecordSize *RecordSize       // item 8: an Idempotency-Key record at rest
+	Drops      *DropsBench       // item 9
+	Stability  *StabilityBench   // item 10
 	// Failures records items that failed; the rest of the suite still ran.
 	Failures map[int]string
 }
@@ -229,7 +234,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error)
 	var errs []error
 	fail := func(items []int, e error) {
 		for _, it := range items {
-			rep.Failures[it] = e.Error()
+			if prev := rep.Failures[it]; prev != "" {
+				rep.Failures[it] = prev + "; " + e.Error()
+			} else {
+				rep.Failures[it] = e.Error()
+			}
 		}
 		errs = append(errs, fmt.Errorf("item %v: %w", items, e))
 		log.Error("item failed", "items", items, "error", e)
@@ -264,6 +273,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error)
 	if o.wants(ItemGrowth, ItemMemory) && ctx.Err() == nil {
 		if rep.Growth, err = runGrowth(ctx, &o, filepath.Join(dir, "growth")); err != nil {
 			fail([]int{ItemGrowth, ItemMemory}, err)
+		}
+	}
+	if o.wants(ItemGrowth) && ctx.Err() == nil {
+		if rep.RecordSize, err = runRecordSize(ctx, &o, filepath.Join(dir, "recordsize")); err != nil {
+			fail([]int{ItemGrowth}, err)
 		}
 	}
 	if o.wants(ItemDrops) && ctx.Err() == nil {

@@ -51,11 +51,16 @@ func TestSizesAndItems(t *testing.T) {
 	assert.Equal(t, 64, def.DropTputClients)
 	assert.Contains(t, large.DropLatFiles, 500_000)
 
+	assert.Equal(t, 50_000, def.RecordSizeN)
+	assert.Equal(t, 200_000, large.RecordSizeN)
+
 	assert.Equal(t, 10*time.Minute, def.StabilityDuration)
 	assert.Equal(t, 10*time.Minute, large.StabilityDuration)
 	smoke, _ := SizesFor("smoke")
 	assert.Positive(t, smoke.StabilityDuration)
 	assert.Less(t, smoke.StabilityDuration, time.Minute)
+	assert.Positive(t, smoke.RecordSizeN)
+	assert.LessOrEqual(t, smoke.RecordSizeN, 5000, "a fraction of a second")
 
 	items, err := ParseItems("1, 3,8,9")
 	require.NoError(t, err)

@@ -1,11 +1,8 @@
 package fsm
 
 import (
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -13,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/internal/idemmodel"
 )
 
 // The size of Idempotency-Key records at rest, as a snapshot copies them
@@ -21,6 +20,9 @@ import (
 // DESIGN.md ("Idempotency records"):
 //
 //	go test ./fsm -run '^$' -bench IdempotencyRecordSize -benchtime 1x
+//
+// The records are internal/idemmodel's; floebench's item 8
+// (bench/recordsize.go) measures the current format from the same model.
 
 // putLegacyRecord stores a record exactly as the binary before the compact
 // format did: JSON of the whole record under the key as it is, an expiry
@@ -47,84 +49,24 @@ func putLegacyRecord(tx *bolt.Tx, rec legacyRecord) error {
 	return expiry.Put(expiryKey(rec.ExpiresMs, []byte(rec.Key)), nil)
 }
 
-// recordGen makes the records of a busy catalog, 3000 keyed requests a
-// second, stamped by nodes at the start of each request and applied in the
-// order the requests finish: a stamp is up to 20 ms off the order of
-// application (nodes' clocks, requests that take longer). Keys are UUIDv7
-// made by 16 clients whose clocks differ by up to 10 ms. Outcomes are
-// commits: 90% updateTable, 10% createTable, to 2000 tables in 20
-// namespaces of one S3 warehouse, each with its table entry (default
-// location, metadata file version up to 5000); or, with properties set,
-// updateProperties outcomes setting one property (the requests of the
-// cluster benchmark, docs/benchmarks.md item 8).
-type recordGen struct {
-	rng        *rand.Rand
-	properties bool
-	i          int64
-	baseMs     int64
-	skews      [16]int64
-}
-
-func newRecordGen(properties bool) *recordGen {
-	g := &recordGen{rng: rand.New(rand.NewPCG(1, 2)), properties: properties, baseMs: 1_785_000_000_000}
-	for c := range g.skews {
-		g.skews[c] = g.rng.Int64N(21) - 10
-	}
-	return g
-}
-
-func (g *recordGen) uuid4() string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], g.rng.Uint64())
-	binary.BigEndian.PutUint64(b[8:], g.rng.Uint64())
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return formatUUID(b)
-}
-
-func (g *recordGen) uuid7(ms int64) string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16|g.rng.Uint64()&0xffff)
-	binary.BigEndian.PutUint64(b[8:], g.rng.Uint64())
-	b[6] = b[6]&0x0f | 0x70
-	b[8] = b[8]&0x3f | 0x80
-	return formatUUID(b)
-}
-
-func (g *recordGen) next() RecordOutcome {
-	const warehouse = "s3://lakehouse-prod/warehouse"
-	at := g.baseMs + g.i/3 + g.rng.Int64N(41) - 20
-	g.i++
-	n := g.rng.IntN(2000)
-	ns := []string{fmt.Sprintf("analytics_%02d", n%20)}
-	name := fmt.Sprintf("page_events_%04d", n)
-	body := make([]byte, 32)
-	for i := range body {
-		body[i] = byte(g.rng.Uint32())
-	}
+// modelRecord is a record of the idemmodel model (a busy catalog's keyed
+// requests, docs/benchmarks.md item 8) as the command that stores it.
+func modelRecord(r idemmodel.Record) RecordOutcome {
 	c := RecordOutcome{
-		Key:       g.uuid7(at + g.skews[g.rng.IntN(len(g.skews))]),
-		Binding:   Binding{Route: ns[0] + "\x1f" + name, Principal: "svc-spark-etl", BodyDigest: hex.EncodeToString(body)},
-		AtMs:      at,
-		ExpiresMs: at + 35*60*1000,
+		Key:       r.Key,
+		Binding:   Binding{Operation: r.Operation, Route: r.Route, Principal: r.Principal, BodyDigest: r.BodyDigest},
+		AtMs:      r.AtMs,
+		ExpiresMs: r.ExpiresMs,
 	}
-	if g.properties {
-		c.Binding.Operation, c.Binding.Route = "updateProperties", ns[0]
-		c.Result.Properties = &PropertiesOutcome{Updated: []string{fmt.Sprintf("k%d", g.rng.IntN(100))}, Removed: []string{}, Missing: []string{}}
-		return c
+	if p := r.Properties; p != nil {
+		c.Result.Properties = &PropertiesOutcome{Updated: p.Updated, Removed: p.Removed, Missing: p.Missing}
 	}
-	loc := warehouse + "/" + ns[0] + "/" + name
-	c.Binding.Operation = "updateTable"
-	version, updated := 1+g.rng.IntN(5000), at+g.rng.Int64N(5)
-	created := at - g.rng.Int64N(90*24*3600*1000)
-	if g.rng.IntN(10) == 0 {
-		c.Binding.Operation, c.Binding.Route, version, created = "createTable", ns[0], 0, updated
+	if t := r.Table; t != nil {
+		c.Result.Tables = []Table{{
+			Namespace: t.Namespace, Name: t.Name, UUID: t.UUID, Location: t.Location, LocationKey: t.LocationKey,
+			MetadataLocation: t.MetadataLocation, CreatedMs: t.CreatedMs, UpdatedMs: t.UpdatedMs,
+		}}
 	}
-	c.Result.Tables = []Table{{
-		Namespace: ns, Name: name, UUID: g.uuid4(), Location: loc, LocationKey: loc + "/",
-		MetadataLocation: fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", loc, version, g.uuid4()),
-		CreatedMs:        created, UpdatedMs: updated,
-	}}
 	return c
 }
 
@@ -134,7 +76,8 @@ type recordSize struct {
 	value    float64 // mean stored value
 }
 
-// measureRecords stores n records from recordGen, in batches of 64 (one
+// measureRecords stores n records of the idemmodel model (commit outcomes,
+// or updateProperties ones with properties set), in batches of 64 (one
 // bbolt transaction each, as ApplyBatch commits a batch of Raft entries):
 // through Apply in the current format, or written directly in the legacy
 // one. It reports what they add to a snapshot of an empty state machine.
@@ -153,14 +96,18 @@ func measureRecords(tb testing.TB, n int, legacy, properties bool) recordSize {
 		return size
 	}
 	before := snapshotSize()
-	g := newRecordGen(properties)
+	outcome := idemmodel.Commit
+	if properties {
+		outcome = idemmodel.UpdateProperties
+	}
+	g := idemmodel.New(outcome)
 	var values int64
 	roots := &memRoots{} // as the state machine interns the warehouse root
 	const batch = 64
 	for done, index := 0, uint64(1); done < n; {
 		cmds := make([]RecordOutcome, 0, batch)
 		for ; len(cmds) < batch && done < n; done++ {
-			cmds = append(cmds, g.next())
+			cmds = append(cmds, modelRecord(g.Next()))
 		}
 		if legacy {
 			require.NoError(tb, f.db.Update(func(tx *bolt.Tx) error {
