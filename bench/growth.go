@@ -286,15 +286,17 @@ func measureStep(ctx context.Context, c *Cluster, leader *harness.Node, cl *http
 		return ctx.Err()
 	case <-time.After(300 * time.Millisecond):
 	}
+	// Snapshot times first: a snapshot that covers the step may finish
+	// right after the commit index is read.
+	sum0, n0, err := snapshotPersist(ctx, cl, leader)
+	if err != nil {
+		return err
+	}
 	ci, err := metricValue(ctx, cl, leader, "floe_raft_commit_index")
 	if err != nil {
 		return err
 	}
 	last := uint64(ci)
-	sum0, n0, err := snapshotPersist(ctx, cl, leader)
-	if err != nil {
-		return err
-	}
 	rng := rand.New(rand.NewPCG(uint64(tables), 7))
 	one := func(ctx context.Context, j int) error {
 		i := rng.IntN(tables)

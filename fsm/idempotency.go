@@ -46,9 +46,12 @@ var (
 	bucketIdemRoots = []byte("idempotency_roots")
 )
 
-// maxIdemRoots bounds bucketIdemRoots: roots past it are stored in each
-// record as they are.
-const maxIdemRoots = 64
+// maxIdemRoots bounds bucketIdemRoots: roots past it, and roots longer than
+// maxIdemRootLen, are stored in each record as they are.
+const (
+	maxIdemRoots   = 64
+	maxIdemRootLen = 512
+)
 
 // slotBits sets the width of an expiry slot: 1024 ms. Records whose expiry
 // falls in one slot are stored in log order, so that a record stamped a
@@ -243,7 +246,7 @@ func (r boltRoots) id(root string) (uint64, bool) {
 		id, n := binary.Uvarint(v)
 		return id, n > 0
 	}
-	if !r.b.Tx().Writable() {
+	if !r.b.Tx().Writable() || len(root) > maxIdemRootLen {
 		return 0, false
 	}
 	var count uint64

@@ -440,9 +440,11 @@ const (
 	entKnownFlags      = 0xff
 )
 
-// routeSep separates the parts of a binding's route (package idempotency:
-// the warehouse root, the namespace path variable, whose levels it also
-// separates, and the table or view).
+// routeSep separates the parts of a binding's route (catalog/idempotency.go:
+// a named warehouse's root, then the path variables namespace and table or
+// view as they arrive, URL-encoded). A route names an identifier only when
+// its parts are the stored levels and name: a single-level namespace whose
+// name needs no escaping.
 const routeSep = "\x1f"
 
 // splitRoute reads a route as the identifier it names: every part but the
@@ -625,6 +627,7 @@ func decodeRecord(sk, raw []byte, roots rootTable) (IdempotencyRecord, []byte, e
 	if tags := r.take(3); tags != nil {
 		rec.Digest.Route, rec.Digest.Principal, rec.Digest.Body = tags[0], tags[1], tags[2]
 	}
+	r.uuidFree = uuidFreeOps[rec.Operation]
 	rec.outcome = r.result(rec.CreatedMs)
 	rec.routed = r.routed
 	if r.err == nil && len(r.b) != 0 {
@@ -686,6 +689,12 @@ func (r *recReader) entry(atMs int64, view bool, i int) Table {
 		r.err = fmt.Errorf("unknown entry flags %#x", flags)
 	}
 	routed := flags&entRouted != 0
+	// Entries written before the no-times flag know none of the later
+	// forms; since, the UUID is left out exactly for uuidFreeOps.
+	later := flags&(entRouted|entNoUUID) != 0 || meta.form == locUnderRootID
+	if r.err == nil && (!r.noTimes && later || r.noTimes && (flags&entNoUUID != 0) != r.uuidFree) {
+		r.err = fmt.Errorf("entry flags %#x not written for this record", flags)
+	}
 	if !routed {
 		t.Namespace = r.strings()
 		t.Name = r.string()
@@ -743,11 +752,12 @@ func (r *recReader) entry(atMs int64, view bool, i int) Table {
 // recReader reads a compact record; the first error sticks and makes every
 // later read return zero.
 type recReader struct {
-	b       []byte
-	err     error
-	routed  []routedEntry // entries read without their identifier
-	roots   rootTable     // the ids of locUnderRootID
-	noTimes bool          // the outcome's entries carry no times
+	b        []byte
+	err      error
+	routed   []routedEntry // entries read without their identifier
+	roots    rootTable     // the ids of locUnderRootID
+	noTimes  bool          // the outcome's entries carry no times
+	uuidFree bool          // the record's operation is one of uuidFreeOps
 }
 
 func (r *recReader) take(n int) []byte {

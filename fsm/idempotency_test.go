@@ -2,8 +2,10 @@ package fsm
 
 import (
 	"cmp"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/hashicorp/raft"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -567,7 +569,7 @@ func FuzzIdempotencyRecordDecode(f *testing.F) {
 			[5]any{again.Key, again.Operation, again.Digest, again.CreatedMs, again.ExpiresMs})
 		out2, ok := again.Outcome(b)
 		require.True(t, ok)
-		assert.Equal(t, out, out2)
+		assert.Equal(t, replayable(rec.Operation, out), out2, "as a record written now keeps it")
 		assert.Equal(t, k, k2)
 	})
 }
@@ -595,4 +597,71 @@ func TestFileBeforeCompactRecords(t *testing.T) {
 	assert.Equal(t, map[string]int64{"0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e": 1000, "k2": 2000, "k3": 1500}, storedKeys(t, f))
 	assert.Equal(t, 2, result(t, f.Apply(entry(t, 3, PruneIdempotency{NowMs: 1500}))).Count)
 	assert.Equal(t, map[string]int64{"k2": 2000}, storedKeys(t, f))
+}
+
+// TestIdempotencyRootsInterned: records stored through Apply name their
+// warehouse root by an id in idempotency_roots; a reopened state machine,
+// and another one that applied the same log, replay them the same; past
+// maxIdemRoots roots are stored in each record as they are.
+func TestIdempotencyRootsInterned(t *testing.T) {
+	dir := t.TempDir()
+	var log []*raft.Log
+	add := func(c Command) { log = append(log, entry(t, uint64(len(log)+1), c)) }
+	add(CreateNamespace{Namespace: nsA})
+	type keyedCreate struct {
+		key  string
+		b    Binding
+		want Table
+	}
+	var creates []keyedCreate
+	for i := range maxIdemRoots + 6 {
+		root := fmt.Sprintf("s3://wh%02d/lake", i)
+		name := fmt.Sprintf("t%02d", i)
+		loc := root + "/a/" + name
+		meta := loc + "/metadata/00001-9b2f5e1c-3a4d-4e5f-8a6b-7c8d9e0f1a2b.metadata.json"
+		op := "updateTable" // a keyed commit on the table's own route
+		if i%2 == 1 {
+			op = "dropTable" // keeps the UUID
+		}
+		c := keyedCreate{key: fmt.Sprintf("0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c%04x", i), b: Binding{Operation: op, Route: "a\x1f" + name, Principal: "p"},
+			want: Table{Namespace: nsA, Name: name, Location: loc, LocationKey: loc + "/", MetadataLocation: meta}}
+		if op == "dropTable" {
+			c.want.UUID = "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e"
+		}
+		creates = append(creates, c)
+		add(keyed(t, c.key, c.b, 100, CommitTables{Changes: []TableChange{{Kind: ChangeCreate, Ident: Ident{Namespace: nsA, Name: name},
+			MetadataLocation: meta, Location: loc, UUID: "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e"}}}))
+	}
+	apply := func(path string) *FSM {
+		f := mustOpen(t, path)
+		for i, r := range f.ApplyBatch(log) {
+			require.NoError(t, result(t, r).Err(), "entry %d", i+1)
+		}
+		return f
+	}
+	check := func(f *FSM) map[string]string {
+		roots := map[string]string{}
+		require.NoError(t, f.View(func(r *Reader) error {
+			for _, c := range creates {
+				rec, ok := r.IdempotencyRecord(c.key)
+				require.True(t, ok)
+				out, ok := rec.Outcome(c.b)
+				require.True(t, ok)
+				assert.Equal(t, []Table{c.want}, out.Tables, c.key)
+			}
+			return r.tx.Bucket(bucketIdemRoots).ForEach(func(k, v []byte) error { roots[string(k)] = string(v); return nil })
+		}))
+		return roots
+	}
+	one := apply(filepath.Join(dir, "one.db"))
+	roots := check(one)
+	assert.Len(t, roots, 1+2*maxIdemRoots, "the count and both ways of each root, no more")
+	assert.Equal(t, string(binary.AppendUvarint(nil, 1)), roots["rs3://wh00/lake"], "in the order of the log")
+	assert.NotContains(t, roots, fmt.Sprintf("rs3://wh%02d/lake", maxIdemRoots))
+
+	// The same log elsewhere: the same ids.
+	assert.Equal(t, roots, check(apply(filepath.Join(dir, "two.db"))))
+	// Reopened: the same answers.
+	require.NoError(t, one.Close())
+	assert.Equal(t, roots, check(mustOpen(t, filepath.Join(dir, "one.db"))))
 }
