@@ -428,16 +428,15 @@ func (w *recWriter) result(res Result, atMs int64) {
 
 // Entry flags.
 const (
-	entUUID       byte = 1      // the UUID as 16 bytes
-	entMetaShift       = 1      // bits 1–2: the metadata location's form
-	entLocIsDir   byte = 1 << 3 // the location is the metadata location's directory
-	entKeyShift        = 4      // bits 4–5: the location key's form
-	keyLiteral    byte = 0
-	keyEmpty      byte = 1
-	keyLocSlash   byte = 2
-	entRouted     byte = 1 << 6 // the identifier is the binding's route: not stored
-	entNoUUID     byte = 1 << 7 // the UUID is not stored (uuidFreeOps)
-	entKnownFlags      = 0xff
+	entUUID      byte = 1      // the UUID as 16 bytes
+	entMetaShift      = 1      // bits 1–2: the metadata location's form
+	entLocIsDir  byte = 1 << 3 // the location is the metadata location's directory
+	entKeyShift       = 4      // bits 4–5: the location key's form
+	keyLiteral   byte = 0
+	keyEmpty     byte = 1
+	keyLocSlash  byte = 2
+	entRouted    byte = 1 << 6 // the identifier is the binding's route: not stored
+	entNoUUID    byte = 1 << 7 // the UUID is not stored (uuidFreeOps)
 )
 
 // routeSep separates the parts of a binding's route (catalog/idempotency.go:
@@ -643,9 +642,8 @@ func (r *recReader) result(atMs int64) Result {
 	var res Result
 	res.Status = Status(r.byte())
 	flags := r.byte()
-	if flags&^(outNoTimes|(outNoTimes-1)) != 0 && r.err == nil {
-		r.err = fmt.Errorf("unknown outcome flags %#x", flags)
-	}
+	// Every bit of both flag bytes has a meaning now: a later form needs
+	// a new record format byte (recordFormat1).
 	res.Replayed, res.Recorded = flags&outReplayed != 0, flags&outRecorded != 0
 	r.noTimes = flags&outNoTimes != 0
 	if flags&outMessage != 0 {
@@ -685,7 +683,7 @@ func (r *recReader) entry(atMs int64, view bool, i int) Table {
 	flags := r.byte()
 	meta := packedLoc{form: flags >> entMetaShift & 3}
 	key := flags >> entKeyShift & 3
-	if r.err == nil && (flags&^entKnownFlags != 0 || key > keyLocSlash) {
+	if r.err == nil && key > keyLocSlash {
 		r.err = fmt.Errorf("unknown entry flags %#x", flags)
 	}
 	routed := flags&entRouted != 0

@@ -153,8 +153,11 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 		return Unrecorded, err
 	}
 	if found && rec.Live(key.AtMs) {
+		if !rec.Binds(key.Binding) {
+			return Refused, reused(key.Key, rec, key.Binding)
+		}
 		res, ok := rec.Outcome(key.Binding)
-		if !rec.Binds(key.Binding) || !ok {
+		if !ok { // a digest collision: never another request's outcome
 			return Refused, reused(key.Key, rec, key.Binding)
 		}
 		return Replayed, replay(ctx, res)
