@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func TestPurge(t *testing.T) {
 			c := newCluster(t, wh, 3, 5)
 			t.Run("async drop answers before the files go, then they all go", func(t *testing.T) { testAsyncDrop(t, c) })
 			t.Run("sync drop answers after the files are gone", func(t *testing.T) { testSyncDrop(t, c) })
+			t.Run("each phase is in the log before its first delete", func(t *testing.T) { testPhaseRecordedFirst(t, c) })
 			t.Run("gc.enabled=false keeps data files", func(t *testing.T) { testGCDisabled(t, c) })
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
@@ -128,6 +130,68 @@ func testSyncDrop(t *testing.T, c *cluster) {
 	assert.ElementsMatch(t, keep.files, c.exist(keep.files))
 	_, hasJob := c.jobFor("sync", "keep")
 	assert.False(t, hasJob)
+}
+
+// testPhaseRecordedFirst checks, at every bulk delete, that the job's
+// committed checkpoint (read linearizably while the delete waits) is
+// already in the phase of every file deleted: the guarantee that keeps a
+// stale worker from deleting a manifest, list or root a new owner still
+// has to read.
+func testPhaseRecordedFirst(t *testing.T, c *cluster) {
+	n := c.follower()
+	tt := c.makeTable(n, "phases", "t", nil, 2, 3)
+	phaseOf := func(uri string) int {
+		switch base := uri[strings.LastIndex(uri, "/")+1:]; {
+		case strings.HasSuffix(base, ".parquet"):
+			return purge.PhaseData
+		case strings.HasPrefix(base, "snap-"):
+			return purge.PhaseManifestLists
+		case strings.HasSuffix(base, ".avro"):
+			return purge.PhaseManifests
+		default: // metadata files: the previous ones, then the root
+			return purge.PhaseMetadataLog
+		}
+	}
+	type seen struct {
+		committed int
+		uris      []string
+		err       error
+	}
+	var (
+		mu    sync.Mutex
+		calls []seen
+	)
+	c.setHook(func(ctx context.Context, uris []string) error {
+		s := seen{committed: -1, uris: append([]string(nil), uris...)}
+		s.err = c.nodes[0].raft.Read(ctx, func(r *fsm.Reader) error {
+			jobs, _ := r.PurgeJobs(fsm.PurgeJobFilter{Namespace: []string{"phases"}, Table: "t"}, 0)
+			if len(jobs) > 0 {
+				s.committed = jobs[len(jobs)-1].Progress.Phase
+			}
+			return nil
+		})
+		mu.Lock()
+		calls = append(calls, s)
+		mu.Unlock()
+		return s.err
+	})
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/phases/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	c.waitJob("phases", "t", 30*time.Second, isState(fsm.JobSucceeded))
+	assert.Empty(t, c.list(tt.tbl.Location()))
+
+	mu.Lock()
+	defer mu.Unlock()
+	phases := map[int]bool{}
+	for _, s := range calls {
+		require.NoError(t, s.err)
+		for _, u := range s.uris {
+			phases[phaseOf(u)] = true
+			assert.GreaterOrEqual(t, s.committed, phaseOf(u), "%s deleted while the log's checkpoint was in phase %s", u, purge.PhaseName(s.committed))
+		}
+	}
+	assert.Len(t, phases, 4, "deletes in every phase: data, manifests, lists, metadata files")
 }
 
 func testGCDisabled(t *testing.T, c *cluster) {

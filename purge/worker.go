@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/storage"
 )
@@ -30,7 +32,12 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	// that just restarted is still catching up): its checkpoint may predate
 	// what an earlier run under this very token recorded, e.g. the root
 	// phase whose root file is already gone. Start from the committed job.
+	// Its root metadata is read meanwhile: a job's metadata location and
+	// FileIO properties never change, so the local copy names them.
+	opened := make(chan openedJob, 1)
+	go func() { opened <- s.openJob(ctx, job) }()
 	job, err := s.committedJob(ctx, job.ID, rn.token)
+	root := <-opened
 	if err != nil {
 		log.Debug("purge run not started", "reason", err)
 		return
@@ -40,7 +47,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset)
 	jr := &jobRun{s: s, job: job, token: rn.token, log: log, progress: job.Progress,
 		committed: Checkpoint{Phase: job.Progress.Phase, Offset: job.Progress.Offset}, reportedPhase: job.Progress.Phase}
-	err = jr.run(ctx)
+	err = jr.run(ctx, root)
 	progress := jr.snapshot()
 	switch {
 	case errors.Is(err, errStale):
@@ -195,6 +202,7 @@ type jobRun struct {
 	bytes         int64    // known size of the batch being filled
 	end           int64    // offset after the batch's last file
 	reportedPhase int      // phase of the last checkpoint the log accepted
+	phaseUnsaid   bool     // phase is later than reportedPhase: record it before deleting
 	lastReport    time.Time
 	outsideLogged int
 	pending       sync.WaitGroup
@@ -211,13 +219,35 @@ type batch struct {
 	done bool
 }
 
-func (r *jobRun) run(ctx context.Context) error {
-	objs, err := r.s.cfg.Storage(r.job.FileIO)
+// openedJob is a job's storage and root metadata, or why they could not
+// be had (err: from the storage, err set; from reading the metadata,
+// metaErr set).
+type openedJob struct {
+	objs    Objects
+	meta    table.Metadata
+	err     error
+	metaErr error
+}
+
+// openJob builds the job's storage from its FileIO properties and reads
+// its root metadata file.
+func (s *Service) openJob(ctx context.Context, job fsm.PurgeJob) openedJob {
+	objs, err := s.cfg.Storage(job.FileIO)
 	if err != nil {
-		return fmt.Errorf("%w: storage for the job's FileIO properties: %v", errPermanent, err)
+		return openedJob{err: fmt.Errorf("%w: storage for the job's FileIO properties: %v", errPermanent, err)}
 	}
-	r.objs, r.ctx = objs, ctx
-	meta, err := ReadMetadata(ctx, objs, r.job.MetadataLocation)
+	meta, err := ReadMetadata(ctx, objs, job.MetadataLocation)
+	return openedJob{objs: objs, meta: meta, metaErr: err}
+}
+
+// run walks and deletes the job's files, from its storage and root
+// metadata as openJob found them.
+func (r *jobRun) run(ctx context.Context, root openedJob) error {
+	if root.err != nil {
+		return root.err
+	}
+	r.objs, r.ctx = root.objs, ctx
+	meta, err := root.meta, root.metaErr
 	switch {
 	case errors.Is(err, storage.ErrNotFound) && r.job.Progress.Phase >= PhaseRoot:
 		// An earlier run deleted the root metadata file (the last one)
@@ -234,7 +264,7 @@ func (r *jobRun) run(ctx context.Context) error {
 	r.end = r.committed.Offset
 	r.lastReport = time.Now()
 	w := Walker{
-		Reader: objs,
+		Reader: r.objs,
 		OnPhase: func(phase int) error {
 			return r.enterPhase(ctx, phase)
 		},
@@ -263,12 +293,13 @@ func (r *jobRun) run(ctx context.Context) error {
 	return err
 }
 
-// enterPhase finishes the previous phase (every batch done) and records
-// the new phase in the log before any of its files is deleted: a stale
-// worker can then never be in a later phase than the job's checkpoint, so
-// it never deletes a manifest (or list, or the root) that the new owner
-// still has to read.
-func (r *jobRun) enterPhase(ctx context.Context, phase int) error {
+// enterPhase finishes the previous phase (every batch done). The new phase
+// is recorded in the log before any of its files is deleted (flush): a
+// stale worker can then never be in a later phase than the job's
+// checkpoint, so it never deletes a manifest (or list, or the root) that
+// the new owner still has to read. A phase with nothing to delete is not
+// recorded on its own; the next one's record covers it.
+func (r *jobRun) enterPhase(_ context.Context, phase int) error {
 	if err := r.drain(); err != nil {
 		return err
 	}
@@ -282,10 +313,7 @@ func (r *jobRun) enterPhase(ctx context.Context, phase int) error {
 	r.mu.Lock()
 	r.committed = Checkpoint{Phase: phase}
 	r.mu.Unlock()
-	if err := r.report(ctx); err != nil {
-		return err
-	}
-	r.reportedPhase = phase
+	r.phaseUnsaid = true
 	return nil
 }
 
@@ -330,7 +358,12 @@ func (r *jobRun) flush() {
 	r.mu.Unlock()
 	if len(uris) > 0 {
 		var err error
-		if uris, err = r.guard(uris); err != nil {
+		if r.phaseUnsaid {
+			uris, err = r.recordPhaseAndGuard(uris)
+		} else {
+			uris, err = r.guard(uris)
+		}
+		if err != nil {
 			r.complete(b, 0, 0, err)
 			return
 		}
@@ -357,6 +390,25 @@ func (r *jobRun) flush() {
 		ran = "inline"
 	}
 	r.s.m.batches.WithLabelValues(ran).Inc()
+}
+
+// recordPhaseAndGuard records the phase being walked in the log and guards
+// the phase's first batch, both at once: the two wait on the leader (the
+// record to commit, the guard's read for its read index), and neither
+// needs the other. Nothing of the batch is deleted unless both succeed; a
+// stale lease is errStale.
+func (r *jobRun) recordPhaseAndGuard(uris []string) ([]string, error) {
+	recorded := make(chan error, 1)
+	go func() { recorded <- r.report(r.ctx) }()
+	keep, gerr := r.guard(uris)
+	if err := <-recorded; err != nil {
+		return nil, err
+	}
+	r.reportedPhase, r.phaseUnsaid = r.phase, false
+	if gerr != nil {
+		return nil, gerr
+	}
+	return keep, nil
 }
 
 // guard is the last check before a batch is deleted, the second lock
