@@ -190,7 +190,8 @@ func tableDropped(t *txn, c Command, res Result) []Event {
 		MetadataLocation: tb.MetadataLocation, Purge: cmd.Purge}}
 	if cmd.Purge && cmd.Job != nil {
 		out[0].PurgeJob = &PurgeJobEvent{ID: cmd.Job.ID}
-		out = append(out, t.purgeJobEvent(cmd.Job.ID, cmd.AtMs)...)
+		// The job this entry added, as addPurgeJob made it: not read back.
+		out = append(out, jobEvent(newPurgeJob(tb, *cmd.Job, cmd.AtMs, t.index), cmd.AtMs))
 	}
 	return out
 }
@@ -261,11 +262,16 @@ func (t *txn) purgeJobEvent(id string, atMs int64) []Event {
 	if !ok {
 		return nil
 	}
+	return []Event{jobEvent(j, atMs)}
+}
+
+// jobEvent is the purge-job event of j as it stands.
+func jobEvent(j PurgeJob, atMs int64) Event {
 	e := &PurgeJobEvent{ID: j.ID, State: j.State, Released: j.Released, Attempts: j.Attempts, LastError: j.LastError}
 	if j.State == JobRunning && j.Lease != nil {
 		e.Node = j.Lease.Node
 	}
-	return []Event{{Type: EventPurgeJob, AtMs: atMs, Ident: identPtr(j.Ident), UUID: j.TableUUID, PurgeJob: e}}
+	return Event{Type: EventPurgeJob, AtMs: atMs, Ident: identPtr(j.Ident), UUID: j.TableUUID, PurgeJob: e}
 }
 
 func identPtr(id Ident) *Ident { return &id }

@@ -380,6 +380,19 @@ func (t *txn) checkTombstones(id Ident, checkName bool, loc string) (Result, boo
 
 // addPurgeJob is the purge half of a purging DropTable.
 func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
+	j := newPurgeJob(dropped, spec, atMs, t.index)
+	if j.State == JobPending {
+		t.purgeWork = true
+	}
+	t.putJob(j, "")
+	t.putEmpty(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
+	t.addTombstones(j)
+}
+
+// newPurgeJob is the job a purging drop of dropped adds, in the entry at
+// index: PENDING, or RUNNING under a lease to the spec's node (a
+// synchronous drop), the index being the lease's token.
+func newPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64, index uint64) PurgeJob {
 	j := PurgeJob{
 		ID:               spec.ID,
 		Warehouse:        spec.Warehouse,
@@ -396,13 +409,9 @@ func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
 	}
 	if spec.LeaseNode != "" {
 		j.State = JobRunning
-		j.Lease = &PurgeLease{Node: spec.LeaseNode, Token: t.index, ExpiresMs: spec.LeaseExpiresMs}
-	} else {
-		t.purgeWork = true
+		j.Lease = &PurgeLease{Node: spec.LeaseNode, Token: index, ExpiresMs: spec.LeaseExpiresMs}
 	}
-	t.putJob(j, "")
-	t.putEmpty(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
-	t.addTombstones(j)
+	return j
 }
 
 // checkPurgeSpec refuses a purging drop whose job id is taken (a proposer
@@ -628,6 +637,9 @@ type PurgeJobFilter struct {
 	// After resumes a listing after the job with this id (ids sort by
 	// creation: they are UUIDv7).
 	After string
+	// DueByMs, when positive, keeps only jobs whose NotBeforeMs is at or
+	// before it: PENDING jobs a scheduler may lease at that time.
+	DueByMs int64
 }
 
 func (f PurgeJobFilter) match(j PurgeJob) bool {
@@ -638,6 +650,9 @@ func (f PurgeJobFilter) match(j PurgeJob) bool {
 		return false
 	}
 	if f.Table != "" && j.Ident.Name != f.Table {
+		return false
+	}
+	if f.DueByMs > 0 && j.NotBeforeMs > f.DueByMs {
 		return false
 	}
 	return true

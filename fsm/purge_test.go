@@ -377,3 +377,31 @@ func TestPurgeApplyIsDeterministic(t *testing.T) {
 	assert.Contains(t, a, `"state":"PENDING"`)
 	assert.Contains(t, a, `"attempts":1`)
 }
+
+// TestDropJobEventIsTheJob checks that the purge-job event a purging drop
+// records (built from the command, not read back) describes the job the
+// drop stored, async and sync.
+func TestDropJobEventIsTheJob(t *testing.T) {
+	p := newPurgeFSM(t)
+	p.ok(tableAt("a", "s3://b/a"))
+	p.ok(purgeDrop("a", "ja"))
+	p.ok(tableAt("s", "s3://b/s"))
+	d := purgeDrop("s", "js")
+	d.Job.LeaseNode, d.Job.LeaseExpiresMs = "receiver", 5000
+	p.ok(d)
+
+	var got []Event
+	for _, e := range events(t, p.f, 0) {
+		if e.Type == EventPurgeJob {
+			got = append(got, e)
+		}
+	}
+	require.Len(t, got, 2)
+	for i, id := range []string{"ja", "js"} {
+		want := jobEvent(p.job(id), got[i].AtMs)
+		want.Index, want.Seq = got[i].Index, got[i].Seq
+		assert.Equal(t, want, got[i], id)
+	}
+	assert.Equal(t, JobPending, got[0].PurgeJob.State)
+	assert.Equal(t, "receiver", got[1].PurgeJob.Node)
+}

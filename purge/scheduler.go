@@ -81,12 +81,11 @@ func (sc *scheduler) tick(ctx context.Context) {
 	now := s.cfg.Now() // time.Now by default: monotonic, so clock steps do not matter
 	nowMs := now.UnixMilli()
 	var (
-		nodes            []fsm.PurgeNode
-		pending, running []fsm.PurgeJob
+		nodes   []fsm.PurgeNode
+		running []fsm.PurgeJob
 	)
 	if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
 		nodes = r.PurgeNodes()
-		pending, _ = r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending}, 0)
 		running, _ = r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobRunning}, 0)
 		return nil
 	}); err != nil {
@@ -127,19 +126,31 @@ func (sc *scheduler) tick(ctx context.Context) {
 			claims = append(claims, claim{job: j, expected: j.Lease.Token})
 		}
 	}
-	for _, j := range pending {
-		if j.NotBeforeMs <= nowMs {
-			claims = append(claims, claim{job: j})
+	var targets []string
+	free := 0
+	for node := range slots {
+		if live(node) && slots[node] > 0 {
+			targets = append(targets, node)
+			free += max(0, slots[node]-load[node])
+		}
+	}
+	// At most free claims can be leased this tick, and they are taken in
+	// id order: the first free due PENDING jobs are all that can be among
+	// them. Reading only those keeps a tick's cost independent of the
+	// queue's length (thousands of jobs after a burst of drops).
+	if free > 0 {
+		if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
+			pending, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending, DueByMs: nowMs}, free)
+			for _, j := range pending {
+				claims = append(claims, claim{job: j})
+			}
+			return nil
+		}); err != nil {
+			return
 		}
 	}
 	sort.Slice(claims, func(a, b int) bool { return claims[a].job.ID < claims[b].job.ID })
 
-	var targets []string
-	for node := range slots {
-		if live(node) && slots[node] > 0 {
-			targets = append(targets, node)
-		}
-	}
 	self := s.cfg.NodeID
 	pick := func() string {
 		best := ""

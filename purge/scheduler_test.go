@@ -2,6 +2,7 @@ package purge
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -116,6 +117,68 @@ func TestSchedulerAssignsDeterministically(t *testing.T) {
 	assert.Greater(t, l.Token, tokenA, "a new fencing token")
 	assert.Equal(t, 1.0, counter(t, reg, "floe_purge_lease_assignments_total", "reassigned"))
 	assert.Equal(t, 5.0, counter(t, reg, "floe_purge_lease_assignments_total", "new"))
+}
+
+// TestSchedulerLeasesTheFirstDueJobs fills the free slots with the
+// PENDING jobs first in id order, passing over those waiting out a retry
+// backoff, however long the queue.
+func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	const jobs = 40
+	id := func(i int) string { return fmt.Sprintf("job-%02d", i) }
+	for i := range jobs {
+		ident := fsm.Ident{Namespace: []string{"db"}, Name: fmt.Sprintf("t%02d", i)}
+		st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: ident, Location: "s3://b/" + ident.Name, MetadataLocation: "m", UUID: ident.Name}}})
+		st.must(t, fsm.DropTable{Ident: ident, Purge: true, Job: &fsm.PurgeJobSpec{ID: id(i)}})
+	}
+	beat := func() {
+		st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 2, AtMs: clock.UnixMilli()})
+	}
+	leased := func() (out []string) {
+		for i := range jobs {
+			if l := st.lease(t, id(i)); l != nil {
+				out = append(out, id(i))
+			}
+		}
+		return out
+	}
+	ctx := context.Background()
+	sc := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+	beat()
+	sc.tick(ctx) // sees n2's heartbeat for the first time
+	clock = clock.Add(100 * time.Millisecond)
+	beat()
+	sc.tick(ctx)
+	require.Equal(t, []string{id(0), id(1)}, leased(), "two slots: the first two jobs")
+
+	// job-00 fails and waits out its backoff; job-01 succeeds. Two slots
+	// free: the next two due jobs, not job-00.
+	st.must(t, fsm.FinishPurgeJob{JobID: id(0), Token: st.lease(t, id(0)).Token, Outcome: fsm.OutcomeRetry, MaxAttempts: 5,
+		NotBeforeMs: clock.Add(time.Minute).UnixMilli(), Error: "refused"})
+	st.must(t, fsm.FinishPurgeJob{JobID: id(1), Token: st.lease(t, id(1)).Token, Outcome: fsm.OutcomeSucceeded})
+	clock = clock.Add(100 * time.Millisecond)
+	beat()
+	sc.tick(ctx)
+	assert.Equal(t, []string{id(2), id(3)}, leased())
+
+	// Once its backoff is over, job-00 comes first again.
+	for _, j := range []string{id(2), id(3)} {
+		st.must(t, fsm.FinishPurgeJob{JobID: j, Token: st.lease(t, j).Token, Outcome: fsm.OutcomeSucceeded})
+	}
+	clock = clock.Add(time.Minute)
+	beat()
+	sc.tick(ctx)
+	assert.Equal(t, []string{id(0), id(4)}, leased())
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {

@@ -385,23 +385,28 @@ func (s *Service) heartbeatLoop() {
 }
 
 // pollLoop starts the jobs leased to this node, stops runs whose lease is
-// gone, and refreshes the job gauges, from the local replica.
+// gone, and refreshes the job gauges, from the local replica. A wake (a
+// lease applied here) polls at once but leaves the gauges to the next tick:
+// counting the jobs walks every job kept, and wakes come once per lease.
 func (s *Service) pollLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
+	gauges := true
 	for {
-		s.poll()
+		s.poll(gauges)
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+			gauges = true
 		case <-s.pollWake:
+			gauges = false
 		}
 	}
 }
 
-func (s *Service) poll() {
+func (s *Service) poll(gauges bool) {
 	var (
 		applied  uint64
 		mine     []fsm.PurgeJob
@@ -423,6 +428,9 @@ func (s *Service) poll() {
 			if j, ok := r.PurgeJob(id); ok {
 				current[id] = j
 			}
+		}
+		if !gauges {
+			return nil
 		}
 		counts, released = r.PurgeJobCounts()
 		if p, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending}, 1); len(p) > 0 {
@@ -447,6 +455,9 @@ func (s *Service) poll() {
 	}
 	for _, j := range mine {
 		s.startRun(j, false)
+	}
+	if !gauges {
+		return
 	}
 	for _, st := range []fsm.JobState{fsm.JobPending, fsm.JobRunning, fsm.JobSucceeded} {
 		s.m.jobs.WithLabelValues(string(st)).Set(float64(counts[st]))
