@@ -520,6 +520,9 @@ func applyFinishPurgeJob(t *txn, c Command) Result {
 		j.NotBeforeMs = 0
 	}
 	t.putJob(j, before)
+	// The run's worker slot is free: the leader's scheduler leases the
+	// next job at once instead of at its next tick.
+	t.purgeWork = true
 	return Result{}
 }
 

@@ -119,8 +119,8 @@ type txn struct {
 	// it as their fencing token.
 	index uint64
 	// purgeWork is set when an entry made a purge job claimable (a new
-	// PENDING job, a retried one) or leased one: the purge service is
-	// woken after commit.
+	// PENDING job, a retried one), leased one, or ended a run (a worker
+	// slot is free): the purge service is woken after commit.
 	purgeWork bool
 	// eventIndex and eventSeq number the change-feed events of the entry
 	// being applied (events.go): eventSeq restarts at each new index.
