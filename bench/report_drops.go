@@ -342,7 +342,7 @@ func (r *SuiteReport) dropsSection(w func(string, ...any), d *DropsBench) {
 			if rate := float64(d.TputDrained) / d.TputDrainSpan.Seconds(); d.TputDrainSpan > 0 && rate > 0 {
 				w(", about %.1f jobs/s since the first drop (at that rate the %d take %s)", rate, total, time.Duration(float64(total)/rate*float64(time.Second)).Round(time.Second))
 			}
-			w(". Each node runs 2 jobs at a time, and each job, however small, waits for the leader's scheduler to lease it (woken by a new job, else every 2.5 s by default), then for the leased node to apply the lease (which wakes its workers) and for a free worker slot, then for several log entries of its own (phase records, the finish). Leasing again as soon as a job finishes would raise the rate; more worker slots (`--purge-worker-threads`) multiply it.\n\n")
+			w(". Each node runs 2 jobs at a time (`--purge-worker-threads`), and the leader runs its own only when the followers are full. A job, however small, is several round trips to the leader: its lease (proposed by the leader's scheduler, which the end of each run wakes), the linearizable re-read of the job when its run starts, the guard read and phase record before its deletes, and its finish; more worker slots multiply the rate, at the cost of more CPU taken from the drops and commits while the queue drains.\n\n")
 		}
 	}
 }
