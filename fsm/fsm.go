@@ -54,14 +54,15 @@ type FSM struct {
 	// and how large it was.
 	onSnapshot func(d time.Duration, bytes int64)
 	// onPurgeWork, if set, is called after a batch that made a purge job
-	// claimable has committed.
+	// claimable, leased one or ended a run has committed.
 	onPurgeWork atomic.Pointer[func()]
 }
 
 // OnPurgeWork registers fn to be called, on the applying goroutine, after
 // each batch that added a claimable purge job (an asynchronous purging
-// drop, a retried job) or leased one to a node. fn must not block: it is a wake-up, not work. It
-// may be set at any time; nil clears it.
+// drop, a retried job), leased one to a node, or ended a run (a worker slot
+// is free). fn must not block: it is a wake-up, not work. It may be set at
+// any time; nil clears it.
 func (f *FSM) OnPurgeWork(fn func()) {
 	if fn == nil {
 		f.onPurgeWork.Store(nil)
