@@ -405,3 +405,26 @@ func TestDropJobEventIsTheJob(t *testing.T) {
 	assert.Equal(t, JobPending, got[0].PurgeJob.State)
 	assert.Equal(t, "receiver", got[1].PurgeJob.Node)
 }
+
+// TestPurgeWorkWakes checks which entries wake the purge service: those
+// that make a job claimable, lease one or end a run, and no others.
+func TestPurgeWorkWakes(t *testing.T) {
+	p := newPurgeFSM(t)
+	var wakes int
+	p.f.OnPurgeWork(func() { wakes++ })
+	step := func(c Command, want int, what string) {
+		t.Helper()
+		before := wakes
+		p.ok(c)
+		assert.Equal(t, want, wakes-before, what)
+	}
+	step(tableAt("t", "s3://b/t"), 0, "a create")
+	step(purgeDrop("t", "j"), 1, "an async purging drop")
+	step(PurgeHeartbeat{Node: "n2", Slots: 1}, 0, "a heartbeat")
+	step(AssignPurgeLease{JobID: "j", Node: "n2"}, 1, "a lease")
+	token := p.job("j").Lease.Token
+	step(ReportPurgeProgress{JobID: "j", Token: token, Progress: PurgeProgress{Phase: 1}}, 0, "progress")
+	step(FinishPurgeJob{JobID: "j", Token: token, Outcome: OutcomeRetry, MaxAttempts: 3}, 1, "a run ending in a retry")
+	step(AssignPurgeLease{JobID: "j", Node: "n2"}, 1, "a lease")
+	step(FinishPurgeJob{JobID: "j", Token: p.job("j").Lease.Token, Outcome: OutcomeSucceeded}, 1, "a run ending in success")
+}

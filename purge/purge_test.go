@@ -140,15 +140,18 @@ func testSyncDrop(t *testing.T, c *cluster) {
 func testPhaseRecordedFirst(t *testing.T, c *cluster) {
 	n := c.follower()
 	tt := c.makeTable(n, "phases", "t", nil, 2, 3)
+	root := tt.tbl.MetadataLocation()
 	phaseOf := func(uri string) int {
 		switch base := uri[strings.LastIndex(uri, "/")+1:]; {
+		case uri == root:
+			return purge.PhaseRoot
 		case strings.HasSuffix(base, ".parquet"):
 			return purge.PhaseData
 		case strings.HasPrefix(base, "snap-"):
 			return purge.PhaseManifestLists
 		case strings.HasSuffix(base, ".avro"):
 			return purge.PhaseManifests
-		default: // metadata files: the previous ones, then the root
+		default: // the previous metadata files
 			return purge.PhaseMetadataLog
 		}
 	}
@@ -191,7 +194,7 @@ func testPhaseRecordedFirst(t *testing.T, c *cluster) {
 			assert.GreaterOrEqual(t, s.committed, phaseOf(u), "%s deleted while the log's checkpoint was in phase %s", u, purge.PhaseName(s.committed))
 		}
 	}
-	assert.Len(t, phases, 4, "deletes in every phase: data, manifests, lists, metadata files")
+	assert.Len(t, phases, 5, "deletes in every phase: data, manifests, lists, previous metadata files, the root")
 }
 
 func testGCDisabled(t *testing.T, c *cluster) {

@@ -81,27 +81,11 @@ func (sc *scheduler) tick(ctx context.Context) {
 	now := s.cfg.Now() // time.Now by default: monotonic, so clock steps do not matter
 	nowMs := now.UnixMilli()
 	var (
-		nodes   []fsm.PurgeNode
-		running []fsm.PurgeJob
+		slots   = map[string]int{}
+		load    = map[string]int{}
+		claims  []claim
+		targets []string
 	)
-	if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
-		nodes = r.PurgeNodes()
-		running, _ = r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobRunning}, 0)
-		return nil
-	}); err != nil {
-		return
-	}
-	slots := map[string]int{}
-	for _, n := range nodes {
-		o, ok := sc.seen[n.Node]
-		switch {
-		case !ok:
-			sc.seen[n.Node] = observed{index: n.Index}
-		case o.index != n.Index:
-			sc.seen[n.Node] = observed{index: n.Index, at: now}
-		}
-		slots[n.Node] = n.Slots
-	}
 	timeout := s.cfg.HeartbeatTimeout
 	live := func(node string) bool {
 		o := sc.seen[node]
@@ -114,40 +98,49 @@ func (sc *scheduler) tick(ctx context.Context) {
 		}
 		return now.Sub(last) >= timeout
 	}
-
-	load := map[string]int{}
-	var claims []claim
-	for _, j := range running {
-		if j.Lease == nil {
-			continue
+	if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
+		for _, n := range r.PurgeNodes() {
+			o, ok := sc.seen[n.Node]
+			switch {
+			case !ok:
+				sc.seen[n.Node] = observed{index: n.Index}
+			case o.index != n.Index:
+				sc.seen[n.Node] = observed{index: n.Index, at: now}
+			}
+			slots[n.Node] = n.Slots
 		}
-		load[j.Lease.Node]++
-		if silent(j.Lease.Node) {
-			claims = append(claims, claim{job: j, expected: j.Lease.Token})
+		running, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobRunning}, 0)
+		for _, j := range running {
+			if j.Lease == nil {
+				continue
+			}
+			load[j.Lease.Node]++
+			if silent(j.Lease.Node) {
+				claims = append(claims, claim{job: j, expected: j.Lease.Token})
+			}
 		}
-	}
-	var targets []string
-	free := 0
-	for node := range slots {
-		if live(node) && slots[node] > 0 {
-			targets = append(targets, node)
-			free += max(0, slots[node]-load[node])
+		free := 0
+		for node := range slots {
+			if live(node) && slots[node] > 0 {
+				targets = append(targets, node)
+				free += max(0, slots[node]-load[node])
+			}
 		}
-	}
-	// At most free claims can be leased this tick, and they are taken in
-	// id order: the first free due PENDING jobs are all that can be among
-	// them. Reading only those keeps a tick's cost independent of the
-	// queue's length (thousands of jobs after a burst of drops).
-	if free > 0 {
-		if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
-			pending, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending, DueByMs: nowMs}, free)
+		// At most free claims can be leased this tick, taken in id order:
+		// of the PENDING jobs, only the first free due ones can be among
+		// them. Reading those (and as many again, for leases refused as
+		// stale) rather than the whole queue keeps a tick's cost
+		// independent of the queue's length, thousands of jobs after a
+		// burst of drops.
+		if free > 0 {
+			pending, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending, DueByMs: nowMs}, 2*free)
 			for _, j := range pending {
 				claims = append(claims, claim{job: j})
 			}
-			return nil
-		}); err != nil {
-			return
 		}
+		return nil
+	}); err != nil {
+		return
 	}
 	sort.Slice(claims, func(a, b int) bool { return claims[a].job.ID < claims[b].job.ID })
 

@@ -272,17 +272,4 @@ func TestDropWakesTheScheduler(t *testing.T) {
 		l := st.lease(t, "job-t")
 		return l != nil && l.Node == "n2"
 	}, 10*time.Second, 5*time.Millisecond, "the drop woke the scheduler")
-
-	// n2's one slot is taken: a second job waits until the first ends,
-	// and is leased as soon as it does, not at the next tick (an hour).
-	id2 := fsm.Ident{Namespace: []string{"db"}, Name: "t2"}
-	st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id2, Location: "s3://b/t2", MetadataLocation: "m", UUID: "u2"}}})
-	st.must(t, fsm.DropTable{Ident: id2, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-t2"}})
-	require.Eventually(t, func() bool { return len(s.wake) == 0 }, 10*time.Second, time.Millisecond)
-	require.Nil(t, st.lease(t, "job-t2"), "n2 is full")
-	st.must(t, fsm.FinishPurgeJob{JobID: "job-t", Token: st.lease(t, "job-t").Token, Outcome: fsm.OutcomeSucceeded})
-	require.Eventually(t, func() bool {
-		l := st.lease(t, "job-t2")
-		return l != nil && l.Node == "n2"
-	}, 10*time.Second, 5*time.Millisecond, "the end of a run woke the scheduler")
 }

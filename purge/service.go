@@ -342,6 +342,12 @@ func (s *Service) startRun(job fsm.PurgeJob, sync bool) *run {
 			s.busy--
 		}
 		s.mu.Unlock()
+		// A lease that arrived while every slot was busy waits for this
+		// one: look again now rather than at the next tick.
+		select {
+		case s.pollWake <- struct{}{}:
+		default:
+		}
 	}()
 	return rn
 }

@@ -34,14 +34,18 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	// phase whose root file is already gone. Start from the committed job.
 	// Its root metadata is read meanwhile: a job's metadata location and
 	// FileIO properties never change, so the local copy names them.
+	octx, stopOpen := context.WithCancel(ctx)
+	defer stopOpen()
 	opened := make(chan openedJob, 1)
-	go func() { opened <- s.openJob(ctx, job) }()
+	go func() { opened <- s.openJob(octx, job) }()
 	job, err := s.committedJob(ctx, job.ID, rn.token)
-	root := <-opened
 	if err != nil {
+		stopOpen()
+		<-opened
 		log.Debug("purge run not started", "reason", err)
 		return
 	}
+	root := <-opened
 	start := time.Now()
 	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
 		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset)
