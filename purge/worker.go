@@ -37,7 +37,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	octx, stopOpen := context.WithCancel(ctx)
 	defer stopOpen()
 	opened := make(chan openedJob, 1)
-	go func() { opened <- s.openJob(octx, job) }()
+	go func(local fsm.PurgeJob) { opened <- s.openJob(octx, local) }(job)
 	job, err := s.committedJob(ctx, job.ID, rn.token)
 	if err != nil {
 		stopOpen()
