@@ -273,3 +273,51 @@ func TestDropWakesTheScheduler(t *testing.T) {
 		return l != nil && l.Node == "n2"
 	}, 10*time.Second, 5*time.Millisecond, "the drop woke the scheduler")
 }
+
+// TestEndedRunNotRestarted: once a run has recorded its job's outcome, a
+// poll that still sees the job RUNNING under that run's token (the local
+// replica has not applied the outcome yet) does not start it again.
+func TestEndedRunNotRestarted(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	var mu sync.Mutex
+	opened := map[string]int{}
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Storage: func(fileIO map[string]string) (Objects, error) {
+			mu.Lock()
+			opened[fileIO["job"]]++
+			mu.Unlock()
+			return nil, fmt.Errorf("no storage here")
+		}})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	for _, name := range []string{"ended", "live"} {
+		id := fsm.Ident{Namespace: []string{"db"}, Name: name}
+		st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/" + name, MetadataLocation: "m", UUID: name}}})
+		st.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-" + name, FileIO: map[string]string{"job": name}, LeaseNode: "n1"}})
+	}
+	token := st.lease(t, "job-ended").Token
+	s.noteEnded("job-ended", token)
+	s.poll(false)
+	// job-live starts, finds no storage and fails; by then job-ended's
+	// run, had it been started, would have asked for its storage too.
+	require.Eventually(t, func() bool {
+		var j fsm.PurgeJob
+		require.NoError(t, f.View(func(r *fsm.Reader) error { j, _ = r.PurgeJob("job-live"); return nil }))
+		return j.State == fsm.JobFailed
+	}, 10*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	assert.Equal(t, map[string]int{"live": 1}, opened, "the ended run is not started again")
+	mu.Unlock()
+
+	// Once the replica shows the outcome, the note is dropped.
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-ended", Token: token, Outcome: fsm.OutcomeSucceeded})
+	s.poll(false)
+	s.mu.Lock()
+	assert.Empty(t, s.ended, "job-live's FAILED outcome and job-ended's are both applied")
+	s.mu.Unlock()
+}

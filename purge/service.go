@@ -161,9 +161,13 @@ type Service struct {
 	// pollWake starts a poll of the jobs leased here now (Wake).
 	pollWake chan struct{}
 
-	mu      sync.Mutex
-	runs    map[string]*run // by job id
-	busy    int             // scheduler-leased runs (bounded by WorkerThreads)
+	mu   sync.Mutex
+	runs map[string]*run // by job id
+	// ended holds the jobs whose outcome a run here recorded, by id: its
+	// token. Until the local replica applies that outcome it still shows
+	// the job RUNNING under the token, and a poll must not start it again.
+	ended   map[string]uint64
+	busy    int // scheduler-leased runs (bounded by WorkerThreads)
 	started bool
 	stopped bool
 }
@@ -196,6 +200,7 @@ func New(cfg Config) (*Service, error) {
 		m:        m,
 		pool:     newDeletePool(cfg.DeleteThreads),
 		runs:     map[string]*run{},
+		ended:    map[string]uint64{},
 		wake:     make(chan struct{}, 1),
 		pollWake: make(chan struct{}, 1),
 	}
@@ -310,6 +315,9 @@ func (s *Service) startRun(job fsm.PurgeJob, sync bool) *run {
 	defer s.mu.Unlock()
 	if s.stopped {
 		return nil
+	}
+	if s.ended[job.ID] == token {
+		return nil // its outcome is recorded; the replica lags
 	}
 	if cur, ok := s.runs[job.ID]; ok {
 		if cur.token == token {
@@ -459,6 +467,7 @@ func (s *Service) poll(gauges bool) {
 			s.stopStale(id, token, j)
 		}
 	}
+	s.forgetEnded(mine)
 	for _, j := range mine {
 		s.startRun(j, false)
 	}
@@ -474,6 +483,32 @@ func (s *Service) poll(gauges bool) {
 		s.m.oldestPending.Set(max(0, float64(s.cfg.Now().UnixMilli()-oldest)/1000))
 	} else {
 		s.m.oldestPending.Set(0)
+	}
+}
+
+// noteEnded records that the run of id under token recorded its outcome.
+func (s *Service) noteEnded(id string, token uint64) {
+	s.mu.Lock()
+	s.ended[id] = token
+	s.mu.Unlock()
+}
+
+// forgetEnded drops the ended runs whose job the local replica no longer
+// shows RUNNING under their token (mine: every job it shows leased here).
+func (s *Service) forgetEnded(mine []fsm.PurgeJob) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ended) == 0 {
+		return
+	}
+	still := map[string]uint64{}
+	for _, j := range mine {
+		still[j.ID] = j.Lease.Token
+	}
+	for id, token := range s.ended {
+		if still[id] != token {
+			delete(s.ended, id)
+		}
 	}
 }
 

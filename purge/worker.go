@@ -85,6 +85,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		}
 		return
 	}
+	s.noteEnded(job.ID, rn.token)
 	attrs := []any{"files_deleted", progress.Deleted, "bytes_deleted", progress.Bytes,
 		"files_skipped_outside", progress.Skipped, "files_skipped_owned", progress.SkippedOwned, "duration", time.Since(start).Round(time.Millisecond)}
 	switch {
