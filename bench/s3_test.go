@@ -45,21 +45,18 @@ func TestCountOnDiskMatchesListing(t *testing.T) {
 		keys = append(keys, s3Key(u))
 	}
 
-	for prefix, want := range map[string]int{"w/t/": 8, "w/t/data/sub/": 5, "w/": 10, "w/none/": 0} {
-		listed, err := s3.list(ctx, prefix)
-		require.NoError(t, err)
-		require.Equal(t, want, listed, "ListObjectsV2 under %s", prefix)
-		counted, err := s3.Count(ctx, prefix)
-		require.NoError(t, err)
-		require.Equal(t, want, counted, "counted on disk under %s", prefix)
+	check := func(when string, counts map[string]int) {
+		t.Helper()
+		for prefix, want := range counts {
+			listed, err := s3.list(ctx, prefix)
+			require.NoError(t, err)
+			require.Equal(t, want, listed, "ListObjectsV2 under %s %s", prefix, when)
+			counted, err := s3.Count(ctx, prefix)
+			require.NoError(t, err)
+			require.Equal(t, want, counted, "counted on disk under %s %s", prefix, when)
+		}
 	}
+	check("before the delete", map[string]int{"w/t/": 8, "w/t/data/sub/": 5, "w/": 10, "w/none/": 0})
 	require.NoError(t, s3.deleteLoop(ctx, keys))
-	for prefix, want := range map[string]int{"w/t/": 0, "w/": 2} {
-		listed, err := s3.list(ctx, prefix)
-		require.NoError(t, err)
-		require.Equal(t, want, listed, "ListObjectsV2 under %s after the delete", prefix)
-		counted, err := s3.Count(ctx, prefix)
-		require.NoError(t, err)
-		require.Equal(t, want, counted, "counted on disk under %s after the delete", prefix)
-	}
+	check("after the delete", map[string]int{"w/t/": 0, "w/": 2})
 }
