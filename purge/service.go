@@ -400,8 +400,9 @@ func (s *Service) heartbeatLoop() {
 
 // pollLoop starts the jobs leased to this node, stops runs whose lease is
 // gone, and refreshes the job gauges, from the local replica. A wake (a
-// lease applied here) polls at once but leaves the gauges to the next tick:
-// counting the jobs walks every job kept, and wakes come once per lease.
+// purge entry applied here, or a run of this node ending) polls at once but
+// leaves the gauges to the next tick: counting the jobs walks every job
+// kept, and wakes come with every lease, drop and finished run.
 func (s *Service) pollLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.PollInterval)
