@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/hashicorp/raft"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -614,8 +614,12 @@ func TestIdempotencyRootsInterned(t *testing.T) {
 		want Table
 	}
 	var creates []keyedCreate
+	long := "s3://long/" + strings.Repeat("x", maxIdemRootLen)
 	for i := range maxIdemRoots + 6 {
 		root := fmt.Sprintf("s3://wh%02d/lake", i)
+		if i == 0 {
+			root = long // too long to intern: stored in the record, no id taken
+		}
 		name := fmt.Sprintf("t%02d", i)
 		loc := root + "/a/" + name
 		meta := loc + "/metadata/00001-9b2f5e1c-3a4d-4e5f-8a6b-7c8d9e0f1a2b.metadata.json"
@@ -656,8 +660,10 @@ func TestIdempotencyRootsInterned(t *testing.T) {
 	one := apply(filepath.Join(dir, "one.db"))
 	roots := check(one)
 	assert.Len(t, roots, 1+2*maxIdemRoots, "the count and both ways of each root, no more")
-	assert.Equal(t, string(binary.AppendUvarint(nil, 1)), roots["rs3://wh00/lake"], "in the order of the log")
-	assert.NotContains(t, roots, fmt.Sprintf("rs3://wh%02d/lake", maxIdemRoots))
+	assert.Equal(t, string(binary.AppendUvarint(nil, 1)), roots["rs3://wh01/lake"], "in the order of the log")
+	assert.NotContains(t, roots, "r"+long, "a root over maxIdemRootLen")
+	assert.Contains(t, roots, fmt.Sprintf("rs3://wh%02d/lake", maxIdemRoots), "the long root took no slot")
+	assert.NotContains(t, roots, fmt.Sprintf("rs3://wh%02d/lake", maxIdemRoots+1))
 
 	// The same log elsewhere: the same ids.
 	assert.Equal(t, roots, check(apply(filepath.Join(dir, "two.db"))))
