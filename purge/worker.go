@@ -269,10 +269,8 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	r.end = r.committed.Offset
 	r.lastReport = time.Now()
 	w := Walker{
-		Reader: r.objs,
-		OnPhase: func(phase int) error {
-			return r.enterPhase(ctx, phase)
-		},
+		Reader:  r.objs,
+		OnPhase: r.enterPhase,
 		OnMissing: func(uri string) {
 			r.s.m.missingManifests.Inc()
 			r.log.Warn("purge: manifest list or manifest already gone; its entries are skipped", "uri", uri)
@@ -304,7 +302,7 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 // checkpoint, so it never deletes a manifest (or list, or the root) that
 // the new owner still has to read. A phase with nothing to delete is not
 // recorded on its own; the next one's record covers it.
-func (r *jobRun) enterPhase(_ context.Context, phase int) error {
+func (r *jobRun) enterPhase(phase int) error {
 	if err := r.drain(); err != nil {
 		return err
 	}
