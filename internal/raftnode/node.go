@@ -228,7 +228,7 @@ type Node struct {
 	mux     *transport.Mux
 	rpc     *transport.Client
 	hold    *holdLayer
-	trans   *raft.NetworkTransport
+	trans   *gatedTransport
 	raft    *raft.Raft
 	metrics *metrics
 
@@ -385,7 +385,7 @@ func Open(cfg Config) (*Node, error) {
 		// whether its ID is a member (see Config.RejoinAsNonvoter).
 		n.hold.held.Store(true)
 	}
-	n.trans = raft.NewNetworkTransportWithLogger(layer, transportMaxPool, transportTimeout, hlog)
+	n.trans = &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithLogger(layer, transportMaxPool, transportTimeout, hlog)}
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
 		cfg.NodeID = string(n.trans.LocalAddr())
@@ -1032,6 +1032,9 @@ func (n *Node) Shutdown() error {
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
 		}
+		// A heartbeat may still be in Raft, saving the term to the log
+		// store closed below.
+		n.trans.stopHeartbeats()
 		n.raft.DeregisterObserver(n.observer)
 		n.raft.DeregisterObserver(n.leaderObserver)
 		n.wg.Wait()
