@@ -29,7 +29,7 @@ type Opener interface {
 // manifestEntries calls fn with the file path and recorded size of every
 // entry of the manifest mf, whatever its status, in the order the manifest
 // stores them: the order iceberg.ReadManifest returns them in. Entries are
-// decoded one at a time as the manifest is read, so memory holds one Avro
+// decoded one at a time, without their column statistics, as the manifest is read, so memory holds one Avro
 // block of the manifest (64 KiB uncompressed when iceberg-go wrote it),
 // plus the manifest's bytes when the Reader is not an Opener.
 //
@@ -51,7 +51,11 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 	}
 	defer func() { _ = body.Close() }()
 	src := &trackedReader{r: body}
-	mr, err := iceberg.NewManifestReader(mf, src)
+	// Only the path and size of each entry are used: the projection skips
+	// the column statistics (sizes, counts, lower and upper bounds per
+	// column), which are most of an entry's bytes in a wide table, and the
+	// reader checks the manifest's metadata as NewManifestReader does.
+	mr, err := iceberg.NewManifestReaderWithProjection(mf, src, iceberg.ManifestEntryProjection{})
 	if err != nil {
 		return manifestError(mf, src, err)
 	}
