@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
@@ -262,6 +263,51 @@ func init() {
 
 func stateKey(s JobState, id string) []byte { return []byte(string(s) + "\x00" + id) }
 
+// The value of a job's entry in the state index sums the job up, so that
+// walks over many jobs need not decode each one: the scheduler's walk of
+// PENDING jobs passes over those in backoff, the prune over recent or
+// unreleased finished jobs, the job counts over unreleased FAILED ones. It
+// is 8 bytes, big-endian, then one byte of flags:
+//
+//   - PENDING: NotBeforeMs (0: due at once);
+//   - any other state: UpdatedMs;
+//   - flag summaryReleased: Released.
+//
+// Entries written by earlier releases have an empty value; a reader then
+// decodes the job. Either way a reader decides as the job itself would, so
+// replicas whose index entries differ in format apply entries alike.
+const (
+	summaryLen      = 9
+	summaryReleased = 1
+)
+
+type jobSummary struct {
+	ms       int64
+	released bool
+}
+
+func summaryOf(j PurgeJob) []byte {
+	ms := j.UpdatedMs
+	if j.State == JobPending {
+		ms = j.NotBeforeMs
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, summaryLen), uint64(ms))
+	var flags byte
+	if j.Released {
+		flags |= summaryReleased
+	}
+	return append(v, flags)
+}
+
+// parseSummary reads a state index value; false when it holds none (an
+// entry written by an earlier release).
+func parseSummary(v []byte) (jobSummary, bool) {
+	if len(v) != summaryLen {
+		return jobSummary{}, false
+	}
+	return jobSummary{ms: int64(binary.BigEndian.Uint64(v)), released: v[8]&summaryReleased != 0}, true
+}
+
 func identJobKey(id Ident, jobID string) []byte {
 	return append(append(tableKey(id), 0x01), jobID...)
 }
@@ -282,7 +328,7 @@ func (t *txn) putJob(j PurgeJob, before JobState) {
 		t.del(bucketPurgeByState, stateKey(before, j.ID))
 	}
 	t.put(bucketPurgeJobs, []byte(j.ID), j)
-	if err := t.tx.Bucket(bucketPurgeByState).Put(stateKey(j.State, j.ID), nil); err != nil {
+	if err := t.tx.Bucket(bucketPurgeByState).Put(stateKey(j.State, j.ID), summaryOf(j)); err != nil {
 		panic("fsm: put purge state index: " + err.Error())
 	}
 }
@@ -592,7 +638,10 @@ func applyPrunePurgeJobs(t *txn, c Command) Result {
 	for _, st := range []JobState{JobSucceeded, JobFailed} {
 		prefix := stateKey(st, "")
 		cur := t.tx.Bucket(bucketPurgeByState).Cursor()
-		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(doomed) < limit; k, _ = cur.Next() {
+		for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(doomed) < limit; k, v = cur.Next() {
+			if sum, ok := parseSummary(v); ok && (sum.ms >= cmd.BeforeMs || (st == JobFailed && !sum.released)) {
+				continue // kept: no need to decode it
+			}
 			j, ok := t.purgeJob(string(k[len(prefix):]))
 			if !ok {
 				panic("fsm: state index names missing purge job " + string(k))
@@ -685,7 +734,10 @@ func (r *Reader) PurgeJobs(f PurgeJobFilter, limit int) (out []PurgeJob, more bo
 	case f.State != "":
 		prefix := stateKey(f.State, "")
 		c := r.tx.Bucket(bucketPurgeByState).Cursor()
-		for k, _ := c.Seek(append(append([]byte{}, prefix...), f.After...)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		for k, v := c.Seek(append(append([]byte{}, prefix...), f.After...)); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if sum, ok := parseSummary(v); ok && f.State == JobPending && f.DueByMs > 0 && sum.ms > f.DueByMs {
+				continue // in backoff: not decoded
+			}
 			if !visit(string(k[len(prefix):])) {
 				break
 			}
@@ -744,12 +796,16 @@ func (r *Reader) PurgeLocationTombstone(loc string) (PurgeJob, bool) {
 // the FAILED ones are released.
 func (r *Reader) PurgeJobCounts() (counts map[JobState]int, released int) {
 	counts = map[JobState]int{}
-	_ = r.tx.Bucket(bucketPurgeByState).ForEach(func(k, _ []byte) error {
+	_ = r.tx.Bucket(bucketPurgeByState).ForEach(func(k, v []byte) error {
 		i := bytes.IndexByte(k, 0)
 		st := JobState(k[:i])
 		counts[st]++
 		if st == JobFailed {
-			if j, ok := r.PurgeJob(string(k[i+1:])); ok && j.Released {
+			if sum, ok := parseSummary(v); ok {
+				if sum.released {
+					released++
+				}
+			} else if j, ok := r.PurgeJob(string(k[i+1:])); ok && j.Released {
 				released++
 			}
 		}

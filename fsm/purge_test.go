@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 )
 
 // purgeFSM applies commands with increasing log indexes.
@@ -343,6 +344,64 @@ func TestPruneRemovesOnlyOldFinishedJobs(t *testing.T) {
 	}))
 	// The unreleased FAILED job still blocks its name.
 	assert.ErrorIs(t, p.apply(tableAt("old-failed", "s3://b/x")).Err(), ErrBeingPurged)
+}
+
+// TestStateIndexSummariesSpareDecoding checks the job summaries in the
+// state index: the scheduler's walk of due PENDING jobs, the job counts and
+// the prune decide from them without decoding the jobs they pass over (here
+// made undecodable), and decide alike from entries written without them.
+func TestStateIndexSummariesSpareDecoding(t *testing.T) {
+	build := func() *purgeFSM {
+		p := newPurgeFSM(t)
+		drop := func(name string) string {
+			p.ok(tableAt(name, "s3://b/"+name))
+			p.ok(purgeDrop(name, "job-"+name))
+			p.ok(AssignPurgeLease{JobID: "job-" + name, Node: "n"})
+			return "job-" + name
+		}
+		p.ok(tableAt("due", "s3://b/due"))
+		p.ok(purgeDrop("due", "job-due"))
+		p.ok(FinishPurgeJob{JobID: drop("backoff"), Token: p.i, Outcome: OutcomeRetry, MaxAttempts: 5, NotBeforeMs: 5000, AtMs: 100})
+		p.ok(FinishPurgeJob{JobID: drop("due-later"), Token: p.i, Outcome: OutcomeRetry, MaxAttempts: 5, NotBeforeMs: 500, AtMs: 100})
+		p.ok(FinishPurgeJob{JobID: drop("old-ok"), Token: p.i, Outcome: OutcomeSucceeded, AtMs: 100})
+		p.ok(FinishPurgeJob{JobID: drop("new-ok"), Token: p.i, Outcome: OutcomeSucceeded, AtMs: 5000})
+		p.ok(FinishPurgeJob{JobID: drop("old-failed"), Token: p.i, Outcome: OutcomeFailed, AtMs: 100})
+		p.ok(FinishPurgeJob{JobID: drop("old-released"), Token: p.i, Outcome: OutcomeFailed, AtMs: 50})
+		p.ok(ReleasePurgeJob{JobID: "job-old-released", AtMs: 100})
+		return p
+	}
+	check := func(t *testing.T, p *purgeFSM) {
+		assert.NotPanics(t, func() {
+			assert.Equal(t, []string{"job-due", "job-due-later"}, p.jobs(PurgeJobFilter{State: JobPending, DueByMs: 1000}))
+			require.NoError(t, p.f.View(func(r *Reader) error {
+				counts, released := r.PurgeJobCounts()
+				assert.Equal(t, map[JobState]int{JobPending: 3, JobSucceeded: 2, JobFailed: 2}, counts)
+				assert.Equal(t, 1, released)
+				return nil
+			}))
+			assert.Equal(t, 2, p.ok(PrunePurgeJobs{BeforeMs: 1000, AtMs: 1000}).Count, "job-old-ok and job-old-released")
+		})
+	}
+	t.Run("passed over undecoded", func(t *testing.T) {
+		p := build()
+		// Jobs none of the three needs to decode: in backoff, finished too
+		// recently, FAILED and not released.
+		require.NoError(t, p.f.db.Update(func(tx *bolt.Tx) error {
+			for _, id := range []string{"job-backoff", "job-new-ok", "job-old-failed"} {
+				if err := tx.Bucket(bucketPurgeJobs).Put([]byte(id), []byte("{not a job")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		check(t, p)
+	})
+	t.Run("entries without summaries", func(t *testing.T) {
+		p := build()
+		require.NoError(t, clearStateSummaries(p.f.db))
+		check(t, p)
+		assert.Equal(t, []string{"job-backoff", "job-due", "job-due-later", "job-new-ok", "job-old-failed"}, p.jobs(PurgeJobFilter{}))
+	})
 }
 
 // TestPurgeApplyIsDeterministic applies one log to two state machines and
