@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -204,6 +205,7 @@ func TestLeasesAreFencedByLogIndex(t *testing.T) {
 
 	// Succeeded: the name and location are free again.
 	p.ok(tableAt("t", "s3://b/t"))
+	p.assertSummaries()
 }
 
 func TestSyncDropLeasesToTheReceivingNode(t *testing.T) {
@@ -274,6 +276,7 @@ func TestFailuresRetriesAndRelease(t *testing.T) {
 	assert.ErrorIs(t, p.apply(ReleasePurgeJob{JobID: "j"}).Err(), ErrCommitFailed)
 	assert.ErrorIs(t, p.apply(RetryPurgeJob{JobID: "nope"}).Err(), ErrNoSuchJob)
 	assert.ErrorIs(t, p.apply(ReleasePurgeJob{JobID: "nope"}).Err(), ErrNoSuchJob)
+	p.assertSummaries()
 }
 
 func TestStateIndexFollowsEveryTransition(t *testing.T) {
@@ -311,6 +314,7 @@ func TestStateIndexFollowsEveryTransition(t *testing.T) {
 		assert.False(t, more)
 		return nil
 	}))
+	p.assertSummaries()
 }
 
 func TestPruneRemovesOnlyOldFinishedJobs(t *testing.T) {
@@ -344,6 +348,27 @@ func TestPruneRemovesOnlyOldFinishedJobs(t *testing.T) {
 	}))
 	// The unreleased FAILED job still blocks its name.
 	assert.ErrorIs(t, p.apply(tableAt("old-failed", "s3://b/x")).Err(), ErrBeingPurged)
+	p.assertSummaries()
+}
+
+// assertSummaries checks that every job's state index entry, and only
+// that one, carries the job's summary.
+func (p *purgeFSM) assertSummaries() {
+	p.t.Helper()
+	require.NoError(p.t, p.f.db.View(func(tx *bolt.Tx) error {
+		entries := 0
+		_ = tx.Bucket(bucketPurgeByState).ForEach(func(k, v []byte) error {
+			entries++
+			i := bytes.IndexByte(k, 0)
+			var j PurgeJob
+			require.NoError(p.t, json.Unmarshal(tx.Bucket(bucketPurgeJobs).Get(k[i+1:]), &j), "index entry %q", k)
+			assert.Equal(p.t, string(j.State), string(k[:i]), "job %s", j.ID)
+			assert.Equal(p.t, summaryOf(j), v, "summary of job %s (%s)", j.ID, j.State)
+			return nil
+		})
+		assert.Equal(p.t, tx.Bucket(bucketPurgeJobs).Stats().KeyN, entries, "one state index entry per job")
+		return nil
+	}))
 }
 
 // TestStateIndexSummariesSpareDecoding checks the job summaries in the
@@ -363,6 +388,7 @@ func TestStateIndexSummariesSpareDecoding(t *testing.T) {
 		p.ok(purgeDrop("due", "job-due"))
 		p.ok(FinishPurgeJob{JobID: drop("backoff"), Token: p.i, Outcome: OutcomeRetry, MaxAttempts: 5, NotBeforeMs: 5000, AtMs: 100})
 		p.ok(FinishPurgeJob{JobID: drop("due-later"), Token: p.i, Outcome: OutcomeRetry, MaxAttempts: 5, NotBeforeMs: 500, AtMs: 100})
+		p.ok(FinishPurgeJob{JobID: drop("due-now"), Token: p.i, Outcome: OutcomeRetry, MaxAttempts: 5, NotBeforeMs: 1000, AtMs: 100})
 		p.ok(FinishPurgeJob{JobID: drop("old-ok"), Token: p.i, Outcome: OutcomeSucceeded, AtMs: 100})
 		p.ok(FinishPurgeJob{JobID: drop("new-ok"), Token: p.i, Outcome: OutcomeSucceeded, AtMs: 5000})
 		p.ok(FinishPurgeJob{JobID: drop("old-failed"), Token: p.i, Outcome: OutcomeFailed, AtMs: 100})
@@ -372,10 +398,10 @@ func TestStateIndexSummariesSpareDecoding(t *testing.T) {
 	}
 	check := func(t *testing.T, p *purgeFSM) {
 		assert.NotPanics(t, func() {
-			assert.Equal(t, []string{"job-due", "job-due-later"}, p.jobs(PurgeJobFilter{State: JobPending, DueByMs: 1000}))
+			assert.Equal(t, []string{"job-due", "job-due-later", "job-due-now"}, p.jobs(PurgeJobFilter{State: JobPending, DueByMs: 1000}))
 			require.NoError(t, p.f.View(func(r *Reader) error {
 				counts, released := r.PurgeJobCounts()
-				assert.Equal(t, map[JobState]int{JobPending: 3, JobSucceeded: 2, JobFailed: 2}, counts)
+				assert.Equal(t, map[JobState]int{JobPending: 4, JobSucceeded: 2, JobFailed: 2}, counts)
 				assert.Equal(t, 1, released)
 				return nil
 			}))
@@ -400,7 +426,7 @@ func TestStateIndexSummariesSpareDecoding(t *testing.T) {
 		p := build()
 		require.NoError(t, clearStateSummaries(p.f.db))
 		check(t, p)
-		assert.Equal(t, []string{"job-backoff", "job-due", "job-due-later", "job-new-ok", "job-old-failed"}, p.jobs(PurgeJobFilter{}))
+		assert.Equal(t, []string{"job-backoff", "job-due", "job-due-later", "job-due-now", "job-new-ok", "job-old-failed"}, p.jobs(PurgeJobFilter{}))
 	})
 }
 

@@ -329,3 +329,19 @@ func TestRejoinAfterDataLossAsNonvoter(t *testing.T) {
 	require.NoError(t, mustPropose(t, rejoined, createNS("after-promotion")).Err())
 	assert.True(t, hasNamespace(t, linearRead(t, leader), "after-promotion"))
 }
+
+// A leader that removes itself steps down and keeps running, out of the
+// configuration, like a removed follower: Raft does not shut itself down
+// under the node, whose own Shutdown must wait for Raft's goroutines before
+// closing the stores they use. The others elect a leader and go on.
+func TestLeaderRemovingItselfStepsDown(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), leader.ID()))
+	rest := others(nodes, leader)
+	next := waitOneLeader(t, rest)
+	require.NoError(t, mustPropose(t, next, createNS("after-removal")).Err())
+	assert.Equal(t, raft.Follower, leader.raft.State(), "the removed leader's Raft is still running")
+	assert.NotContains(t, suffrages(t, next), leader.ID())
+	require.NoError(t, leader.Shutdown())
+}

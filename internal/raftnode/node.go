@@ -420,6 +420,11 @@ func Open(cfg Config) (*Node, error) {
 	// fsm.db is older than the snapshot (the file was lost or replaced) is
 	// handled before Raft starts by restoreIfBehindSnapshot.
 	rc.NoSnapshotRestoreOnStart = true
+	// A leader that removes itself steps down and stays up, as a removed
+	// follower does. With raft's default it would shut Raft down itself,
+	// and Shutdown could then no longer wait for Raft's goroutines before
+	// closing the stores they use.
+	rc.ShutdownOnRemove = false
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
