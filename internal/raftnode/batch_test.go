@@ -221,3 +221,34 @@ func TestShutdownWaitsForReadIndexBatcher(t *testing.T) {
 	_, err := n.leaderBatch.get(context.Background())
 	require.ErrorIs(t, err, ErrShutdown)
 }
+
+// A read waiting for the state machine, and one reading the log after the
+// log store closed, end with ErrShutdown when the node shuts down, not when
+// their own deadline passes or with a bare storage error.
+func TestShutdownEndsReadsWithErrShutdown(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+
+	// An index the state machine will not reach: as when Raft stops with
+	// entries it counted as applied still queued for the state machine.
+	beyond := n.fsm.AppliedIndex() + 1000
+	waited := make(chan error, 1)
+	go func() { waited <- n.waitApplied(ctxTimeout(t, time.Minute), beyond) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended before Shutdown: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, n.Shutdown())
+	select {
+	case err := <-waited:
+		require.ErrorIs(t, err, ErrShutdown)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end with Shutdown")
+	}
+
+	_, _, err := n.lastVisible(n.fsm.AppliedIndex() + 1)
+	require.ErrorIs(t, err, ErrShutdown, "a log read after the log store closed")
+}

@@ -590,6 +590,10 @@ func (n *Node) lastVisible(index uint64) (target uint64, compacted bool, err err
 			if errors.Is(err, raft.ErrLogNotFound) {
 				return applied, true, nil
 			}
+			if n.closed.Load() {
+				// Shutdown closed the log store under the read.
+				return 0, false, fmt.Errorf("%w: read log entry %d: %w", ErrShutdown, i, err)
+			}
 			return 0, false, fmt.Errorf("raftnode: read log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {

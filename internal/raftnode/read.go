@@ -69,7 +69,21 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.fsm.WaitApplied(ctx, target); err != nil {
+	return n.waitApplied(ctx, target)
+}
+
+// waitApplied waits until the state machine has applied target. Shutdown
+// ends the wait with ErrShutdown: Raft may stop with entries it had already
+// counted as applied still queued for the state machine, which would then
+// never reach the target.
+func (n *Node) waitApplied(ctx context.Context, target uint64) error {
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(n.ctx, cancel)()
+	if err := n.fsm.WaitApplied(waitCtx, target); err != nil {
+		if ctx.Err() == nil && n.ctx.Err() != nil {
+			return ErrShutdown
+		}
 		return fmt.Errorf("raftnode: read: %w", err)
 	}
 	return nil
