@@ -193,9 +193,14 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// stopping ends with the process, whatever its reason: the change-feed
+	// streams, which never end on their own, close before the HTTP server
+	// waits for its requests.
+	stopping, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
 	handler := withStatusPage(statusPage.Handler(), routes(catalogHandler, managementRoutes(management.Handler(), purgeJobs,
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
-		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: ctx.Done()}),
+		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done()}),
 		management.Backup(node, reg)), sec.tokens, node, reg))
 	srv, err := httpserve.New(collapseLeadingSlashes(sec.wrap(handler)), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
@@ -228,11 +233,15 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 		logger.Info("shutting down", "reason", context.Cause(ctx))
 	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
+		// The listener failed; the connections it accepted still run, and
+		// go through the same graceful shutdown.
+		failed = fmt.Errorf("http server: %w", err)
+		logger.Error("shutting down: the http server stopped", "error", err)
 	case <-node.Failed():
 		failed = explainNodeFailure(node.Err(), node.ID(), node.Addr())
 		logger.Error("shutting down: this node cannot join the cluster", "error", node.Err())
 	}
+	stopStreams()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
