@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,9 +15,34 @@ import (
 // Raft shut until it may take part (held, see Config.Join): inbound Raft
 // connections are refused and dials fail, while RPC works, so the node can
 // still ask the leader about itself.
+//
+// It also keeps the connections it accepted, so that Shutdown can cut them
+// (closeAccepted): Raft's loop reads an installed snapshot straight off its
+// connection with no deadline, and would hold Shutdown for as long as a
+// silent peer's connection stays open.
 type holdLayer struct {
 	raft.StreamLayer
 	held atomic.Bool
+
+	mu       sync.Mutex
+	closed   bool
+	accepted map[*acceptedConn]struct{}
+}
+
+// acceptedConn is an inbound Raft connection; closing it forgets it.
+type acceptedConn struct {
+	net.Conn
+	h    *holdLayer
+	once sync.Once
+}
+
+func (c *acceptedConn) Close() error {
+	c.once.Do(func() {
+		c.h.mu.Lock()
+		delete(c.h.accepted, c)
+		c.h.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // errHeld is returned by the Raft dials of a node whose Raft port is still
@@ -37,7 +63,34 @@ func (h *holdLayer) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return c, nil
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			c.Close()
+			continue
+		}
+		ac := &acceptedConn{Conn: c, h: h}
+		if h.accepted == nil {
+			h.accepted = make(map[*acceptedConn]struct{})
+		}
+		h.accepted[ac] = struct{}{}
+		h.mu.Unlock()
+		return ac, nil
+	}
+}
+
+// closeAccepted closes every inbound connection and every one accepted
+// from now on. Outbound connections (dials) are left to the transport.
+func (h *holdLayer) closeAccepted() {
+	h.mu.Lock()
+	h.closed = true
+	conns := make([]*acceptedConn, 0, len(h.accepted))
+	for c := range h.accepted {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
 	}
 }
 

@@ -1038,7 +1038,11 @@ func (n *Node) Shutdown() error {
 		n.leaderBatch.close()
 		n.followerBatch.close()
 		var errs []error
-		if err := n.raft.Shutdown().Error(); err != nil {
+		stopping := n.raft.Shutdown()
+		// Raft's loop may be reading a snapshot off a connection whose
+		// peer went silent; cut the inbound connections so that it ends.
+		n.hold.closeAccepted()
+		if err := stopping.Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
 		}
 		// A heartbeat may still be in Raft, saving the term to the log
