@@ -36,6 +36,11 @@ import (
 // running after it are cut off, and Raft is shut down regardless.
 const httpShutdownTimeout = 10 * time.Second
 
+// handlerWaitTimeout bounds the wait, once Raft is down, for handlers the
+// HTTP server cut off: they end with ErrShutdown, and their audit lines are
+// written before the audit log closes.
+const handlerWaitTimeout = 5 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	go func() {
@@ -249,8 +254,16 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		_ = srv.Close()
 	}
 	purger.Stop()
-	if err := node.Shutdown(); err != nil {
-		return errors.Join(failed, err)
+	shutdownErr := node.Shutdown()
+	// Handlers cut off by Close end now that the node answers ErrShutdown;
+	// wait for them (and their audit lines) before the audit log closes.
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), handlerWaitTimeout)
+	defer cancelWait()
+	if err := srv.Wait(waitCtx); err != nil {
+		logger.Warn("http handlers still running at exit", "error", err)
+	}
+	if shutdownErr != nil {
+		return errors.Join(failed, shutdownErr)
 	}
 	logger.Info("floe stopped")
 	return failed

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 )
 
 // limiter caps the requests served at once. A request beyond the cap is
@@ -18,6 +19,8 @@ type limiter struct {
 	slots    chan struct{} // one element per request being served
 	uncapped []string
 	m        *metrics
+	// running counts every request in a handler, capped or not.
+	running sync.WaitGroup
 }
 
 func newLimiter(next http.Handler, max int, uncapped []string, m *metrics) *limiter {
@@ -29,6 +32,8 @@ func newLimiter(next http.Handler, max int, uncapped []string, m *metrics) *limi
 }
 
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.running.Add(1)
+	defer l.running.Done()
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
 		return

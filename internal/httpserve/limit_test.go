@@ -1,6 +1,7 @@
 package httpserve
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -185,5 +186,31 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			_, err := New(http.NotFoundHandler(), cfg)
 			require.ErrorIs(t, err, ErrInvalidConfig)
 		})
+	}
+}
+
+// Wait reports handlers still running after Close cut their connections,
+// capped or not, and returns once they have.
+func TestWaitOutlastsCloseUntilHandlersReturn(t *testing.T) {
+	for _, max := range []int{0, 4} {
+		h := &blockingHandler{entered: make(chan string, 1), release: make(chan struct{})}
+		s, err := New(h, Config{MaxInFlight: max, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		base := "http://" + serve(t, s)
+		go func() {
+			if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(base + "/v1/held"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-h.entered
+		require.NoError(t, s.Close())
+
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		assert.ErrorIs(t, s.Wait(ctx), context.DeadlineExceeded, "max %d: the handler is still running", max)
+		cancel()
+		close(h.release)
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		assert.NoError(t, s.Wait(ctx), "max %d", max)
+		cancel()
 	}
 }

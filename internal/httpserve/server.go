@@ -84,6 +84,7 @@ type Server struct {
 	srv   *http.Server
 	certs *certReloader // nil without TLS
 	m     *metrics
+	limit *limiter
 }
 
 // New builds a Server around handler. With TLS configured it loads the
@@ -109,8 +110,9 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		cfg.now = time.Now
 	}
 	m := newMetrics(cfg.Registerer)
-	s := &Server{m: m, srv: &http.Server{
-		Handler:           newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, m),
+	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, m)
+	s := &Server{m: m, limit: limit, srv: &http.Server{
+		Handler:           limit,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
@@ -154,5 +156,23 @@ func (s *Server) Serve(ln net.Listener) error {
 // flight until ctx ends, as http.Server.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
 
-// Close closes the listener and every connection at once.
+// Close closes the listener and every connection at once. Handlers still
+// running go on until they return (see Wait).
 func (s *Server) Close() error { return s.srv.Close() }
+
+// Wait waits until no handler is running, or ctx ends (its error). After
+// Close it is how the caller learns that the handlers Close cut off have
+// returned, before it closes what they use.
+func (s *Server) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.limit.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
