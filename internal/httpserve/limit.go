@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
+	"sync/atomic"
 )
 
 // limiter caps the requests served at once. A request beyond the cap is
@@ -20,7 +20,7 @@ type limiter struct {
 	uncapped []string
 	m        *metrics
 	// running counts every request in a handler, capped or not.
-	running sync.WaitGroup
+	running atomic.Int64
 }
 
 func newLimiter(next http.Handler, max int, uncapped []string, m *metrics) *limiter {
@@ -33,7 +33,7 @@ func newLimiter(next http.Handler, max int, uncapped []string, m *metrics) *limi
 
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.running.Add(1)
-	defer l.running.Done()
+	defer l.running.Add(-1)
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
 		return
