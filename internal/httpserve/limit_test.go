@@ -202,7 +202,11 @@ func TestWaitOutlastsCloseUntilHandlersReturn(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		<-h.entered
+		select {
+		case <-h.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("max %d: the request never reached the handler", max)
+		}
 		require.NoError(t, s.Close())
 
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -234,6 +234,8 @@ func TestShutdownEndsReadsWithErrShutdown(t *testing.T) {
 	// An index the state machine will not reach: as when Raft stops with
 	// entries it counted as applied still queued for the state machine.
 	beyond := n.fsm.AppliedIndex() + 1000
+	// Before Shutdown, the caller's own deadline ends the wait, as ever.
+	require.ErrorIs(t, n.waitApplied(ctxTimeout(t, 50*time.Millisecond), beyond), context.DeadlineExceeded)
 	waited := make(chan error, 1)
 	go func() { waited <- n.waitApplied(ctxTimeout(t, time.Minute), beyond) }()
 	select {

@@ -16,33 +16,50 @@ import (
 // connections are refused and dials fail, while RPC works, so the node can
 // still ask the leader about itself.
 //
-// It also keeps the connections it accepted, so that Shutdown can cut them
-// (closeAccepted): Raft's loop reads an installed snapshot straight off its
-// connection with no deadline, and would hold Shutdown for as long as a
-// silent peer's connection stays open.
+// It also keeps the connections it accepted and dialed, so that Shutdown
+// can cut them (closeConns): Raft's loop reads an installed snapshot
+// straight off its connection with no deadline, and a leader sends one
+// under a deadline that grows with its size; either would hold Shutdown for
+// as long as a silent peer's connection stays open.
 type holdLayer struct {
 	raft.StreamLayer
 	held atomic.Bool
 
-	mu       sync.Mutex
-	closed   bool
-	accepted map[*acceptedConn]struct{}
+	mu     sync.Mutex
+	closed bool
+	conns  map[*trackedConn]struct{}
 }
 
-// acceptedConn is an inbound Raft connection; closing it forgets it.
-type acceptedConn struct {
+// trackedConn is a Raft connection; closing it forgets it.
+type trackedConn struct {
 	net.Conn
 	h    *holdLayer
 	once sync.Once
 }
 
-func (c *acceptedConn) Close() error {
+func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.h.mu.Lock()
-		delete(c.h.accepted, c)
+		delete(c.h.conns, c)
 		c.h.mu.Unlock()
 	})
 	return c.Conn.Close()
+}
+
+// track keeps c, or closes it and returns false once closeConns has run.
+func (h *holdLayer) track(c net.Conn) (*trackedConn, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		c.Close()
+		return nil, false
+	}
+	tc := &trackedConn{Conn: c, h: h}
+	if h.conns == nil {
+		h.conns = make(map[*trackedConn]struct{})
+	}
+	h.conns[tc] = struct{}{}
+	return tc, true
 }
 
 // errHeld is returned by the Raft dials of a node whose Raft port is still
@@ -63,29 +80,19 @@ func (h *holdLayer) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			c.Close()
-			continue
+		if tc, ok := h.track(c); ok {
+			return tc, nil
 		}
-		ac := &acceptedConn{Conn: c, h: h}
-		if h.accepted == nil {
-			h.accepted = make(map[*acceptedConn]struct{})
-		}
-		h.accepted[ac] = struct{}{}
-		h.mu.Unlock()
-		return ac, nil
 	}
 }
 
-// closeAccepted closes every inbound connection and every one accepted
-// from now on. Outbound connections (dials) are left to the transport.
-func (h *holdLayer) closeAccepted() {
+// closeConns closes every Raft connection, inbound and outbound, and every
+// one accepted or dialed from now on.
+func (h *holdLayer) closeConns() {
 	h.mu.Lock()
 	h.closed = true
-	conns := make([]*acceptedConn, 0, len(h.accepted))
-	for c := range h.accepted {
+	conns := make([]*trackedConn, 0, len(h.conns))
+	for c := range h.conns {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
@@ -94,11 +101,22 @@ func (h *holdLayer) closeAccepted() {
 	}
 }
 
+// errConnsClosed is returned by a dial after closeConns.
+var errConnsClosed = errors.New("raftnode: raft connections closed by shutdown")
+
 func (h *holdLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if h.held.Load() {
 		return nil, errHeld
 	}
-	return h.StreamLayer.Dial(addr, timeout)
+	c, err := h.StreamLayer.Dial(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := h.track(c)
+	if !ok {
+		return nil, errConnsClosed
+	}
+	return tc, nil
 }
 
 // Faults injects network faults into a node's cluster traffic. It exists for

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,10 +18,11 @@ func (l tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 	return net.DialTimeout("tcp", string(addr), timeout)
 }
 
-// closeAccepted cuts an inbound connection whose reader is blocked (as
-// Raft's loop is, reading a snapshot from a silent peer), and every
-// connection accepted after it.
-func TestCloseAcceptedCutsInboundConnections(t *testing.T) {
+// closeConns cuts an inbound connection whose reader is blocked (as Raft's
+// loop is, reading a snapshot from a silent peer) and an outbound one (as a
+// leader's, sending a snapshot to it), and refuses every connection
+// accepted or dialed after it.
+func TestCloseConnsCutsRaftConnections(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	h := newHoldLayer(tcpLayer{ln})
@@ -36,31 +38,51 @@ func TestCloseAcceptedCutsInboundConnections(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	// The dialed side is tracked too: h dials itself.
 	client, err := h.Dial(raft.ServerAddress(ln.Addr().String()), 5*time.Second)
 	require.NoError(t, err)
 	defer client.Close()
-	server := <-accepted
-	read := make(chan error, 1)
-	go func() {
-		_, err := server.Read(make([]byte, 1)) // the peer sends nothing
-		read <- err
-	}()
+	var server net.Conn
 	select {
-	case err := <-read:
-		t.Fatalf("read ended before closeAccepted: %v", err)
+	case server = <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection accepted")
+	}
+	blockedRead := func(c net.Conn) chan error {
+		read := make(chan error, 1)
+		go func() {
+			_, err := c.Read(make([]byte, 1)) // nobody sends anything
+			read <- err
+		}()
+		return read
+	}
+	reads := []chan error{blockedRead(server), blockedRead(client)}
+	select {
+	case err := <-reads[0]:
+		t.Fatalf("inbound read ended before closeConns: %v", err)
+	case err := <-reads[1]:
+		t.Fatalf("outbound read ended before closeConns: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 
-	h.closeAccepted()
-	select {
-	case err := <-read:
-		require.Error(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("closeAccepted left the blocked read running")
+	h.closeConns()
+	for i, read := range reads {
+		select {
+		case err := <-read:
+			require.Error(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("closeConns left blocked read %d running", i)
+		}
 	}
+	h.mu.Lock()
+	assert.Empty(t, h.conns, "closed connections are forgotten")
+	h.mu.Unlock()
+
+	_, err = h.Dial(raft.ServerAddress(ln.Addr().String()), 5*time.Second)
+	require.ErrorIs(t, err, errConnsClosed, "a dial after closeConns")
 
 	// A connection arriving afterwards is closed at once, never handed on.
-	late, err := h.Dial(raft.ServerAddress(ln.Addr().String()), 5*time.Second)
+	late, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
 	require.NoError(t, err)
 	defer late.Close()
 	require.NoError(t, late.SetReadDeadline(time.Now().Add(10*time.Second)))
@@ -68,7 +90,7 @@ func TestCloseAcceptedCutsInboundConnections(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 	select {
 	case c := <-accepted:
-		t.Fatalf("a connection accepted after closeAccepted was handed on: %v", c.RemoteAddr())
+		t.Fatalf("a connection accepted after closeConns was handed on: %v", c.RemoteAddr())
 	default:
 	}
 }

@@ -1039,9 +1039,10 @@ func (n *Node) Shutdown() error {
 		n.followerBatch.close()
 		var errs []error
 		stopping := n.raft.Shutdown()
-		// Raft's loop may be reading a snapshot off a connection whose
-		// peer went silent; cut the inbound connections so that it ends.
-		n.hold.closeAccepted()
+		// Raft may be reading a snapshot off a connection whose peer went
+		// silent, or sending one to it: cut the Raft connections so that
+		// it ends.
+		n.hold.closeConns()
 		if err := stopping.Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raftnode: raft shutdown: %w", err))
 		}

@@ -77,11 +77,12 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 // counted as applied still queued for the state machine, which would then
 // never reach the target.
 func (n *Node) waitApplied(ctx context.Context, target uint64) error {
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(n.ctx, cancel)()
+	waitCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(n.ctx, func() { cancel(ErrShutdown) })()
 	if err := n.fsm.WaitApplied(waitCtx, target); err != nil {
-		if ctx.Err() == nil && n.ctx.Err() != nil {
+		// Whichever ended first, the caller or the node, names the error.
+		if errors.Is(context.Cause(waitCtx), ErrShutdown) {
 			return ErrShutdown
 		}
 		return fmt.Errorf("raftnode: read: %w", err)
