@@ -123,6 +123,13 @@ func TestFreePorts(t *testing.T) {
 	l, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	l.Close()
+
+	// Below the ephemeral range, where no outgoing connection takes them.
+	if lo, hi, ok := fixedPortRange(); ok {
+		for _, p := range ports {
+			assert.True(t, p >= lo && p <= hi, "port %d outside %d-%d", p, lo, hi)
+		}
+	}
 }
 
 func TestNewClusterLayout(t *testing.T) {
