@@ -77,6 +77,9 @@ func (n *Node) waitForLinearizableRead(ctx context.Context) error {
 // counted as applied still queued for the state machine, which would then
 // never reach the target.
 func (n *Node) waitApplied(ctx context.Context, target uint64) error {
+	if n.fsm.AppliedIndex() >= target {
+		return nil // the common case: nothing to wait for
+	}
 	waitCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(n.ctx, func() { cancel(ErrShutdown) })()
