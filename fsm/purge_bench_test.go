@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-	bolt "go.etcd.io/bbolt"
 )
 
 // BenchmarkDuePendingJobs is the scheduler's read after a mass failure:
@@ -84,20 +83,4 @@ func BenchmarkDuePendingJobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("decoded", read)
-}
-
-// clearStateSummaries empties the value of every state index entry, as an
-// earlier release wrote them.
-func clearStateSummaries(db *bolt.DB) error {
-	return db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketPurgeByState)
-		var keys [][]byte
-		_ = bk.ForEach(func(k, _ []byte) error { keys = append(keys, append([]byte(nil), k...)); return nil })
-		for _, k := range keys {
-			if err := bk.Put(k, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }

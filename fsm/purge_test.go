@@ -371,6 +371,22 @@ func (p *purgeFSM) assertSummaries() {
 	}))
 }
 
+// clearStateSummaries empties the value of every state index entry, as an
+// earlier release wrote them.
+func clearStateSummaries(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketPurgeByState)
+		var keys [][]byte
+		_ = bk.ForEach(func(k, _ []byte) error { keys = append(keys, append([]byte(nil), k...)); return nil })
+		for _, k := range keys {
+			if err := bk.Put(k, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // TestStateIndexSummariesSpareDecoding checks the job summaries in the
 // state index: the scheduler's walk of due PENDING jobs, the job counts and
 // the prune decide from them without decoding the jobs they pass over (here

@@ -29,9 +29,10 @@ type Opener interface {
 // manifestEntries calls fn with the file path and recorded size of every
 // entry of the manifest mf, whatever its status, in the order the manifest
 // stores them: the order iceberg.ReadManifest returns them in. Entries are
-// decoded one at a time, without their column statistics, as the manifest is read, so memory holds one Avro
-// block of the manifest (64 KiB uncompressed when iceberg-go wrote it),
-// plus the manifest's bytes when the Reader is not an Opener.
+// decoded one at a time, without their column statistics, as the manifest
+// is read, so memory holds one Avro block of the manifest (64 KiB
+// uncompressed when iceberg-go wrote it), plus the manifest's bytes when the
+// Reader is not an Opener.
 //
 // A missing manifest is reported to OnMissing and yields nothing. An error
 // opening or reading the manifest is returned as the storage gave it (a
