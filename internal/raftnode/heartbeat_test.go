@@ -49,7 +49,11 @@ func TestHeartbeatGateWaitsAndRefuses(t *testing.T) {
 		}
 		first <- err
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat never reached the handler")
+	}
 
 	stopped := make(chan struct{})
 	go func() {
@@ -62,7 +66,11 @@ func TestHeartbeatGateWaitsAndRefuses(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(release)
-	<-stopped
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopHeartbeats did not return once the heartbeat ended")
+	}
 	if err := <-first; err != nil {
 		t.Fatalf("heartbeat in flight at stop: %v, want it answered", err)
 	}
