@@ -839,8 +839,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 
 // formCluster runs at start. A node with Raft state is already a member:
 // it only makes sure its recorded address is current (readdress).
-// Otherwise, given Join addresses, until it is a member, it is refused, or
-// it shuts down, it asks the Join nodes about themselves:
+// Otherwise, given Join addresses, until it is a member (it has known a
+// leader, even if it knows none now), it is refused, or it shuts down, it
+// asks the Join nodes about themselves:
 //
 //   - If one knows a leader, it first asks the leader for admission (its
 //     Raft port is shut until then, see Config.Join): refused when its ID
@@ -874,7 +875,11 @@ func (n *Node) formCluster() {
 			case <-time.After(time.Second):
 			}
 		}
-		if _, id := n.raft.LeaderWithID(); id != "" {
+		// Once a leader has been known, the node is a member and this
+		// loop's work is done. Checking only for a leader now would be
+		// wrong: a member removed early, which knows no leader any more,
+		// would ask to join again and be re-added.
+		if _, id, _ := n.leaderNow(); id != "" || n.leader.seen() {
 			log.Info("cluster joined", "leader_id", string(id))
 			return
 		}
@@ -917,6 +922,9 @@ func (n *Node) formCluster() {
 					log.Warn("rejoining as a non-voter; an operator promotes it with POST /management/v1/cluster/voters once it has caught up")
 					continue // returns once the leader reaches us
 				}
+			}
+			if n.leader.seen() {
+				continue // a member now: the check above returns
 			}
 			ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 			err := n.call(ctx, leader, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: true}, nil)

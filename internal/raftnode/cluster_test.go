@@ -343,5 +343,10 @@ func TestLeaderRemovingItselfStepsDown(t *testing.T) {
 	require.NoError(t, mustPropose(t, next, createNS("after-removal")).Err())
 	assert.Equal(t, raft.Follower, leader.raft.State(), "the removed leader's Raft is still running")
 	assert.NotContains(t, suffrages(t, next), leader.ID())
+	// The removed node does not ask to join again, even when the cluster
+	// formed so recently that its start-up join loop is still running
+	// (it retries every second).
+	time.Sleep(1500 * time.Millisecond)
+	assert.NotContains(t, suffrages(t, next), leader.ID(), "the removed node joined again")
 	require.NoError(t, leader.Shutdown())
 }

@@ -86,6 +86,13 @@ func (w *leaderWatch) current() (raft.ServerAddress, raft.ServerID, context.Cont
 	return w.addr, w.id, w.epoch
 }
 
+// seen reports whether any leader has been known since the node started.
+func (w *leaderWatch) seen() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.id != ""
+}
+
 // close ends the current epoch and stops its timer.
 func (w *leaderWatch) close() {
 	w.mu.Lock()
