@@ -60,13 +60,11 @@ type OIDCConfig struct {
 // issuer. Construction does no I/O: discovery (unless JWKSURL is set)
 // happens on the first Verify and is retried, at most once per
 // DiscoveryRetry, until it succeeds, so a node starts while its issuer is
-// unreachable. Keys are cached and re-fetched when a token names an unknown
-// kid (go-oidc's RemoteKeySet), at most once per 100ms for kids that have
-// never verified (spacedKeySet).
+// unreachable. Keys are cached and fetched again when none verifies a
+// token, at most once per 100ms (issuerKeys).
 type OIDCVerifier struct {
-	cfg    OIDCConfig
-	log    *slog.Logger
-	client context.Context // carries cfg.HTTPClient for go-oidc
+	cfg OIDCConfig
+	log *slog.Logger
 
 	mu          sync.Mutex
 	verifier    *oidc.IDTokenVerifier // nil until discovery succeeds
@@ -104,11 +102,7 @@ func NewOIDCVerifier(cfg OIDCConfig) (*OIDCVerifier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	v := &OIDCVerifier{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		client: oidc.ClientContext(context.Background(), cfg.HTTPClient),
-	}
+	v := &OIDCVerifier{cfg: cfg, log: cfg.Logger}
 	if cfg.JWKSURL != "" {
 		v.verifier = v.newIDTokenVerifier(cfg.JWKSURL, cfg.SigningAlgs)
 	}
@@ -122,7 +116,7 @@ func (v *OIDCVerifier) Issuer() string { return v.cfg.IssuerURL }
 // Expiry is checked against a clock set back by Leeway, since go-oidc has
 // no leeway of its own for exp. Empty algs: go-oidc's default, RS256.
 func (v *OIDCVerifier) newIDTokenVerifier(jwksURL string, algs []string) *oidc.IDTokenVerifier {
-	keys := newSpacedKeySet(oidc.NewRemoteKeySet(v.client, jwksURL), v.cfg.Now)
+	keys := newIssuerKeys(jwksURL, v.cfg.HTTPClient, v.cfg.Now, v.log)
 	return oidc.NewVerifier(v.cfg.IssuerURL, keys, &oidc.Config{
 		ClientID:             v.cfg.Audience,
 		SupportedSigningAlgs: algs,
@@ -188,13 +182,13 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 // principal (Via ViaOIDC) with the roles of RolesClaim. Errors wrap
 // ErrExpiredToken for an expired token, ErrUnavailable while discovery
 // fails, and ErrInvalidToken for everything else (including keys that
-// could not be fetched for an unknown kid: go-oidc does not tell that
-// apart from a bad signature).
+// could not be fetched: go-oidc does not tell that apart from a bad
+// signature).
 //
-// go-oidc fetches the issuer's keys again for every kid it does not know.
-// So that forged tokens cannot make floe hammer the issuer, a kid whose
-// signature has never verified here is tried at most once per 100ms; other
-// such tokens are refused as ErrInvalidToken meanwhile (see spacedKeySet).
+// A token no cached key verifies makes the issuer's keys be fetched
+// again, at most once per 100ms, so that forged tokens cannot make floe
+// hammer the issuer; other such tokens are refused as ErrInvalidToken
+// meanwhile (see issuerKeys).
 func (v *OIDCVerifier) Verify(ctx context.Context, raw string) (Principal, error) {
 	verifier, err := v.idTokenVerifier(ctx, false)
 	if err != nil {

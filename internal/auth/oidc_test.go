@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,6 +42,8 @@ type testIssuer struct {
 	down      bool                       // discovery answers 503
 	discovery int                        // discovery requests served
 	jwks      int                        // JWKS requests served
+	hold      chan struct{}              // when set, JWKS requests wait for it to close
+	held      chan struct{}              // receives once per JWKS request that waits on hold
 }
 
 func newTestIssuer(t *testing.T) *testIssuer {
@@ -65,6 +68,13 @@ func newTestIssuer(t *testing.T) *testIssuer {
 		})
 	})
 	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
+		ti.mu.Lock()
+		hold, held := ti.hold, ti.held
+		ti.mu.Unlock()
+		if hold != nil {
+			held <- struct{}{}
+			<-hold
+		}
 		ti.mu.Lock()
 		defer ti.mu.Unlock()
 		ti.jwks++
@@ -271,11 +281,21 @@ func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
 		_, err := v.Verify(ctx, forged)
 		wantErr(t, err, ErrInvalidToken)
 	}
-	// At most one fetch: go-oidc may even answer the first forged kid from
-	// the fetch the valid token started, when that one has not yet let go
-	// of its in-flight slot (a loaded machine), so zero is fine too.
-	if _, jwks := ti.counts(); jwks-jwksBefore > 1 {
-		t.Fatalf("20 forged kids within 100ms fetched the JWKS %d times, want at most 1", jwks-jwksBefore)
+	if _, jwks := ti.counts(); jwks-jwksBefore != 1 {
+		t.Fatalf("20 forged kids within 100ms fetched the JWKS %d times, want 1", jwks-jwksBefore)
+	}
+	// Forged signatures under the real kid are refused without a fetch
+	// within the spacing, and with one fetch after it.
+	for i := range 20 {
+		if i == 10 {
+			clock.Advance(minForcedRefresh)
+		}
+		forged := signRSA(t, "k1", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now()))
+		_, err := v.Verify(ctx, forged)
+		wantErr(t, err, ErrInvalidToken)
+	}
+	if _, jwks := ti.counts(); jwks-jwksBefore != 2 {
+		t.Fatalf("forged signatures under a known kid fetched the JWKS %d times, want 1 more", jwks-jwksBefore-1)
 	}
 	// The known key keeps working meanwhile.
 	if _, err := v.Verify(ctx, valid); err != nil {
@@ -286,6 +306,116 @@ func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
 	clock.Advance(minForcedRefresh)
 	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
 		t.Fatalf("rotated key after the spacing: %v", err)
+	}
+}
+
+// Tokens of a key no cached key verifies, arriving while a fetch runs,
+// wait for that fetch and share it.
+func TestOIDCTokensShareAFetchInFlight(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	_, jwksBefore := ti.counts()
+	clock.Advance(time.Second)
+	ti.rotate("k2", rsaKeys()[1])
+	hold, held := make(chan struct{}), make(chan struct{}, 8)
+	ti.mu.Lock()
+	ti.hold, ti.held = hold, held
+	ti.mu.Unlock()
+	tok := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
+	errs := make(chan error, 5)
+	go func() { _, err := v.Verify(ctx, tok); errs <- err }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fetch started")
+	}
+	// The spacing has passed, yet these join the running fetch.
+	clock.Advance(time.Second)
+	for range 4 {
+		go func() { _, err := v.Verify(ctx, tok); errs <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // let them reach the fetch; joining late is fine too
+	close(hold)
+	for range 5 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("token of the rotated key: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a verification did not return")
+		}
+	}
+	// Any that came after the fetch ended found k2 cached: one fetch in all.
+	if _, jwks := ti.counts(); jwks-jwksBefore != 1 {
+		t.Fatalf("JWKS fetched %d times, want 1", jwks-jwksBefore)
+	}
+}
+
+func TestParseJWKSKeepsPublicSignatureKeys(t *testing.T) {
+	rsaPub := func(kid, alg, use string) jose.JSONWebKey {
+		return jose.JSONWebKey{Key: &rsaKeys()[0].PublicKey, KeyID: kid, Algorithm: alg, Use: use}
+	}
+	var raws []json.RawMessage
+	add := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, b)
+	}
+	add(rsaPub("sig", "RS256", "sig"))
+	add(rsaPub("no-alg-no-use", "", ""))
+	add(rsaPub("enc", "RSA-OAEP", "enc"))
+	add(rsaPub("hs-alg", "HS256", "sig"))
+	add(jose.JSONWebKey{Key: []byte(strings.Repeat("k", 32)), KeyID: "oct"})
+	add(jose.JSONWebKey{Key: rsaKeys()[1], KeyID: "private", Algorithm: "RS256"})
+	add(map[string]any{"kty": "XYZ", "kid": "unknown-type"})
+	add(map[string]any{"kty": "RSA", "kid": "broken", "n": "!!", "e": "AQAB"})
+	add("not an object")
+	doc, err := json.Marshal(map[string]any{"keys": raws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := parseJWKS(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, k := range keys {
+		kids = append(kids, k.KeyID)
+		if !k.IsPublic() {
+			t.Fatalf("key %q kept with its private half", k.KeyID)
+		}
+	}
+	if want := []string{"sig", "no-alg-no-use", "private"}; !slices.Equal(kids, want) {
+		t.Fatalf("kept %v, want %v", kids, want)
+	}
+	for _, bad := range []string{"", "[]", `{"keys":{}}`, "<html>"} {
+		if _, err := parseJWKS([]byte(bad)); err == nil {
+			t.Fatalf("parseJWKS(%q) succeeded", bad)
+		}
+	}
+}
+
+// The issuer's keys are refused when the document is too large, and a
+// token is then refused as invalid, not answered from nothing.
+func TestOIDCRefusesAnOversizedKeySet(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"keys":[],"pad":"`))
+		_, _ = w.Write([]byte(strings.Repeat("x", maxJWKSBytes)))
+		_, _ = w.Write([]byte(`"}`))
+	}))
+	t.Cleanup(srv.Close)
+	k := newIssuerKeys(srv.URL, srv.Client(), time.Now, slog.New(slog.DiscardHandler))
+	_, err := k.refresh(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("oversized key set: %v", err)
 	}
 }
 

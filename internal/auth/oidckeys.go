@@ -2,64 +2,228 @@ package auth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/coreos/go-oidc/v3/oidc"
+	jose "github.com/go-jose/go-jose/v4"
 )
 
-// spacedKeySet wraps go-oidc's RemoteKeySet, which fetches the issuer's
-// keys again whenever a token names a kid it does not hold. A kid whose
-// signature has verified before goes straight through; a kid that never
-// has is tried at most once per minForcedRefresh, so forged tokens with
-// random kids cost the issuer at most ten key fetches a second.
-type spacedKeySet struct {
-	inner oidc.KeySet
-	now   func() time.Time
+// maxJWKSBytes bounds an issuer's key set document; real ones are a few KiB.
+const maxJWKSBytes = 1 << 20
 
-	mu          sync.Mutex
-	known       map[string]bool // kids whose signatures verified
-	lastUnknown time.Time       // last time an unknown kid was tried
+// verifiableAlgs are the signature algorithms a token may name: the
+// asymmetric ones. go-oidc has already held the token to the configured
+// subset; this keeps a MAC keyed with public data out regardless.
+var verifiableAlgs = []jose.SignatureAlgorithm{
+	jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512,
+	jose.PS256, jose.PS384, jose.PS512, jose.EdDSA,
 }
 
-func newSpacedKeySet(inner oidc.KeySet, now func() time.Time) *spacedKeySet {
-	return &spacedKeySet{inner: inner, now: now, known: map[string]bool{}}
+// errKidSpaced refuses a token no cached key verifies, when the keys were
+// fetched less than minForcedRefresh ago.
+var errKidSpaced = errors.New("no known signing key verifies the token; not fetching the issuer's keys again so soon")
+
+// issuerKeys is an OIDC issuer's signing keys (its JWKS) as go-oidc's
+// KeySet. A token is checked against the cached keys of its kid (all keys
+// when it names none). Only when none verifies are the keys fetched again,
+// and at most once per minForcedRefresh, so forged tokens, whatever kid they
+// name, cost the issuer at most ten fetches a second. A token arriving while
+// a fetch runs waits for that fetch instead.
+//
+// It stands in for go-oidc's RemoteKeySet, which falls short as a gate in
+// two ways: it fetches again for every token whose signature fails, even
+// with a kid it holds, and a fetch that starts just as another ends is
+// answered with the ended fetch's keys, so the first token of a key rotated
+// in that moment is refused.
+type issuerKeys struct {
+	url    string
+	client *http.Client
+	now    func() time.Time
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	keys      []jose.JSONWebKey // of the last successful fetch
+	lastFetch time.Time         // start of the last fetch
+	inflight  *keyFetch         // nil unless a fetch runs
 }
 
-// errKidSpaced refuses an unknown kid tried too soon after another.
-var errKidSpaced = errors.New("unknown signing key; not fetching the issuer's keys again so soon")
+// keyFetch is one fetch of the key set, shared by every token that waits
+// for it. keys and err are set before done is closed.
+type keyFetch struct {
+	done chan struct{}
+	keys []jose.JSONWebKey
+	err  error
+}
 
-// VerifySignature implements oidc.KeySet. go-oidc has already checked the
-// algorithm and passes its parsed token in ctx, which is handed on as is.
-func (k *spacedKeySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
-	kid := peekKid(jwt)
-	if !k.mayTry(kid) {
-		return nil, errKidSpaced
+func newIssuerKeys(url string, client *http.Client, now func() time.Time, log *slog.Logger) *issuerKeys {
+	return &issuerKeys{url: url, client: client, now: now, log: log}
+}
+
+// VerifySignature implements oidc.KeySet: it returns the payload of jwt
+// when one of the issuer's keys verifies its signature. Errors: a
+// malformed token, no key verifying it, the spacing (errKidSpaced), a
+// failed fetch, or ctx ending while a fetch runs (the fetch goes on for
+// the others).
+func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
+	jws, err := jose.ParseSigned(jwt, verifiableAlgs)
+	if err != nil {
+		return nil, fmt.Errorf("malformed jwt: %v", err)
 	}
-	payload, err := k.inner.VerifySignature(ctx, jwt)
-	if err == nil {
-		k.mu.Lock()
-		k.known[kid] = true // only the issuer's real keys get here
-		k.mu.Unlock()
+	if len(jws.Signatures) != 1 {
+		return nil, errors.New("jwt must carry exactly one signature")
 	}
-	return payload, err
-}
-
-// mayTry reports whether a token with this kid may be verified now, and
-// records the attempt of an unknown kid.
-func (k *spacedKeySet) mayTry(kid string) bool {
+	kid := jws.Signatures[0].Header.KeyID
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.known[kid] {
-		return true
+	cached := k.keys
+	k.mu.Unlock()
+	if payload, ok := verifyWith(jws, kid, cached); ok {
+		return payload, nil
 	}
-	now := k.now()
-	if !k.lastUnknown.IsZero() && now.Sub(k.lastUnknown) < minForcedRefresh {
-		return false
+	fresh, err := k.refresh(ctx)
+	if err != nil {
+		return nil, err
 	}
-	k.lastUnknown = now
-	return true
+	if payload, ok := verifyWith(jws, kid, fresh); ok {
+		return payload, nil
+	}
+	return nil, errors.New("no signing key of the issuer verifies the token")
+}
+
+// verifyWith tries the keys of kid (every key when kid is empty).
+func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) ([]byte, bool) {
+	for i := range keys {
+		if kid != "" && keys[i].KeyID != kid {
+			continue
+		}
+		if payload, err := jws.Verify(&keys[i]); err == nil {
+			return payload, true
+		}
+	}
+	return nil, false
+}
+
+// refresh returns the keys of a fetch that starts after the call, or of
+// the one running; errKidSpaced when the last one started less than
+// minForcedRefresh ago and has ended.
+func (k *issuerKeys) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
+	k.mu.Lock()
+	f := k.inflight
+	if f == nil {
+		now := k.now()
+		if !k.lastFetch.IsZero() && now.Sub(k.lastFetch) < minForcedRefresh {
+			k.mu.Unlock()
+			return nil, errKidSpaced
+		}
+		k.lastFetch = now
+		f = &keyFetch{done: make(chan struct{})}
+		k.inflight = f
+		go k.fetch(f)
+	}
+	k.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-f.done:
+		return f.keys, f.err
+	}
+}
+
+// fetch runs f, detached from the token that started it, and publishes its
+// keys. The slot is freed before f's waiters wake, so a token that arrives
+// after them never joins an ended fetch.
+func (k *issuerKeys) fetch(f *keyFetch) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultOIDCTimeout)
+	defer cancel()
+	keys, err := k.get(ctx)
+	k.mu.Lock()
+	if err == nil {
+		k.keys = keys
+	}
+	k.inflight = nil
+	k.mu.Unlock()
+	if err != nil {
+		k.log.Warn("OIDC signing keys could not be fetched", "jwks_uri", k.url, "err", err)
+	} else {
+		k.log.Info("OIDC signing keys fetched", "jwks_uri", k.url, "keys", len(keys))
+	}
+	f.keys, f.err = keys, err
+	close(f.done)
+}
+
+func (k *issuerKeys) get(ctx context.Context) ([]jose.JSONWebKey, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch signing keys: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Cache-Control", "no-cache")
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch signing keys: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKSBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch signing keys: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch signing keys: %s", resp.Status)
+	}
+	if len(body) > maxJWKSBytes {
+		return nil, fmt.Errorf("fetch signing keys: document larger than %d bytes", maxJWKSBytes)
+	}
+	return parseJWKS(body)
+}
+
+// parseJWKS returns the public signature keys of a JWKS document. Keys
+// for encryption, for an algorithm floe does not verify with, of a type it
+// does not know, or that do not parse are passed over, so one odd key
+// does not lock out the tokens of the others; the public half of a
+// private key is kept, and a symmetric key never is.
+func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
+	var doc struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, fmt.Errorf("signing keys: not a JWKS document: %v", err)
+	}
+	var out []jose.JSONWebKey
+	for _, raw := range doc.Keys {
+		var meta struct {
+			Alg string `json:"alg"`
+			Use string `json:"use"`
+		}
+		if json.Unmarshal(raw, &meta) != nil || (meta.Use != "" && meta.Use != "sig") {
+			continue
+		}
+		if meta.Alg != "" && !verifiable(meta.Alg) {
+			continue
+		}
+		var jwk jose.JSONWebKey
+		if err := json.Unmarshal(raw, &jwk); err != nil {
+			continue
+		}
+		pub := jwk.Public()
+		switch pub.Key.(type) {
+		case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
+			out = append(out, pub)
+		}
+	}
+	return out, nil
+}
+
+func verifiable(alg string) bool {
+	return slices.Contains(verifiableAlgs, jose.SignatureAlgorithm(alg))
 }
 
 // asymmetricAlgs keeps the algorithms go-oidc verifies (all asymmetric) of
@@ -69,8 +233,7 @@ func (k *spacedKeySet) mayTry(kid string) bool {
 func asymmetricAlgs(algs []string) []string {
 	var out []string
 	for _, a := range algs {
-		switch a {
-		case oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512, oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA:
+		if verifiable(a) {
 			out = append(out, a)
 		}
 	}
