@@ -931,8 +931,9 @@ func (n *Node) leadershipChanged(leader bool) {
 		for _, task := range n.leaderTasks {
 			n.startTaskLocked(task)
 		}
+		tasks := len(n.leaderTasks)
 		n.leaderMu.Unlock()
-		n.logger.Info("leader tasks started", "tasks", len(n.leaderTasks))
+		n.logger.Info("leader tasks started", "tasks", tasks)
 		return
 	}
 	if !leader && n.leaderCancel != nil {
