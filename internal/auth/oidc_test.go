@@ -2,9 +2,13 @@ package auth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -42,6 +46,7 @@ type testIssuer struct {
 	down      bool                       // discovery answers 503
 	discovery int                        // discovery requests served
 	jwks      int                        // JWKS requests served
+	jwksDown  bool                       // the JWKS endpoint answers 503
 	hold      chan struct{}              // when set, JWKS requests wait for it to close
 	held      chan struct{}              // receives once per JWKS request that waits on hold
 }
@@ -78,6 +83,10 @@ func newTestIssuer(t *testing.T) *testIssuer {
 		ti.mu.Lock()
 		defer ti.mu.Unlock()
 		ti.jwks++
+		if ti.jwksDown {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		var set jose.JSONWebKeySet
 		for kid, k := range ti.published {
 			set.Keys = append(set.Keys, jose.JSONWebKey{Key: &k.PublicKey, KeyID: kid, Algorithm: "RS256", Use: "sig"})
@@ -375,9 +384,21 @@ func TestParseJWKSKeepsPublicSignatureKeys(t *testing.T) {
 	add(rsaPub("hs-alg", "HS256", "sig"))
 	add(jose.JSONWebKey{Key: []byte(strings.Repeat("k", 32)), KeyID: "oct"})
 	add(jose.JSONWebKey{Key: rsaKeys()[1], KeyID: "private", Algorithm: "RS256"})
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(jose.JSONWebKey{Key: &ecKey.PublicKey, KeyID: "ec", Algorithm: "ES256", Use: "sig"})
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(jose.JSONWebKey{Key: edPub, KeyID: "ed", Algorithm: "EdDSA"})
 	add(map[string]any{"kty": "XYZ", "kid": "unknown-type"})
 	add(map[string]any{"kty": "RSA", "kid": "broken", "n": "!!", "e": "AQAB"})
 	add("not an object")
+	// A decoy spelling of "use" does not hide an encryption key.
+	raws = append(raws, json.RawMessage(strings.Replace(string(mustJSON(t, rsaPub("enc-decoy", "", "enc"))), "{", `{"USE":"sig",`, 1)))
 	doc, err := json.Marshal(map[string]any{"keys": raws})
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +414,7 @@ func TestParseJWKSKeepsPublicSignatureKeys(t *testing.T) {
 			t.Fatalf("key %q kept with its private half", k.KeyID)
 		}
 	}
-	if want := []string{"sig", "no-alg-no-use", "private"}; !slices.Equal(kids, want) {
+	if want := []string{"sig", "no-alg-no-use", "ec", "ed"}; !slices.Equal(kids, want) {
 		t.Fatalf("kept %v, want %v", kids, want)
 	}
 	for _, bad := range []string{"", "[]", `{"keys":{}}`, "<html>"} {
@@ -403,20 +424,92 @@ func TestParseJWKSKeepsPublicSignatureKeys(t *testing.T) {
 	}
 }
 
-// The issuer's keys are refused when the document is too large, and a
-// token is then refused as invalid, not answered from nothing.
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A key set document larger than the bound is refused as soon as the bound
+// is passed: the issuer below never ends its body, so a reader that waited
+// for the end would fail on its timeout instead.
 func TestOIDCRefusesAnOversizedKeySet(t *testing.T) {
+	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"keys":[],"pad":"`))
 		_, _ = w.Write([]byte(strings.Repeat("x", maxJWKSBytes)))
-		_, _ = w.Write([]byte(`"}`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
 	}))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
 	k := newIssuerKeys(srv.URL, srv.Client(), time.Now, slog.New(slog.DiscardHandler))
-	_, err := k.refresh(context.Background())
+	_, err := k.refresh(context.Background(), 0)
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("oversized key set: %v", err)
 	}
+}
+
+// A token that read the cache before a fetch ended, and failed on it, gets
+// the fetched keys without a fetch of its own and without being refused
+// for the spacing.
+func TestOIDCLateTokenUsesTheFetchThatEnded(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	k := newIssuerKeys(ti.URL()+"/keys", ti.srv.Client(), clock.Now, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	keys, err := k.refresh(ctx, 0)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("first fetch: %v keys, %v", len(keys), err)
+	}
+	_, jwks := ti.counts()
+	keys, err = k.refresh(ctx, 0) // saw generation 0, before the fetch ended
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("late token: %v keys, %v", len(keys), err)
+	}
+	if _, now := ti.counts(); now != jwks {
+		t.Fatal("a late token fetched again")
+	}
+	if _, err := k.refresh(ctx, 1); !errors.Is(err, errKidSpaced) {
+		t.Fatalf("a token that saw the fetched keys, within the spacing: %v", err)
+	}
+}
+
+// A failed fetch keeps the keys of the last good one; a token without a
+// kid is checked against every key.
+func TestOIDCKeepsKeysWhenAFetchFails(t *testing.T) {
+	ti := newTestIssuer(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	v := newTestOIDCVerifier(t, ti, clock, nil)
+	valid := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
+	if _, err := v.Verify(ctx, valid); err != nil {
+		t.Fatal(err)
+	}
+	ti.mu.Lock()
+	ti.jwksDown = true
+	ti.mu.Unlock()
+	clock.Advance(time.Second)
+	_, jwksBefore := ti.counts()
+	_, err := v.Verify(ctx, signRSA(t, "unknown", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
+	wantErr(t, err, ErrInvalidToken)
+	if _, jwks := ti.counts(); jwks != jwksBefore+1 {
+		t.Fatalf("the unknown kid fetched the JWKS %d times, want 1", jwks-jwksBefore)
+	}
+	if _, err := v.Verify(ctx, valid); err != nil {
+		t.Fatalf("known key after a failed fetch: %v", err)
+	}
+	if _, err := v.Verify(ctx, signRSA(t, "", rsaKeys()[0], oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatalf("token without a kid: %v", err)
+	}
+	_, err = v.Verify(ctx, signRSA(t, "", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
+	wantErr(t, err, ErrInvalidToken)
 }
 
 func TestAsymmetricAlgs(t *testing.T) {

@@ -53,6 +53,7 @@ type issuerKeys struct {
 
 	mu        sync.Mutex
 	keys      []jose.JSONWebKey // of the last successful fetch
+	gen       uint64            // counts successful fetches
 	lastFetch time.Time         // start of the last fetch
 	inflight  *keyFetch         // nil unless a fetch runs
 }
@@ -84,12 +85,12 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, e
 	}
 	kid := jws.Signatures[0].Header.KeyID
 	k.mu.Lock()
-	cached := k.keys
+	cached, gen := k.keys, k.gen
 	k.mu.Unlock()
 	if payload, ok := verifyWith(jws, kid, cached); ok {
 		return payload, nil
 	}
-	fresh, err := k.refresh(ctx)
+	fresh, err := k.refresh(ctx, gen)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +113,17 @@ func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) 
 	return nil, false
 }
 
-// refresh returns the keys of a fetch that starts after the call, or of
-// the one running; errKidSpaced when the last one started less than
-// minForcedRefresh ago and has ended.
-func (k *issuerKeys) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
+// refresh returns keys newer than those of generation seen: the cached
+// ones when a fetch has ended since, else those of the fetch running or of
+// one it starts; errKidSpaced when the last one started less than
+// minForcedRefresh ago.
+func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKey, error) {
 	k.mu.Lock()
+	if k.gen != seen {
+		keys := k.keys
+		k.mu.Unlock()
+		return keys, nil
+	}
 	f := k.inflight
 	if f == nil {
 		now := k.now()
@@ -148,6 +155,7 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 	k.mu.Lock()
 	if err == nil {
 		k.keys = keys
+		k.gen++
 	}
 	k.inflight = nil
 	k.mu.Unlock()
@@ -188,8 +196,9 @@ func (k *issuerKeys) get(ctx context.Context) ([]jose.JSONWebKey, error) {
 // parseJWKS returns the public signature keys of a JWKS document. Keys
 // for encryption, for an algorithm floe does not verify with, of a type it
 // does not know, or that do not parse are passed over, so one odd key
-// does not lock out the tokens of the others; the public half of a
-// private key is kept, and a symmetric key never is.
+// does not lock out the tokens of the others. So are symmetric keys and
+// private keys: a private key published at the public jwks_uri signs for
+// anyone who reads it.
 func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 	var doc struct {
 		Keys []json.RawMessage `json:"keys"`
@@ -199,24 +208,16 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 	}
 	var out []jose.JSONWebKey
 	for _, raw := range doc.Keys {
-		var meta struct {
-			Alg string `json:"alg"`
-			Use string `json:"use"`
-		}
-		if json.Unmarshal(raw, &meta) != nil || (meta.Use != "" && meta.Use != "sig") {
-			continue
-		}
-		if meta.Alg != "" && !verifiable(meta.Alg) {
-			continue
-		}
 		var jwk jose.JSONWebKey
 		if err := json.Unmarshal(raw, &jwk); err != nil {
 			continue
 		}
-		pub := jwk.Public()
-		switch pub.Key.(type) {
+		if (jwk.Use != "" && jwk.Use != "sig") || (jwk.Algorithm != "" && !verifiable(jwk.Algorithm)) || !jwk.IsPublic() {
+			continue
+		}
+		switch jwk.Key.(type) {
 		case *rsa.PublicKey, *ecdsa.PublicKey, ed25519.PublicKey:
-			out = append(out, pub)
+			out = append(out, jwk)
 		}
 	}
 	return out, nil
