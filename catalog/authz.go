@@ -42,9 +42,11 @@ type Authorizer interface {
 
 // Auditor records the outcome of mutations and refused requests. op is the
 // spec's operationId, target the namespace or table the request named ("" for
-// none), status the HTTP status answered.
+// none), status the HTTP status answered. denied is set when the request was
+// refused for lack of a privilege, also when the answer is a 404 that hides
+// what the caller may not see.
 type Auditor interface {
-	Audit(r *http.Request, op, target string, status int)
+	Audit(r *http.Request, op, target string, status int, denied bool)
 }
 
 // anonymous is the principal of every request when there is no Authorizer.
@@ -85,6 +87,9 @@ func (s *Server) authorize(r *http.Request, priv string, namespace []string, not
 			return err
 		}
 		if !visible {
+			// Answered as missing, so as not to tell that it exists, but
+			// audited as what it is: a refusal.
+			markDenied(r)
 			return notFound()
 		}
 	}
@@ -183,7 +188,10 @@ func (s *Server) readOnlyCredentials(r *http.Request, namespace []string) (bool,
 // the handler when the name is in the body.
 type auditTargetKey struct{}
 
-type auditTarget struct{ name string }
+type auditTarget struct {
+	name   string
+	denied bool // refused for lack of a privilege, whatever the status
+}
 
 func withAuditTarget(r *http.Request) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), auditTargetKey{}, &auditTarget{}))
@@ -196,19 +204,29 @@ func setAuditTarget(r *http.Request, name string) {
 	}
 }
 
+// markDenied records that the request was refused for lack of a
+// privilege, for the audit line, when the answer does not say so (a 404
+// for what the caller may not see).
+func markDenied(r *http.Request) {
+	if t, ok := r.Context().Value(auditTargetKey{}).(*auditTarget); ok {
+		t.denied = true
+	}
+}
+
 // audit records a mutation (any method but GET and HEAD) or a refused
-// request (401, 403) with the Auditor.
+// request (401, 403, or a 404 for what the caller may not see) with the
+// Auditor.
 func (s *Server) audit(r *http.Request, op string, status int) {
 	if s.cfg.Auditor == nil {
 		return
 	}
-	mutation := r.Method != http.MethodGet && r.Method != http.MethodHead && op != "reportMetrics"
-	if !mutation && status != http.StatusUnauthorized && status != http.StatusForbidden {
-		return
-	}
-	target := ""
+	target, denied := "", false
 	if t, ok := r.Context().Value(auditTargetKey{}).(*auditTarget); ok {
-		target = t.name
+		target, denied = t.name, t.denied
+	}
+	mutation := r.Method != http.MethodGet && r.Method != http.MethodHead && op != "reportMetrics"
+	if !mutation && !denied && status != http.StatusUnauthorized && status != http.StatusForbidden {
+		return
 	}
 	if target == "" {
 		vars := mux.Vars(r)
@@ -222,7 +240,7 @@ func (s *Server) audit(r *http.Request, op string, status int) {
 			}
 		}
 	}
-	s.cfg.Auditor.Audit(r, op, target, status)
+	s.cfg.Auditor.Audit(r, op, target, status, denied)
 }
 
 // scopeKey carries, in a request's context, whether its principal may

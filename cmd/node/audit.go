@@ -37,13 +37,17 @@ func openAuditLog(dest, nodeID string) (*auditLog, error) {
 	return &auditLog{logger: slog.New(h).With("log", "audit", "node", nodeID), closer: closer}, nil
 }
 
+// outcomeDenied is the outcome of a request refused for lack of a
+// privilege: a 403, or a 404 that hides what the caller may not see.
+const outcomeDenied = "denied"
+
 // outcomeOf names a status for the audit line.
 func outcomeOf(status int) string {
 	switch {
 	case status == http.StatusUnauthorized:
 		return "unauthenticated"
 	case status == http.StatusForbidden:
-		return "denied"
+		return outcomeDenied
 	case status >= 500:
 		return "error"
 	case status >= 400:
@@ -53,14 +57,14 @@ func outcomeOf(status int) string {
 	}
 }
 
-func (a *auditLog) write(r *http.Request, principal, requestID, op, target string, status int) {
+func (a *auditLog) write(r *http.Request, principal, requestID, op, target string, status int, outcome string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.logger.Info("audit",
 		"principal", principal,
 		"operation", op,
 		"target", target,
-		"outcome", outcomeOf(status),
+		"outcome", outcome,
 		"status", status,
 		"method", r.Method,
 		"path", r.URL.Path,

@@ -263,15 +263,23 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // record writes one audit line, when there is an audit log.
 func (s *security) record(r *http.Request, op, target string, status int) {
+	s.recordOutcome(r, op, target, status, outcomeOf(status))
+}
+
+func (s *security) recordOutcome(r *http.Request, op, target string, status int, outcome string) {
 	if s.audit == nil {
 		return
 	}
-	s.audit.write(r, s.principal(r), requestID(r), op, target, status)
+	s.audit.write(r, s.principal(r), requestID(r), op, target, status, outcome)
 }
 
 // Audit implements catalog.Auditor.
-func (s *security) Audit(r *http.Request, op, target string, status int) {
-	s.record(r, op, target, status)
+func (s *security) Audit(r *http.Request, op, target string, status int, denied bool) {
+	outcome := outcomeOf(status)
+	if denied {
+		outcome = outcomeDenied
+	}
+	s.recordOutcome(r, op, target, status, outcome)
 }
 
 // allowed reports whether the request's principal holds priv on namespace,

@@ -212,6 +212,10 @@ func TestAuthProcesses(t *testing.T) {
 		code, b := c.call(t, n2, bob, "GET", "/v1/namespaces/sales", "")
 		assert.Equal(t, http.StatusNotFound, code, "%s", b)
 		assert.Contains(t, string(b), "NoSuchNamespaceException")
+		// A table missing where bob may read is a plain 404, not a refusal
+		// (the audit log below has no line for it).
+		code, b = c.call(t, n2, bob, "GET", "/v1/namespaces/hr/tables/missing", "")
+		assert.Equal(t, http.StatusNotFound, code, "%s", b)
 		code, b = c.call(t, n2, bob, "POST", "/v1/namespaces/hr/tables", `{"name":"x","schema":{"type":"struct","fields":[]}}`)
 		assert.Equal(t, http.StatusForbidden, code, "%s", b)
 		assert.Contains(t, string(b), "ForbiddenException")
@@ -342,8 +346,14 @@ func TestAuthProcesses(t *testing.T) {
 			return m["principal"] == "alice" && m["operation"] == "createTable" && m["target"] == "sales.lines" && m["outcome"] == "ok" && m["request_id"] != ""
 		}), "alice's createTable")
 		assert.True(t, find(func(m map[string]any) bool {
-			return m["principal"] == "bob" && m["outcome"] == "denied"
+			return m["principal"] == "bob" && m["outcome"] == "denied" && m["status"] == float64(http.StatusForbidden)
 		}), "bob's refusal")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "bob" && m["outcome"] == "denied" && m["status"] == float64(http.StatusNotFound) &&
+				m["operation"] == "loadNamespace" && m["target"] == "sales"
+		}), "bob's read of a namespace hidden from him, answered 404: %v", linesOf(lines, "bob"))
+		assert.False(t, find(func(m map[string]any) bool { return m["target"] == "hr.missing" }),
+			"a read allowed but of a missing table is not a refusal")
 		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != ""
@@ -381,4 +391,14 @@ func (c *authCluster) expiredToken(t *testing.T, p *clusterProc, principal strin
 
 func testSchema() *iceberg.Schema {
 	return iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+}
+
+func linesOf(lines []map[string]any, principal string) []map[string]any {
+	var out []map[string]any
+	for _, m := range lines {
+		if m["principal"] == principal {
+			out = append(out, m)
+		}
+	}
+	return out
 }
