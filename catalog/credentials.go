@@ -82,27 +82,40 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 	return storageCredential{Prefix: location, Config: props}, true, nil
 }
 
-// addVendedCredentials puts credentials for the table's location into res
-// when the request asks for them and vending is configured: in
-// storage-credentials, which current clients read first, and in config,
-// which older clients read.
-func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, location string, res *loadTableResult) error {
+// vendedCredentials are the credentials a LoadTableResult carries: cred,
+// when ok.
+type vendedCredentials struct {
+	cred storageCredential
+	ok   bool
+}
+
+// credentials obtains the credentials for the table's location when the
+// request asks for them and vending is configured (see vend). A mutation
+// whose answer carries them (create, register) obtains them before it
+// proposes, so that a vendor failure is a 503 with nothing applied, which
+// a client may retry, and never follows a change that did take effect.
+func (s *Server) credentials(r *http.Request, id fsm.Ident, location string) (vendedCredentials, error) {
 	if !wantsVendedCredentials(r) {
-		return nil
+		return vendedCredentials{}, nil
 	}
 	cred, ok, err := s.vend(r, id, location)
-	if err != nil || !ok {
-		return err
+	return vendedCredentials{cred: cred, ok: ok}, err
+}
+
+// addVendedCredentials puts vc into res: in storage-credentials, which
+// current clients read first, and in config, which older clients read.
+func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, vc vendedCredentials, res *loadTableResult) {
+	if !vc.ok {
+		return
 	}
-	res.StorageCredentials = []storageCredential{cred}
+	res.StorageCredentials = []storageCredential{vc.cred}
 	if res.Config == nil {
 		res.Config = map[string]string{}
 	}
-	maps.Copy(res.Config, cred.Config)
+	maps.Copy(res.Config, vc.cred.Config)
 	if s.whOf(r.Context()).vendor.Expiring() {
 		res.Config[propRefreshCredentialsEndpoint] = s.credentialsPath(id)
 	}
-	return nil
 }
 
 // credentialsPath is the loadCredentials path of id relative to the

@@ -213,6 +213,33 @@ func TestVendingFailureIsServiceUnavailable(t *testing.T) {
 		assert.NotContains(t, string(r.body), n.scfg.S3SecretAccessKey)
 	}
 	assert.Equal(t, http.StatusOK, n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil).status, "not asked: served")
+
+	// A create or register whose answer would carry credentials fails
+	// before it takes effect, so the 503 can be retried (Java's HTTP client
+	// resends a 503 by itself) and the retry is not refused as a conflict.
+	vended := []string{"X-Iceberg-Access-Delegation", "vended-credentials"}
+	loaded := n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil).json(t)
+	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/floe/namespaces/db/tables/t/unregister", nil).status)
+	requests := []struct {
+		name, path string
+		body       map[string]any
+	}{
+		{"create", "/v1/floe/namespaces/db/tables", map[string]any{"name": "t2", "schema": json.RawMessage(`{"type":"struct","fields":[]}`)}},
+		{"register", "/v1/floe/namespaces/db/register", map[string]any{"name": "t", "metadata-location": loaded["metadata-location"]}},
+	}
+	for _, req := range requests {
+		r := n.do(t, "POST", req.path, req.body, vended...)
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s: %s", req.name, r.body)
+	}
+	for _, name := range []string{"t", "t2"} {
+		assert.Equal(t, http.StatusNotFound, n.do(t, "GET", "/v1/floe/namespaces/db/tables/"+name, nil).status, "%s was created by a request answered 503", name)
+	}
+	sts.Deny(false)
+	for _, req := range requests {
+		r := n.do(t, "POST", req.path, req.body, vended...)
+		require.Equal(t, http.StatusOK, r.status, "%s retried: %s", req.name, r.body)
+		assert.NotEmpty(t, r.json(t)["storage-credentials"], "%s retried", req.name)
+	}
 }
 
 // With static keys vended, an engine that has no credentials of its own

@@ -31,20 +31,27 @@ type loadTableResult struct {
 // loadResult is the LoadTableResult for table id with metadata tm. Its
 // config holds the storage settings a client needs and never a credential,
 // unless the request asks for vended credentials and vending is configured
-// (addVendedCredentials); then the answer must not be cached. It fails only
-// when credentials were asked for and cannot be obtained.
+// (credentials); then the answer must not be cached. It fails only when
+// credentials were asked for and cannot be obtained.
 func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool) (loadTableResult, error) {
+	vc, err := s.credentials(r, id, tm.meta.Location())
+	if err != nil {
+		return loadTableResult{}, err
+	}
+	return s.loadResultWith(w, r, id, tm, staged, vc), nil
+}
+
+// loadResultWith is loadResult with the credentials already obtained.
+func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool, vc vendedCredentials) loadTableResult {
 	res := loadTableResult{Metadata: tm.raw, Config: s.whOf(r.Context()).objects.ClientConfig(tm.meta.Location())}
 	if !staged {
 		res.MetadataLocation = tm.location
 	}
-	if err := s.addVendedCredentials(r, id, tm.meta.Location(), &res); err != nil {
-		return res, err
-	}
+	s.addVendedCredentials(r, id, vc, &res)
 	if len(res.StorageCredentials) > 0 {
 		w.Header().Set("Cache-Control", "no-store")
 	}
-	return res, nil
+	return res
 }
 
 // writeLoadResult writes loadResult's answer with status 200.
@@ -230,6 +237,10 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		}
 		return s.writeLoadResult(w, r, id, &tableMetadata{raw: raw, meta: meta}, true)
 	}
+	vc, err := s.credentials(r, id, loc)
+	if err != nil {
+		return err
+	}
 	tm, err := s.writeMetadata(r.Context(), meta, 0)
 	if err != nil {
 		return err
@@ -251,7 +262,8 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		s.discard(r.Context(), tm.location)
 		return err
 	}
-	return s.writeLoadResult(w, r, id, tm, false)
+	writeJSON(w, http.StatusOK, s.loadResultWith(w, r, id, tm, false, vc))
+	return nil
 }
 
 func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
@@ -823,6 +835,10 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), tm.location); err != nil {
 		return badRequest("cannot read metadata-location %s: %v", tm.location, err)
 	}
+	vc, err := s.credentials(r, id, tm.meta.Location())
+	if err != nil {
+		return err
+	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
@@ -834,7 +850,8 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.writeLoadResult(w, r, id, tm, false)
+	writeJSON(w, http.StatusOK, s.loadResultWith(w, r, id, tm, false, vc))
+	return nil
 }
 
 type renameTableRequest struct {
