@@ -47,8 +47,12 @@ func unprocessable(format string, args ...any) error {
 
 // commitStateUnknown is the answer when a commit may or may not have been
 // applied: the client must reload before retrying, never rebase blindly.
+// It is a 500, the spec's status for an unknown commit state: Java's HTTP
+// client resends a 502, 503 or 504 by itself, and a resent commit that had
+// taken effect fails its requirements, upon which the client rebases and
+// applies its change a second time.
 func commitStateUnknown(err error) error {
-	return &apiError{status: http.StatusServiceUnavailable, typ: "CommitStateUnknownException",
+	return &apiError{status: http.StatusInternalServerError, typ: "CommitStateUnknownException",
 		msg: fmt.Sprintf("commit state unknown: %v", err)}
 }
 
@@ -63,7 +67,8 @@ const (
 
 // toAPIError classifies any error a handler produced. Domain outcomes from the
 // state machine map to 404/409; store failures map to 503 (nothing applied,
-// retry) or to an unknown-outcome 5xx, never to 409 or 400.
+// retry) or, when the change may have been applied, to 500 (which no client
+// resends by itself), never to 409 or 400.
 func toAPIError(err error, kind opKind) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -108,7 +113,7 @@ func toAPIError(err error, kind opKind) *apiError {
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)
 		}
-		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+		return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError",
 			msg: "outcome unknown, reload before retrying: " + msg}
 	}
 	if kind == opCommit {

@@ -157,7 +157,10 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 	}
 }
 
+// purgeUnfinished answers a synchronous purge whose wait ended: the drop
+// took effect, so the answer is a 500, not a 503 a client would resend by
+// itself into a 404.
 func purgeUnfinished(jobID string, cause error) error {
-	return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", msg: fmt.Sprintf(
+	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: fmt.Sprintf(
 		"the table was dropped; purge job %s had not finished when the request ended (%v) and continues in the background", jobID, cause)}
 }

@@ -1,0 +1,39 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/floe-catalog/floe/internal/replica"
+)
+
+// A store failure is a 503 only when nothing was applied: clients (Java's
+// HTTP client first) resend a 502, 503 or 504 by themselves. A change that
+// may have taken effect is a 500, which none resends.
+func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		kind   opKind
+		status int
+		typ    string
+	}{
+		{"not leader", replica.ErrNotLeader, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"no leader", fmt.Errorf("propose: %w", replica.ErrNoLeader), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"shutdown", replica.ErrShutdown, opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
+		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},
+		{"anything else, commit", errors.New("disk on fire"), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ae := toAPIError(tc.err, tc.kind)
+			assert.Equal(t, tc.status, ae.status)
+			assert.Equal(t, tc.typ, ae.typ)
+			assert.Equal(t, tc.status == http.StatusServiceUnavailable, ae.retryAfter != "", "Retry-After only when a retry is safe")
+		})
+	}
+}
