@@ -943,3 +943,25 @@ var icebergJSShapes = []shape{
 	{call: "dropNamespace", method: "DELETE", target: "/v1/floe/namespaces/jsdb", headers: with(jsHeaders, "Idempotency-Key", jsKey(14)), status: 204},
 	{call: "namespaceExists", method: "HEAD", target: "/v1/floe/namespaces/jsdb", headers: jsHeaders, status: 404},
 }
+
+// A new table's metadata, in the answers to its create and its load,
+// carries the fields Java's reader before 1.4 requires (properties,
+// snapshots, current-snapshot-id), which iceberg-go leaves out when empty.
+func TestNewTableMetadataCarriesFieldsOldReadersRequire(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/floe/namespaces", map[string]any{"namespace": []string{"db"}}).status)
+	created := n.do(t, "POST", "/v1/floe/namespaces/db/tables", map[string]any{
+		"name": "t", "schema": json.RawMessage(`{"type":"struct","fields":[]}`)})
+	require.Equal(t, http.StatusOK, created.status, "%s", created.body)
+	for name, r := range map[string]response{"create": created, "load": n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil)} {
+		var res struct {
+			Metadata json.RawMessage `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal(r.body, &res), name)
+		var fields map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(res.Metadata, &fields), name)
+		for _, k := range []string{"properties", "snapshots", "current-snapshot-id"} {
+			assert.Contains(t, fields, k, name)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -110,6 +111,7 @@ func TestMetadataEncodingIsByteCompatible(t *testing.T) {
 			for name, meta := range map[string]table.Metadata{"parsed": parsed, "committed": committed} {
 				want, err := json.Marshal(meta)
 				require.NoError(t, err)
+				want = withRequiredFields(want)
 				got, err := encodeMetadata(meta)
 				require.NoError(t, err)
 				require.Equal(t, string(want), string(got), name)
@@ -142,4 +144,68 @@ func TestMetadataEncodingIsByteCompatible(t *testing.T) {
 			assert.True(t, strings.Contains(direct.Body.String(), string(raw)), "the file's bytes, unchanged")
 		})
 	}
+}
+
+// A table's metadata carries the fields Java's reader before 1.4 requires,
+// also when iceberg-go would leave them out (no properties, no snapshot):
+// with the value Java writes for "none", once each, and still read back
+// by iceberg-go as the same metadata.
+func TestMetadataCarriesFieldsOldReadersRequire(t *testing.T) {
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "properties", Type: iceberg.PrimitiveTypes.Int64, Required: true, Doc: `"snapshots": a "doc"`})
+	for _, version := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			meta, err := table.NewMetadata(sc, iceberg.UnpartitionedSpec, table.UnsortedSortOrder, "s3://b/ns/t",
+				iceberg.Properties{"format-version": fmt.Sprint(version)})
+			require.NoError(t, err)
+			raw, err := encodeMetadata(meta)
+			require.NoError(t, err)
+			fields := topLevelFields(t, raw)
+			assert.JSONEq(t, `{}`, string(fields["properties"]))
+			assert.JSONEq(t, `[]`, string(fields["snapshots"]))
+			if version < 3 {
+				assert.JSONEq(t, `-1`, string(fields["current-snapshot-id"]))
+			} else {
+				assert.JSONEq(t, `null`, string(fields["current-snapshot-id"]), "iceberg-go writes v3's itself")
+			}
+			back, err := table.ParseMetadataBytes(raw)
+			require.NoError(t, err)
+			assert.True(t, meta.Equals(back))
+			assert.Nil(t, back.CurrentSnapshot())
+			again, err := encodeMetadata(back)
+			require.NoError(t, err)
+			assert.Equal(t, string(raw), string(again), "stable through a round trip")
+		})
+	}
+	// Present fields are left as they are.
+	full := []byte(metadataFixture(2))
+	parsed, err := table.ParseMetadataBytes(full)
+	require.NoError(t, err)
+	want, err := json.Marshal(parsed)
+	require.NoError(t, err)
+	got, err := encodeMetadata(parsed)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got))
+	assert.Equal(t, `{"properties":{},"snapshots":[],"current-snapshot-id":-1}`, string(withRequiredFields([]byte(`{}`))))
+
+}
+
+// topLevelFields returns the top-level fields of the JSON object raw,
+// failing on a field that occurs twice.
+func topLevelFields(t *testing.T, raw []byte) map[string]json.RawMessage {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	require.NoError(t, err)
+	require.Equal(t, json.Delim('{'), tok)
+	out := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		require.NoError(t, err)
+		key := tok.(string)
+		var v json.RawMessage
+		require.NoError(t, dec.Decode(&v))
+		require.NotContains(t, out, key, "field %q written twice", key)
+		out[key] = v
+	}
+	return out
 }

@@ -118,17 +118,64 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 	return tm, nil
 }
 
-// encodeMetadata serialises meta exactly as json.Marshal(meta) does, once.
-// iceberg-go's metadata types marshal themselves with json.Marshal, whose
-// output is already compact and HTML-escaped; json.Marshal(meta) would
-// validate and copy those bytes once more (its compaction of a Marshaler's
-// output), which cost more CPU than the serialisation itself. The bytes are
-// the file's and the answer's (writeCommitResult) alike.
+// encodeMetadata serialises meta as json.Marshal(meta) does, once, with
+// the fields old readers require (withRequiredFields). iceberg-go's
+// metadata types marshal themselves with json.Marshal, whose output is
+// already compact and HTML-escaped; json.Marshal(meta) would validate and
+// copy those bytes once more (its compaction of a Marshaler's output),
+// which cost more CPU than the serialisation itself. The bytes are the
+// file's and the answer's (writeCommitResult) alike.
 func encodeMetadata(meta table.Metadata) ([]byte, error) {
+	var raw []byte
+	var err error
 	if m, ok := meta.(json.Marshaler); ok && !reencodeMetadata.Load() {
-		return m.MarshalJSON()
+		raw, err = m.MarshalJSON()
+	} else {
+		raw, err = json.Marshal(meta)
 	}
-	return json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	return withRequiredFields(raw), nil
+}
+
+// requiredFields are the top-level fields Java's metadata reader before
+// 1.4 requires, with the value Java writes for "none". iceberg-go leaves
+// them out when empty (no properties, no snapshot yet), and engines that
+// bundle Iceberg 1.3 or older then cannot load the table ("Cannot parse
+// missing map: properties"). Every reader accepts them: Java itself writes
+// all three, -1 included.
+var requiredFields = []struct{ key, empty string }{
+	{`"properties":`, `{}`},
+	{`"snapshots":`, `[]`},
+	{`"current-snapshot-id":`, `-1`},
+}
+
+// withRequiredFields adds to the metadata document raw each required
+// field it lacks. A key found anywhere in raw counts as present: the
+// quotes of a key cannot occur inside a JSON string unescaped, so a match
+// is either the top-level field or a nested key of that name, and the
+// latter only means the field is not added. A field is never written twice.
+func withRequiredFields(raw []byte) []byte {
+	if len(raw) < 2 || raw[len(raw)-1] != '}' {
+		return raw
+	}
+	var add []byte
+	for _, f := range requiredFields {
+		if !bytes.Contains(raw, []byte(f.key)) {
+			add = append(append(append(add, ','), f.key...), f.empty...)
+		}
+	}
+	if len(add) == 0 {
+		return raw
+	}
+	out := make([]byte, 0, len(raw)+len(add))
+	out = append(out, raw[:len(raw)-1]...)
+	if len(raw) == 2 { // {}
+		add = add[1:]
+	}
+	out = append(out, add...)
+	return append(out, '}')
 }
 
 // reencodeMetadata restores the commit path's earlier encoding: metadata

@@ -231,7 +231,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("invalid table definition: %v", err)
 	}
 	if req.StageCreate {
-		raw, err := json.Marshal(meta)
+		raw, err := encodeMetadata(meta)
 		if err != nil {
 			return err
 		}
