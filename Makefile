@@ -113,6 +113,7 @@ FUZZ_TARGETS := \
 	./catalog:FuzzParseIdentifier \
 	./catalog:FuzzDecodeCommit \
 	./catalog:FuzzRequestBody \
+	./catalog:FuzzWithRequiredFields \
 	./transport:FuzzReadFrame \
 	./idempotency:FuzzParseKey
 

@@ -209,3 +209,80 @@ func topLevelFields(t *testing.T, raw []byte) map[string]json.RawMessage {
 	}
 	return out
 }
+
+func TestWithRequiredFieldsReadsTheTopLevelOnly(t *testing.T) {
+	all := `"properties":{},"snapshots":[],"current-snapshot-id":-1`
+	for _, tc := range []struct{ name, in, want string }{
+		{"empty", `{}`, `{` + all + `}`},
+		{"nested keys of the same names", `{"statistics":[{"blob-metadata":[{"properties":{"snapshots":1}}]}],"refs":{"current-snapshot-id":{}}}`,
+			`{"statistics":[{"blob-metadata":[{"properties":{"snapshots":1}}]}],"refs":{"current-snapshot-id":{}},` + all + `}`},
+		{"pretty-printed, all present", "{\n  \"properties\" : { },\n  \"snapshots\" : [ ],\n  \"current-snapshot-id\" : 7\n}\n", "{\n  \"properties\" : { },\n  \"snapshots\" : [ ],\n  \"current-snapshot-id\" : 7\n}\n"},
+		{"escaped key", `{"propert\u0069es":{"a":"b"},"snapshots":[1],"current-snapshot-id":1}`, `{"propert\u0069es":{"a":"b"},"snapshots":[1],"current-snapshot-id":1}`},
+		{"quotes inside strings and keys", `{"doc":"\"snapshots\":[]","a\"properties":{"\\":"}"}}`, `{"doc":"\"snapshots\":[]","a\"properties":{"\\":"}"},` + all + `}`},
+		{"not an object", `[1,2]`, `[1,2]`},
+		{"truncated", `{"a":{"b":1}`, `{"a":{"b":1}`},
+		{"trailing data", `{}{}`, `{}{}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := string(withRequiredFields([]byte(tc.in)))
+			assert.Equal(t, tc.want, got)
+			if json.Valid([]byte(tc.in)) && strings.HasPrefix(tc.in, "{") {
+				require.True(t, json.Valid([]byte(got)), got)
+				topLevelFields(t, []byte(got)) // fails on a field written twice
+			}
+		})
+	}
+}
+
+// FuzzWithRequiredFields: on any JSON object, the result is valid JSON
+// holding the input's fields unchanged plus each required field once.
+func FuzzWithRequiredFields(f *testing.F) {
+	for _, s := range []string{`{}`, `{"properties":{"snapshots":[]}}`, "{ \"a\" : [ { } ] }", `{"\u0070roperties":1}`, `{"a":"\"}"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var before map[string]json.RawMessage
+		if json.Unmarshal([]byte(in), &before) != nil || !strings.HasPrefix(strings.TrimSpace(in), "{") {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(in))
+		if _, err := dec.Token(); err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return
+			}
+			if seen[tok.(string)] {
+				return // duplicate keys in the input: out of scope
+			}
+			seen[tok.(string)] = true
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return
+			}
+		}
+		out := withRequiredFields([]byte(in))
+		require.True(t, json.Valid(out), "%q -> %q", in, out)
+		after := topLevelFields(t, out)
+		for k, v := range before {
+			require.JSONEq(t, string(v), string(after[k]), "field %q", k)
+		}
+		for _, rf := range requiredFields {
+			require.Contains(t, after, rf.key)
+		}
+		require.Len(t, after, len(before)+len(requiredFields)-countPresent(before))
+	})
+}
+
+func countPresent(fields map[string]json.RawMessage) int {
+	n := 0
+	for _, rf := range requiredFields {
+		if _, ok := fields[rf.key]; ok {
+			n++
+		}
+	}
+	return n
+}

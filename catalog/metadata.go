@@ -90,7 +90,9 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
 	}
-	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
+	// Answers carry the document with the fields old readers require, also
+	// when another writer (or floe before it wrote them) left them out.
+	tm := &tableMetadata{location: loc, raw: withRequiredFields(raw), meta: meta}
 	s.cache.add(tm)
 	return tm, nil
 }
@@ -146,36 +148,120 @@ func encodeMetadata(meta table.Metadata) ([]byte, error) {
 // missing map: properties"). Every reader accepts them: Java itself writes
 // all three, -1 included.
 var requiredFields = []struct{ key, empty string }{
-	{`"properties":`, `{}`},
-	{`"snapshots":`, `[]`},
-	{`"current-snapshot-id":`, `-1`},
+	{"properties", `{}`},
+	{"snapshots", `[]`},
+	{"current-snapshot-id", `-1`},
 }
 
-// withRequiredFields adds to the metadata document raw each required
-// field it lacks. A key found anywhere in raw counts as present: the
-// quotes of a key cannot occur inside a JSON string unescaped, so a match
-// is either the top-level field or a nested key of that name, and the
-// latter only means the field is not added. A field is never written twice.
+// withRequiredFields adds to the metadata document raw, a JSON object,
+// each required field its top level lacks; anything else is returned as
+// it is. Keys are read at the top level only (scanTopLevelKeys), so a
+// nested key of the same name neither hides nor doubles a field.
 func withRequiredFields(raw []byte) []byte {
-	if len(raw) < 2 || raw[len(raw)-1] != '}' {
+	var present [3]bool
+	fields := 0
+	ok := scanTopLevelKeys(raw, func(key []byte) {
+		fields++
+		for i, f := range requiredFields {
+			if string(key) == f.key {
+				present[i] = true
+			}
+		}
+	})
+	if !ok {
 		return raw
 	}
 	var add []byte
-	for _, f := range requiredFields {
-		if !bytes.Contains(raw, []byte(f.key)) {
-			add = append(append(append(add, ','), f.key...), f.empty...)
+	for i, f := range requiredFields {
+		if !present[i] {
+			add = append(add, ',', '"')
+			add = append(add, f.key...)
+			add = append(add, '"', ':')
+			add = append(add, f.empty...)
 		}
 	}
 	if len(add) == 0 {
 		return raw
 	}
+	end := bytes.LastIndexByte(raw, '}')
 	out := make([]byte, 0, len(raw)+len(add))
-	out = append(out, raw[:len(raw)-1]...)
-	if len(raw) == 2 { // {}
-		add = add[1:]
+	out = append(out, raw[:end]...)
+	if fields == 0 {
+		add = add[1:] // no field before: no comma
 	}
 	out = append(out, add...)
-	return append(out, '}')
+	return append(out, raw[end:]...)
+}
+
+// scanTopLevelKeys calls key with each key of the outermost object of the
+// JSON document raw (escaped keys decoded), whitespace and nesting
+// allowed; it reports false when raw is not an object that scans to its
+// end. It decodes no value: strings are skipped with IndexByte.
+func scanTopLevelKeys(raw []byte, key func([]byte)) bool {
+	depth, expectKey, closed := 0, false, false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case ' ', '\t', '\n', '\r':
+		case '"':
+			j := stringEnd(raw, i)
+			if j < 0 || depth == 0 {
+				return false
+			}
+			if depth == 1 && expectKey {
+				k := raw[i+1 : j]
+				if bytes.IndexByte(k, '\\') >= 0 {
+					var s string
+					if json.Unmarshal(raw[i:j+1], &s) != nil {
+						return false
+					}
+					k = []byte(s)
+				}
+				key(k)
+				expectKey = false
+			}
+			i = j
+		case '{', '[':
+			if closed || (depth == 0 && c != '{') {
+				return false
+			}
+			depth++
+			expectKey = depth == 1
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				return false
+			}
+			closed = depth == 0
+		case ',':
+			expectKey = depth == 1
+		default:
+			if depth == 0 {
+				return false
+			}
+		}
+	}
+	return closed
+}
+
+// stringEnd returns the index of the quote that ends the JSON string
+// starting at raw[start], or -1.
+func stringEnd(raw []byte, start int) int {
+	for j := start + 1; j < len(raw); {
+		q := bytes.IndexByte(raw[j:], '"')
+		if q < 0 {
+			return -1
+		}
+		j += q
+		backslashes := 0
+		for k := j - 1; k > start && raw[k] == '\\'; k-- {
+			backslashes++
+		}
+		if backslashes%2 == 0 {
+			return j
+		}
+		j++
+	}
+	return -1
 }
 
 // reencodeMetadata restores the commit path's earlier encoding: metadata

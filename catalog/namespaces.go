@@ -113,6 +113,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		if ok, err := s.visible(r, parent); err != nil {
 			return err
 		} else if !ok {
+			markDenied(r)
 			return notFoundNamespace("namespace does not exist: %s", nsString(parent))
 		}
 	}

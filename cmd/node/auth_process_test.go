@@ -212,6 +212,8 @@ func TestAuthProcesses(t *testing.T) {
 		code, b := c.call(t, n2, bob, "GET", "/v1/namespaces/sales", "")
 		assert.Equal(t, http.StatusNotFound, code, "%s", b)
 		assert.Contains(t, string(b), "NoSuchNamespaceException")
+		code, b = c.call(t, n2, bob, "GET", "/v1/namespaces?parent=sales", "")
+		assert.Equal(t, http.StatusNotFound, code, "%s", b)
 		// A table missing where bob may read is a plain 404, not a refusal
 		// (the audit log below has no line for it).
 		code, b = c.call(t, n2, bob, "GET", "/v1/namespaces/hr/tables/missing", "")
@@ -352,6 +354,9 @@ func TestAuthProcesses(t *testing.T) {
 			return m["principal"] == "bob" && m["outcome"] == "denied" && m["status"] == float64(http.StatusNotFound) &&
 				m["operation"] == "loadNamespace" && m["target"] == "sales"
 		}), "bob's read of a namespace hidden from him, answered 404: %v", linesOf(lines, "bob"))
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "bob" && m["outcome"] == "denied" && m["operation"] == "listNamespaces"
+		}), "bob's listing under a namespace hidden from him: %v", linesOf(lines, "bob"))
 		assert.False(t, find(func(m map[string]any) bool { return m["target"] == "hr.missing" }),
 			"a read allowed but of a missing table is not a refusal")
 		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")

@@ -166,6 +166,10 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 			se = &statusError{http.StatusConflict, "AlreadyExistsException", err.Error()}
 		case errors.Is(err, fsm.ErrKeyReused):
 			se = &statusError{http.StatusUnprocessableEntity, "UnprocessableEntityException", err.Error()}
+		case errors.Is(err, raftnode.ErrUnknownOutcome):
+			// The change may have taken effect: a 500, which no client
+			// resends by itself as it would a 503.
+			se = &statusError{http.StatusInternalServerError, "InternalServerError", "outcome unknown, read the state before retrying: " + err.Error()}
 		case errors.Is(err, ErrUnavailable), errors.Is(err, raftnode.ErrUnavailable), errors.Is(err, idempotency.ErrUnavailable):
 			se = &statusError{http.StatusServiceUnavailable, "ServiceUnavailableException", err.Error()}
 			w.Header().Set("Retry-After", "1")

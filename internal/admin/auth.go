@@ -17,6 +17,7 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/auth"
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
 // AuthConfig configures the auth operator API.
@@ -133,8 +134,8 @@ func (a *authAPI) run(w http.ResponseWriter, r *http.Request, op string, route [
 	propose := func(ctx context.Context) error {
 		res, err := idempotency.Propose(ctx, a.store, cmd)
 		switch {
-		case errors.Is(err, idempotency.ErrReplayed):
-			return err
+		case errors.Is(err, idempotency.ErrReplayed), errors.Is(err, raftnode.ErrUnknownOutcome):
+			return err // replayed; or a 500: the change may have taken effect
 		case err != nil:
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

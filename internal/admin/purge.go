@@ -16,6 +16,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
 // PurgeStore is the replicated state the purge-jobs API reads and changes:
@@ -306,6 +307,8 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 		switch {
 		case errors.Is(err, idempotency.ErrReplayed):
 			return err // answered from the key's record
+		case errors.Is(err, raftnode.ErrUnknownOutcome):
+			return err // a 500: the change may have taken effect
 		case err != nil:
 			// Not a decision: no leader, or the answer was lost. The
 			// operator reads the job and tries again.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
 // fsmStore is a one-replica store: every command is applied at once to a
@@ -26,6 +27,8 @@ type fsmStore struct {
 	f    *fsm.FSM
 	i    uint64
 	down bool
+	// lost: a proposal is applied but its answer is lost (ErrUnknownOutcome).
+	lost bool
 }
 
 func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
@@ -33,6 +36,16 @@ func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error)
 	defer s.mu.Unlock()
 	if s.down {
 		return fsm.Result{}, errors.New("raftnode: no leader")
+	}
+	if s.lost {
+		defer func() { s.lost = false }()
+		b, err := fsm.Encode(c)
+		if err != nil {
+			return fsm.Result{}, err
+		}
+		s.i++
+		s.f.Apply(&raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b})
+		return fsm.Result{}, fmt.Errorf("%w: leader failed", raftnode.ErrUnknownOutcome)
 	}
 	b, err := fsm.Encode(c)
 	if err != nil {
@@ -183,6 +196,16 @@ func TestPurgeJobsAPI(t *testing.T) {
 	rec, _ = do(t, h, "GET", "/management/v1/purge-jobs", "")
 	assert.Equal(t, 503, rec.Code)
 	st.down = false
+
+	// Applied but the answer lost: a 500, never a 503 a client would
+	// resend by itself.
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-2", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-2", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	st.lost = true
+	rec, body = do(t, h, "POST", "/management/v1/purge-jobs/job-2/retry", "")
+	assert.Equal(t, 500, rec.Code, rec.Body.String())
+	assert.Equal(t, "InternalServerError", body["error"].(map[string]any)["type"])
+	assert.Contains(t, body["error"].(map[string]any)["message"], "outcome unknown")
 
 	rec, _ = do(t, h, "DELETE", "/management/v1/purge-jobs/job-0", "")
 	assert.Equal(t, 405, rec.Code)
