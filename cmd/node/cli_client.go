@@ -119,6 +119,15 @@ func (e *apiError) unavailable() bool {
 	return e.status == 0 || e.status == http.StatusServiceUnavailable
 }
 
+// retryable reports whether the request is to be sent again: when a
+// retry may cure the failure (unavailable), and, for a mutation carrying
+// an Idempotency-Key, also after a 500, which the server answers when the
+// change may have taken effect: sent again with the same key, it takes
+// effect at most once and the answer says how it ended.
+func (e *apiError) retryable(keyed bool) bool {
+	return e.unavailable() || (keyed && e.status == http.StatusInternalServerError)
+}
+
 // isUnavailable reports whether err is an apiError a retry may cure.
 func isUnavailable(err error) bool {
 	var ae *apiError
@@ -163,8 +172,9 @@ func (c *apiClient) change(ctx context.Context, method, path string, body any) (
 }
 
 // call sends the request, again while the node cannot be reached or
-// answers 503, up to cliAttempts times. A mutation (any method but GET)
-// carries an Idempotency-Key, a UUIDv7 made once for all its attempts.
+// answers 503 (a mutation: or 500, see retryable), up to cliAttempts
+// times. A mutation (any method but GET) carries an Idempotency-Key, a
+// UUIDv7 made once for all its attempts.
 func (c *apiClient) call(ctx context.Context, method, path string, body any) ([]byte, error) {
 	var payload []byte
 	if body != nil {
@@ -192,7 +202,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, body any) ([]
 			return nil, err
 		}
 		ae.attempts = attempt
-		if !ae.unavailable() || attempt >= cliAttempts || ctx.Err() != nil {
+		if !ae.retryable(key != "") || attempt >= cliAttempts || ctx.Err() != nil {
 			return nil, ae
 		}
 		select {

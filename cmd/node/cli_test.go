@@ -248,7 +248,7 @@ func TestCLIServerAnswersMapToExitCodes(t *testing.T) {
 		{409, "ConflictException", exitFailed, 1},
 		{422, "UnprocessableEntityException", exitFailed, 1},
 		{400, "BadRequestException", exitUsage, 1},
-		{500, "InternalServerError", exitFailed, 1},
+		{500, "InternalServerError", exitFailed, cliAttempts}, // a change, keyed: sent again
 		{503, "ServiceUnavailableException", exitUnavailable, cliAttempts},
 	} {
 		msg := fmt.Sprintf("the server says %d", tc.status)
@@ -296,6 +296,9 @@ func TestMutationsRetryWithTheSameKey(t *testing.T) {
 			}
 		case 1, 2:
 			icebergError(w, http.StatusServiceUnavailable, "ServiceUnavailableException", "no leader")
+		case 3:
+			// The change may have taken effect; the answer was lost.
+			icebergError(w, http.StatusInternalServerError, "InternalServerError", "outcome unknown, read the state before retrying")
 		default:
 			w.WriteHeader(http.StatusNoContent)
 		}
@@ -304,7 +307,7 @@ func TestMutationsRetryWithTheSameKey(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "added node4 (127.0.0.1:8482) as a voter\n", out)
 	seen := f.requests()
-	require.Len(t, seen, 4)
+	require.Len(t, seen, 5)
 	key := seen[0].key
 	u, err := uuid.Parse(key)
 	require.NoError(t, err, "Idempotency-Key %q", key)
