@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -543,6 +545,9 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	if id == "" || addr == "" {
 		return fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
+	if err := checkClusterAddr(addr); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidMember, err)
+	}
 	if n.raft.State() != raft.Leader {
 		if !forward {
 			return ErrNotLeader
@@ -1048,4 +1053,21 @@ func stillForming(peers map[string]nodeInfo) bool {
 		}
 	}
 	return bootstrapped
+}
+
+// checkClusterAddr refuses a member address Raft could never dial: it
+// must be host:port with a host and a port from 1 to 65535. A voter at
+// such an address would count towards the quorum and never answer.
+func checkClusterAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q is not host:port: %v", addr, err)
+	}
+	if host == "" {
+		return fmt.Errorf("address %q has no host", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("address %q has no port from 1 to 65535", addr)
+	}
+	return nil
 }

@@ -350,3 +350,24 @@ func TestLeaderRemovingItselfStepsDown(t *testing.T) {
 	assert.NotContains(t, suffrages(t, next), leader.ID(), "the removed node joined again")
 	require.NoError(t, leader.Shutdown())
 }
+
+// A member address Raft could never dial is refused before it joins the
+// configuration: as a voter it would count towards the quorum and never
+// answer, and a one-node cluster would lose its leader.
+func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	before := suffrages(t, n)
+	for _, addr := range []string{"not-an-addr", "127.0.0.1", ":8080", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", "[::1"} {
+		err := n.AddVoter(ctxTimeout(t, 5*time.Second), "x", addr)
+		require.ErrorIs(t, err, ErrInvalidMember, addr)
+		err = n.AddNonvoter(ctxTimeout(t, 5*time.Second), "x", addr)
+		require.ErrorIs(t, err, ErrInvalidMember, addr)
+	}
+	assert.Equal(t, before, suffrages(t, n))
+	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
+	require.NoError(t, checkClusterAddr("[::1]:9000"))
+	require.NoError(t, checkClusterAddr("node-2.floe.svc:8381"))
+}
