@@ -179,6 +179,11 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err := validateNamespace(req.Namespace); err != nil {
 		return err
 	}
+	for _, l := range req.Namespace {
+		if err := validateNewName("namespace level", l); err != nil {
+			return err
+		}
+	}
 	if err := validateProperties(req.Properties); err != nil {
 		return err
 	}

@@ -2,6 +2,9 @@ package catalog_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -283,6 +286,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty table name", "POST", "/v1/namespaces/a/tables", withName(""), 400, "BadRequestException"},
 		{"control char table", "POST", "/v1/namespaces/a/tables", withName("t\nx"), 400, "BadRequestException"},
 		{"long table name", "POST", "/v1/namespaces/a/tables", withName(long), 400, "BadRequestException"},
+		{"dot-dot table name", "POST", "/v1/namespaces/a/tables", withName(".."), 400, "BadRequestException"},
+		{"schema nested too deep", "POST", "/v1/namespaces/a/tables", deepSchema(300), 400, "BadRequestException"},
+		{"dot namespace level", "POST", "/v1/namespaces", `{"namespace": ["a", "."]}`, 400, "BadRequestException"},
+		{"rename to dot-dot", "POST", "/v1/tables/rename", `{"source": {"namespace": ["a"], "name": "t"}, "destination": {"namespace": ["a"], "name": ".."}}`, 400, "BadRequestException"},
+		{"rename into a dot level", "POST", "/v1/tables/rename", `{"source": {"namespace": ["a"], "name": "t"}, "destination": {"namespace": [".."], "name": "z"}}`, 400, "BadRequestException"},
+		{"register as dot", "POST", "/v1/namespaces/a/register", `{"name":".","metadata-location":"file:///etc/passwd"}`, 400, "BadRequestException"},
+		{"dot-dot view name", "POST", "/v1/namespaces/a/views", `{"name": "..", "schema": {"type": "struct", "fields": []}, "view-version": {"version-id": 1, "timestamp-ms": 1, "schema-id": 0, "summary": {}, "representations": [], "default-namespace": ["a"]}, "properties": {}}`, 400, "BadRequestException"},
 		{"no schema", "POST", "/v1/namespaces/a/tables", `{"name": "x"}`, 400, "BadRequestException"},
 		{"bad schema", "POST", "/v1/namespaces/a/tables", `{"name": "x", "schema": {"type": "struct", "fields": [{"id": 1}]}}`, 400, "BadRequestException"},
 		{"location outside warehouse", "POST", "/v1/namespaces/a/tables", outside, 400, "BadRequestException"},
@@ -312,4 +322,22 @@ func TestBadInputChangesNothing(t *testing.T) {
 	r = n.doRaw(t, "PUT", "/v1/namespaces", `{}`)
 	assert.Equal(t, 405, r.status)
 	assert.Equal(t, before, n.state(t))
+}
+
+// deepSchema is a createTable body whose one column is a list of lists,
+// depth lists deep.
+func deepSchema(depth int) string {
+	typ := `"long"`
+	for i := range depth {
+		typ = fmt.Sprintf(`{"type":"list","element-id":%d,"element":%s,"element-required":false}`, 1000+i, typ)
+	}
+	return `{"name":"deep","schema":{"type":"struct","fields":[{"id":1,"name":"c","required":false,"type":` + typ + `}]}}`
+}
+
+// A schema nested deep but within the bound is served.
+func TestDeepButBoundedSchemaIsAccepted(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", json.RawMessage(deepSchema(60)))
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }

@@ -409,7 +409,15 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
-// readBody reads the whole request body: 413 over the limit.
+// maxBodyDepth bounds how deeply a request body's JSON nests. A schema
+// nests about three levels per nested struct and one per list, so this
+// allows schemas far deeper than any real one, while a body nested
+// thousands deep (whose types iceberg-go and the checks here walk in time
+// quadratic in the depth) is refused before it is decoded.
+const maxBodyDepth = 256
+
+// readBody reads the whole request body: 413 over the limit, 400 nested
+// deeper than maxBodyDepth.
 func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -420,7 +428,34 @@ func readBody(r *http.Request) ([]byte, error) {
 		}
 		return nil, badRequest("reading request body: %v", err)
 	}
+	if jsonDepthOver(body, maxBodyDepth) {
+		return nil, badRequest("request body nests deeper than %d levels", maxBodyDepth)
+	}
 	return body, nil
+}
+
+// jsonDepthOver reports whether the JSON text body nests arrays and
+// objects deeper than limit. Strings are skipped whole; malformed text is
+// left to the decoder.
+func jsonDepthOver(body []byte, limit int) bool {
+	depth := 0
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			j := stringEnd(body, i)
+			if j < 0 {
+				return false
+			}
+			i = j
+		case '{', '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // parseNamespace decodes a {namespace} path segment: levels separated by
@@ -460,6 +495,34 @@ func validateNamespace(levels []string) error {
 		}
 	}
 	return nil
+}
+
+// validateNewName refuses, for a name being created (a table, a view, a
+// namespace level, or the destination of a rename), what validateName
+// refuses and the names "." and "..": as path segments, HTTP clients,
+// proxies and servers rewrite them (a DELETE of ".../tables/.." would reach
+// the namespace), so such an object could not be addressed safely. Names
+// are not refused on reads, so an object named so before stays reachable
+// through the escaped spelling (%2E%2E) and can be renamed or dropped.
+func validateNewName(what, name string) error {
+	if err := validateName(what, name); err != nil {
+		return err
+	}
+	if name == "." || name == ".." {
+		return badRequest("%s %q is not allowed: a path segment HTTP clients and proxies rewrite", what, name)
+	}
+	return nil
+}
+
+// validateNewIdent is validateNewName for each level and the name of id.
+func validateNewIdent(what string, id fsm.Ident) error {
+	_, levels := fsm.SplitWarehouse(id.Namespace)
+	for _, l := range levels {
+		if err := validateNewName("namespace level", l); err != nil {
+			return err
+		}
+	}
+	return validateNewName(what, id.Name)
 }
 
 // validateName refuses names a catalog cannot store or address: empty,

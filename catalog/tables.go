@@ -180,7 +180,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if err := validateName("table name", req.Name); err != nil {
+	if err := validateNewName("table name", req.Name); err != nil {
 		return err
 	}
 	if req.Schema == nil {
@@ -791,7 +791,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if err := validateName("table name", req.Name); err != nil {
+	if err := validateNewName("table name", req.Name); err != nil {
 		return err
 	}
 	if req.MetadataLocation == "" {
@@ -873,6 +873,9 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	to, err := req.Destination.ident(r.Context())
 	if err != nil {
+		return err
+	}
+	if err := validateNewIdent("table name", to); err != nil {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())

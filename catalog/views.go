@@ -234,7 +234,7 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if err := validateName("view name", req.Name); err != nil {
+	if err := validateNewName("view name", req.Name); err != nil {
 		return err
 	}
 	if req.Schema == nil {
@@ -519,6 +519,9 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := validateNewIdent("view name", to); err != nil {
+		return err
+	}
 	setAuditTarget(r, from.String()+" -> "+to.String())
 	if err := s.authorize(r, PrivDrop, from.Namespace, func() error {
 		return notFoundView("view does not exist: %s", from)
@@ -555,7 +558,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if err := validateName("view name", req.Name); err != nil {
+	if err := validateNewName("view name", req.Name); err != nil {
 		return err
 	}
 	if req.MetadataLocation == "" {

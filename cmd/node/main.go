@@ -207,7 +207,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
 		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done()}),
 		management.Backup(node, reg)), sec.tokens, node, reg))
-	srv, err := httpserve.New(collapseLeadingSlashes(sec.wrap(handler)), httpserve.Config{
+	srv, err := httpserve.New(refuseDotSegments(collapseLeadingSlashes(sec.wrap(handler))), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
 		KeyFile:           cfg.HTTPTLSKey,
 		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
@@ -352,6 +352,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// refuseDotSegments answers 400, in the Iceberg error model, a request
+// whose path has a "." or ".." segment. Go's ServeMux would redirect it to
+// the cleaned path with a 307, which keeps the method: a DELETE of
+// ".../tables/.." followed there would drop the namespace. No object is
+// named "." or ".." (the catalog refuses such names); an escaped segment
+// (%2E%2E) is a name, not a dot segment, and passes.
+func refuseDotSegments(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for seg := range strings.SplitSeq(r.URL.EscapedPath(), "/") {
+			if seg == "." || seg == ".." {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+					"message": fmt.Sprintf("path %q has a %q segment", r.URL.EscapedPath(), seg),
+					"type":    "BadRequestException", "code": http.StatusBadRequest}})
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // collapseLeadingSlashes serves "//v1/..." as "/v1/...": iceberg-rust joins

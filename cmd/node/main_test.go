@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -413,4 +414,43 @@ func TestRunInProcess(t *testing.T) {
 		t.Fatal("run did not return after its context ended")
 	}
 	assert.Contains(t, logs.String(), `"msg":"floe stopped"`)
+}
+
+// A path with a dot segment is refused in the Iceberg error model, never
+// redirected (a redirect keeps a DELETE's method and lands on the parent);
+// escaped dots are names and pass.
+func TestDotSegmentsAreRefusedNotRedirected(t *testing.T) {
+	var reached []string
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached = append(reached, r.URL.EscapedPath())
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(refuseDotSegments(collapseLeadingSlashes(routes(inner, http.NotFoundHandler(), nil, fakeReadiness{}, prometheus.NewRegistry()))))
+	defer srv.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/v1/namespaces/x9/tables/..", "/v1/namespaces/x9/tables/t1/..", "/v1/./config", "/v1/namespaces/../namespaces/x"} {
+		req, err := http.NewRequest(http.MethodDelete, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.URL.Opaque = path // keep the dots: Go's client would clean them
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		var body struct {
+			Error struct {
+				Type string `json:"type"`
+				Code int    `json:"code"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body), path)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
+		assert.Equal(t, "BadRequestException", body.Error.Type, path)
+	}
+	assert.Empty(t, reached, "nothing reached the catalog")
+	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/v1/namespaces/x9/tables/%2E%2E", nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	assert.Equal(t, []string{"/v1/namespaces/x9/tables/%2E%2E"}, reached)
 }
