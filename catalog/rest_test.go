@@ -288,10 +288,21 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"long table name", "POST", "/v1/namespaces/a/tables", withName(long), 400, "BadRequestException"},
 		{"dot-dot table name", "POST", "/v1/namespaces/a/tables", withName(".."), 400, "BadRequestException"},
 		{"schema nested too deep", "POST", "/v1/namespaces/a/tables", deepSchema(300), 400, "BadRequestException"},
+		{"identifier field missing", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(`"identifier-field-ids":[99],`, ``), 400, "BadRequestException"},
+		{"identifier field optional double", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(`"identifier-field-ids":[3],`, ``), 400, "BadRequestException"},
+		{"identifier field in a list", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(`"identifier-field-ids":[5],`, ``), 400, "BadRequestException"},
+		{"year of a string", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":2,"field-id":1000,"name":"p","transform":"year"}`), 400, "BadRequestException"},
+		{"negative bucket", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"p","transform":"bucket[-3]"}`), 400, "BadRequestException"},
+		{"partition named as another column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"s","transform":"bucket[4]"}`), 400, "BadRequestException"},
+		{"partition of a missing column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":42,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
+		{"partition of a struct", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":6,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
+		{"add-schema with a missing identifier field", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-schema","schema":{"type":"struct","schema-id":1,"identifier-field-ids":[77],"fields":[{"id":1,"name":"id","type":"long","required":true}]}}]}`, 400, "BadRequestException"},
+		{"add-spec with year of a long", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-spec","spec":{"spec-id":1,"fields":[{"source-id":1,"field-id":1001,"name":"y","transform":"hour"}]}}]}`, 400, "BadRequestException"},
 		{"dot namespace level", "POST", "/v1/namespaces", `{"namespace": ["a", "."]}`, 400, "BadRequestException"},
 		{"rename to dot-dot", "POST", "/v1/tables/rename", `{"source": {"namespace": ["a"], "name": "t"}, "destination": {"namespace": ["a"], "name": ".."}}`, 400, "BadRequestException"},
 		{"rename into a dot level", "POST", "/v1/tables/rename", `{"source": {"namespace": ["a"], "name": "t"}, "destination": {"namespace": [".."], "name": "z"}}`, 400, "BadRequestException"},
 		{"register as dot", "POST", "/v1/namespaces/a/register", `{"name":".","metadata-location":"file:///etc/passwd"}`, 400, "BadRequestException"},
+		{"view identifier field missing", "POST", "/v1/namespaces/a/views", `{"name": "vv", "schema": {"type": "struct", "identifier-field-ids": [9], "fields": [{"id": 1, "name": "x", "type": "long", "required": true}]}, "view-version": {"version-id": 1, "timestamp-ms": 1, "schema-id": 0, "summary": {}, "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}], "default-namespace": ["a"]}, "properties": {}}`, 400, "BadRequestException"},
 		{"dot-dot view name", "POST", "/v1/namespaces/a/views", `{"name": "..", "schema": {"type": "struct", "fields": []}, "view-version": {"version-id": 1, "timestamp-ms": 1, "schema-id": 0, "summary": {}, "representations": [], "default-namespace": ["a"]}, "properties": {}}`, 400, "BadRequestException"},
 		{"no schema", "POST", "/v1/namespaces/a/tables", `{"name": "x"}`, 400, "BadRequestException"},
 		{"bad schema", "POST", "/v1/namespaces/a/tables", `{"name": "x", "schema": {"type": "struct", "fields": [{"id": 1}]}}`, 400, "BadRequestException"},
@@ -340,4 +351,38 @@ func TestDeepButBoundedSchemaIsAccepted(t *testing.T) {
 	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
 	r := n.do(t, "POST", "/v1/namespaces/a/tables", json.RawMessage(deepSchema(60)))
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+}
+
+// withSchemaAndSpec is a createTable body for table "x" whose schema is
+// id long (1, required), s string (2), d double (3, optional), l list of
+// long (4, element 5, required), st struct (6) of n int (7); schemaExtra
+// goes into the schema object, and specField, when not empty, is the
+// partition spec's one field.
+func withSchemaAndSpec(schemaExtra, specField string) string {
+	spec := ``
+	if specField != "" {
+		spec = `,"partition-spec":{"spec-id":0,"fields":[` + specField + `]}`
+	}
+	return `{"name":"x","schema":{"type":"struct","schema-id":0,` + schemaExtra + `"fields":[` +
+		`{"id":1,"name":"id","type":"long","required":true},` +
+		`{"id":2,"name":"s","type":"string","required":true},` +
+		`{"id":3,"name":"d","type":"double","required":false},` +
+		`{"id":4,"name":"l","type":{"type":"list","element-id":5,"element":"long","element-required":true},"required":true},` +
+		`{"id":6,"name":"st","type":{"type":"struct","fields":[{"id":7,"name":"n","type":"int","required":true}]},"required":true}` +
+		`]}` + spec + `}`
+}
+
+// The same shapes, valid, are created.
+func TestValidSchemasAndSpecsAreAccepted(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	for i, body := range []string{
+		withSchemaAndSpec(`"identifier-field-ids":[1,2,7],`, `{"source-id":1,"field-id":1000,"name":"id_bucket","transform":"bucket[16]"}`),
+		withSchemaAndSpec(``, `{"source-id":2,"field-id":1000,"name":"s","transform":"identity"}`),
+		withSchemaAndSpec(``, `{"source-id":7,"field-id":1000,"name":"n_trunc","transform":"truncate[10]"}`),
+	} {
+		body = strings.Replace(body, `"name":"x"`, fmt.Sprintf(`"name":"ok%d"`, i), 1)
+		r := n.do(t, "POST", "/v1/namespaces/a/tables", json.RawMessage(body))
+		require.Equal(t, http.StatusOK, r.status, "%d: %s", i, r.body)
+	}
 }

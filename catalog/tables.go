@@ -230,6 +230,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return badRequest("invalid table definition: %v", err)
 	}
+	if err := checkNewSchemasAndSpecs(nil, meta); err != nil {
+		return err
+	}
 	if req.StageCreate {
 		raw, err := encodeMetadata(meta)
 		if err != nil {
@@ -649,6 +652,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	meta, err := builder.Build()
 	if err != nil {
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
+	}
+	if err := checkNewSchemasAndSpecs(base, meta); err != nil {
+		return prepared{}, err
 	}
 	if err := s.checkLocation(ctx, meta.Location()); err != nil {
 		return prepared{}, err

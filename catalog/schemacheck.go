@@ -1,0 +1,173 @@
+package catalog
+
+import (
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// checkNewSchemasAndSpecs refuses, as a 400, a schema or partition spec
+// that after has and before (nil for a new table) has not, when Java's
+// reader would refuse to load it: iceberg-go builds such metadata without
+// complaint, and a table holding it could then not be loaded by Java
+// engines. Schemas and specs already in before are not judged again: a
+// table registered with them stays usable.
+//
+// Schemas: every identifier field exists, is a required primitive that is
+// not a float or a double, and is nested only in required structs.
+// Specs: every field's transform is known, its source exists in the
+// current schema and is a primitive the transform can take, bucket counts
+// and truncate widths are positive, names are unique, and a name that is
+// also a column's is an identity of that column.
+func checkNewSchemasAndSpecs(before, after table.Metadata) error {
+	oldSchemas, oldSpecs := map[int]bool{}, map[int]bool{}
+	if before != nil {
+		for _, s := range before.Schemas() {
+			oldSchemas[s.ID] = true
+		}
+		for _, ps := range before.PartitionSpecs() {
+			oldSpecs[ps.ID()] = true
+		}
+	}
+	for _, s := range after.Schemas() {
+		if !oldSchemas[s.ID] {
+			if err := checkIdentifierFields(s); err != nil {
+				return err
+			}
+		}
+	}
+	current := after.CurrentSchema()
+	for _, ps := range after.PartitionSpecs() {
+		if !oldSpecs[ps.ID()] {
+			if err := checkPartitionSpec(&ps, current); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkIdentifierFields(s *iceberg.Schema) error {
+	for _, id := range s.IdentifierFieldIDs {
+		f, ok := s.FindFieldByID(id)
+		if !ok {
+			return badRequest("schema %d: identifier field %d is not a field of the schema", s.ID, id)
+		}
+		if _, ok := f.Type.(iceberg.PrimitiveType); !ok {
+			return badRequest("schema %d: identifier field %q is not a primitive (%s)", s.ID, f.Name, f.Type)
+		}
+		if !f.Required {
+			return badRequest("schema %d: identifier field %q is optional", s.ID, f.Name)
+		}
+		switch f.Type.(type) {
+		case iceberg.Float32Type, iceberg.Float64Type:
+			return badRequest("schema %d: identifier field %q is a %s", s.ID, f.Name, f.Type)
+		}
+		if err := checkIdentifierAncestors(s, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkIdentifierAncestors: the field with id sits in structs only, each
+// of them required.
+func checkIdentifierAncestors(s *iceberg.Schema, id int) error {
+	var walk func(fields []iceberg.NestedField) (bool, error)
+	walk = func(fields []iceberg.NestedField) (bool, error) {
+		for _, f := range fields {
+			if f.ID == id {
+				return true, nil
+			}
+			var inner []iceberg.NestedField
+			switch t := f.Type.(type) {
+			case *iceberg.StructType:
+				inner = t.FieldList
+			case *iceberg.ListType:
+				if found, _ := walk([]iceberg.NestedField{t.ElementField()}); found {
+					return true, badRequest("schema %d: identifier field %d is inside the list %q", s.ID, id, f.Name)
+				}
+				continue
+			case *iceberg.MapType:
+				if found, _ := walk([]iceberg.NestedField{t.KeyField(), t.ValueField()}); found {
+					return true, badRequest("schema %d: identifier field %d is inside the map %q", s.ID, id, f.Name)
+				}
+				continue
+			default:
+				continue
+			}
+			found, err := walk(inner)
+			if found {
+				if err == nil && !f.Required {
+					err = badRequest("schema %d: identifier field %d is inside the optional struct %q", s.ID, id, f.Name)
+				}
+				return true, err
+			}
+		}
+		return false, nil
+	}
+	_, err := walk(s.Fields())
+	return err
+}
+
+func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
+	names := map[string]bool{}
+	for _, pf := range ps.Fields() {
+		if names[pf.Name] {
+			return badRequest("partition spec %d: field name %q is used twice", ps.ID(), pf.Name)
+		}
+		names[pf.Name] = true
+		switch t := pf.Transform.(type) {
+		case iceberg.BucketTransform:
+			if t.NumBuckets <= 0 {
+				return badRequest("partition spec %d: field %q: bucket count must be positive", ps.ID(), pf.Name)
+			}
+		case iceberg.TruncateTransform:
+			if t.Width <= 0 {
+				return badRequest("partition spec %d: field %q: truncate width must be positive", ps.ID(), pf.Name)
+			}
+		case iceberg.UnknownTransform:
+			// Readers load a spec with an unknown transform (a newer
+			// one) and skip it when filtering; a new spec naming one
+			// here is a mistake ("bogus", "bucket[-3]").
+			return badRequest("partition spec %d: field %q: unknown transform %q", ps.ID(), pf.Name, t.String())
+		}
+		for _, src := range pf.SourceIDs {
+			f, ok := s.FindFieldByID(src)
+			if !ok {
+				return badRequest("partition spec %d: field %q: source %d is not a field of the current schema", ps.ID(), pf.Name, src)
+			}
+			if _, ok := f.Type.(iceberg.PrimitiveType); !ok {
+				return badRequest("partition spec %d: field %q: source %q is not a primitive (%s)", ps.ID(), pf.Name, f.Name, f.Type)
+			}
+			if !pf.Transform.CanTransform(f.Type) {
+				return badRequest("partition spec %d: field %q: transform %s cannot take %q (%s)", ps.ID(), pf.Name, pf.Transform, f.Name, f.Type)
+			}
+		}
+		if col, ok := s.FindFieldByName(pf.Name); ok {
+			_, identity := pf.Transform.(iceberg.IdentityTransform)
+			if !identity || len(pf.SourceIDs) != 1 || pf.SourceIDs[0] != col.ID {
+				return badRequest("partition spec %d: field name %q is a column's, and the field is not that column's identity", ps.ID(), pf.Name)
+			}
+		}
+	}
+	return nil
+}
+
+
+// checkNewViewSchemas is checkNewSchemasAndSpecs's identifier-field check
+// for the schemas of a view's metadata after that before (nil for a new
+// view) has not.
+func checkNewViewSchemas(before, after []*iceberg.Schema) error {
+	old := map[int]bool{}
+	for _, s := range before {
+		old[s.ID] = true
+	}
+	for _, s := range after {
+		if !old[s.ID] {
+			if err := checkIdentifierFields(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
