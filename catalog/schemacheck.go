@@ -153,7 +153,6 @@ func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
 	return nil
 }
 
-
 // checkNewViewSchemas is checkNewSchemasAndSpecs's identifier-field check
 // for the schemas of a view's metadata after that before (nil for a new
 // view) has not.
