@@ -42,7 +42,13 @@ var ErrInvalidKey = errors.New("invalid Idempotency-Key")
 // its UUID version. Any version is accepted; the spec expects version 7.
 func ParseKey(s string) (key string, version int, err error) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return "", 0, fmt.Errorf("%w: %q is not a UUID in its 36-character form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrInvalidKey, s)
+		shown := s
+		if len(shown) > 64 {
+			// Not echoed whole: the header may be as long as the server
+			// allows headers to be.
+			shown = shown[:64] + "…"
+		}
+		return "", 0, fmt.Errorf("%w: %q (%d bytes) is not a UUID in its 36-character form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", ErrInvalidKey, shown, len(s))
 	}
 	id, err := uuid.Parse(s)
 	if err != nil {

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,4 +44,12 @@ func TestLifetime(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 	assert.Equal(t, "PT30M", FormatLifetime(30*time.Minute))
+}
+
+// A long malformed key is not echoed whole in the error.
+func TestParseKeyDoesNotEchoALongKey(t *testing.T) {
+	_, _, err := ParseKey(strings.Repeat("k", 5000))
+	require.ErrorIs(t, err, ErrInvalidKey)
+	assert.Less(t, len(err.Error()), 300)
+	assert.Contains(t, err.Error(), "5000 bytes")
 }
