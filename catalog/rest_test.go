@@ -296,6 +296,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"partition named as another column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"s","transform":"bucket[4]"}`), 400, "BadRequestException"},
 		{"partition of a missing column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":42,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
 		{"partition of a struct", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":6,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
+		{"data path outside the table", "POST", "/v1/namespaces/a/tables", `{"name":"wp","schema":{"type":"struct","fields":[]},"properties":{"write.data.path":"file:///etc"}}`, 400, "BadRequestException"},
+		{"metadata path set outside the table", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.metadata.path":"file:///tmp/outside"}}]}`, 400, "BadRequestException"},
 		{"add-schema with a missing identifier field", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-schema","schema":{"type":"struct","schema-id":1,"identifier-field-ids":[77],"fields":[{"id":1,"name":"id","type":"long","required":true}]}}]}`, 400, "BadRequestException"},
 		{"add-spec with year of a long", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-spec","spec":{"spec-id":1,"fields":[{"source-id":1,"field-id":1001,"name":"y","transform":"hour"}]}}]}`, 400, "BadRequestException"},
 		{"dot namespace level", "POST", "/v1/namespaces", `{"namespace": ["a", "."]}`, 400, "BadRequestException"},
@@ -376,7 +378,9 @@ func withSchemaAndSpec(schemaExtra, specField string) string {
 func TestValidSchemasAndSpecsAreAccepted(t *testing.T) {
 	n := startNode(t, warehouses()[0])
 	require.Equal(t, http.StatusOK, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	wh := n.warehouse
 	for i, body := range []string{
+		strings.Replace(withSchemaAndSpec(``, ``), `"name":"x",`, `"name":"x","properties":{"write.data.path":"`+wh+`/a/ok0/data-elsewhere","write.metadata.path":"`+wh+`/a/ok0/meta"},`, 1),
 		withSchemaAndSpec(`"identifier-field-ids":[1,2,7],`, `{"source-id":1,"field-id":1000,"name":"id_bucket","transform":"bucket[16]"}`),
 		withSchemaAndSpec(``, `{"source-id":2,"field-id":1000,"name":"s","transform":"identity"}`),
 		withSchemaAndSpec(``, `{"source-id":7,"field-id":1000,"name":"n_trunc","transform":"truncate[10]"}`),

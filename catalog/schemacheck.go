@@ -3,6 +3,9 @@ package catalog
 import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // checkNewSchemasAndSpecs refuses, as a 400, a schema or partition spec
@@ -167,6 +170,33 @@ func checkNewViewSchemas(before, after []*iceberg.Schema) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// writePathProperties name where engines write a table's files instead of
+// below its location.
+var writePathProperties = []string{
+	"write.data.path", "write.metadata.path",
+	"write.object-storage.path", "write.folder-storage.path", // older spellings of write.data.path
+}
+
+// checkWritePaths refuses a write path property that after sets to a
+// value before did not have, when the value lies outside the table's
+// location: engines would write the table's files where no purge of the
+// table deletes them, or among another table's. A location belongs to one
+// table, and so do the files written for it. Values a table already has
+// (registered with them) are not judged again.
+func checkWritePaths(before, after table.Metadata) error {
+	for _, k := range writePathProperties {
+		v, ok := after.Properties()[k]
+		if !ok || (before != nil && before.Properties()[k] == v) {
+			continue
+		}
+		if fsm.LocationKey(v) == fsm.LocationKey(after.Location()) || storage.IsWithin(after.Location(), v) {
+			continue
+		}
+		return badRequest("property %s = %q is outside the table's location %s: a table's files stay below its location", k, v, after.Location())
 	}
 	return nil
 }

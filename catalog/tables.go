@@ -233,6 +233,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := checkNewSchemasAndSpecs(nil, meta); err != nil {
 		return err
 	}
+	if err := checkWritePaths(nil, meta); err != nil {
+		return err
+	}
 	if req.StageCreate {
 		raw, err := encodeMetadata(meta)
 		if err != nil {
@@ -654,6 +657,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
 	}
 	if err := checkNewSchemasAndSpecs(base, meta); err != nil {
+		return prepared{}, err
+	}
+	if err := checkWritePaths(base, meta); err != nil {
 		return prepared{}, err
 	}
 	if err := s.checkLocation(ctx, meta.Location()); err != nil {
