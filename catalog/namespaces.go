@@ -179,10 +179,9 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err := validateNamespace(req.Namespace); err != nil {
 		return err
 	}
-	for _, l := range req.Namespace {
-		if err := validateNewName("namespace level", l); err != nil {
-			return err
-		}
+	// The new level only: a parent named so before stays usable.
+	if err := validateNewName("namespace level", req.Namespace[len(req.Namespace)-1]); err != nil {
+		return err
 	}
 	if err := validateProperties(req.Properties); err != nil {
 		return err

@@ -17,10 +17,11 @@ import (
 //
 // Schemas: every identifier field exists, is a required primitive that is
 // not a float or a double, and is nested only in required structs.
-// Specs: every field's transform is known, its source exists in the
-// current schema and is a primitive the transform can take, bucket counts
-// and truncate widths are positive, names are unique, and a name that is
-// also a column's is an identity of that column.
+// Specs: names are unique; every field but a void placeholder has a known
+// transform (stricter than Java's reader, which loads an unknown one: a
+// new spec naming one here is a mistake), a source in the current schema
+// that is a primitive the transform can take, a positive bucket count or
+// truncate width, and a name that is no other column's.
 func checkNewSchemasAndSpecs(before, after table.Metadata) error {
 	oldSchemas, oldSpecs := map[int]bool{}, map[int]bool{}
 	if before != nil {
@@ -119,6 +120,12 @@ func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
 			return badRequest("partition spec %d: field name %q is used twice", ps.ID(), pf.Name)
 		}
 		names[pf.Name] = true
+		if _, void := pf.Transform.(iceberg.VoidTransform); void {
+			// The placeholder a v1 table keeps for a dropped field, under
+			// the field's old name and source (which may be gone): Java
+			// skips it too.
+			continue
+		}
 		switch t := pf.Transform.(type) {
 		case iceberg.BucketTransform:
 			if t.NumBuckets <= 0 {
@@ -146,11 +153,8 @@ func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
 				return badRequest("partition spec %d: field %q: transform %s cannot take %q (%s)", ps.ID(), pf.Name, pf.Transform, f.Name, f.Type)
 			}
 		}
-		if col, ok := s.FindFieldByName(pf.Name); ok {
-			_, identity := pf.Transform.(iceberg.IdentityTransform)
-			if !identity || len(pf.SourceIDs) != 1 || pf.SourceIDs[0] != col.ID {
-				return badRequest("partition spec %d: field name %q is a column's, and the field is not that column's identity", ps.ID(), pf.Name)
-			}
+		if col, ok := s.FindFieldByName(pf.Name); ok && (len(pf.SourceIDs) != 1 || pf.SourceIDs[0] != col.ID) {
+			return badRequest("partition spec %d: field name %q is another column's", ps.ID(), pf.Name)
 		}
 	}
 	return nil
@@ -196,7 +200,7 @@ func checkWritePaths(before, after table.Metadata) error {
 		if fsm.LocationKey(v) == fsm.LocationKey(after.Location()) || storage.IsWithin(after.Location(), v) {
 			continue
 		}
-		return badRequest("property %s = %q is outside the table's location %s: a table's files stay below its location", k, v, after.Location())
+		return badRequest("property %s = %q is outside the table's location %s: a table's files stay below its location, so the location must cover it", k, v, after.Location())
 	}
 	return nil
 }

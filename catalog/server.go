@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -523,6 +524,16 @@ func validateNewIdent(what string, id fsm.Ident) error {
 		}
 	}
 	return validateNewName(what, id.Name)
+}
+
+// validateNewDestination is validateNewIdent for the destination of a
+// rename from from, except for the namespace levels when the namespace
+// does not change: they exist already.
+func validateNewDestination(what string, from, to fsm.Ident) error {
+	if slices.Equal(from.Namespace, to.Namespace) {
+		return validateNewName(what, to.Name)
+	}
+	return validateNewIdent(what, to)
 }
 
 // validateName refuses names a catalog cannot store or address: empty,

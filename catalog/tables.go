@@ -620,7 +620,11 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	case cur == nil && !hasAssertCreate(p.req.Requirements):
 		return prepared{}, notFoundTable("table does not exist: %s", p.id)
 	case cur == nil:
-		// Completing a staged create: build from nothing.
+		// Completing a staged create: build from nothing, under a name
+		// that must be fit for a new table.
+		if err := validateNewIdent("table name", p.id); err != nil {
+			return prepared{}, err
+		}
 		builder, err = table.NewMetadataBuilder(1)
 	default:
 		if before, err = s.readMetadata(ctx, cur.MetadataLocation); err != nil {
@@ -887,7 +891,7 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := validateNewIdent("table name", to); err != nil {
+	if err := validateNewDestination("table name", from, to); err != nil {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())

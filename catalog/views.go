@@ -525,7 +525,7 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := validateNewIdent("view name", to); err != nil {
+	if err := validateNewDestination("view name", from, to); err != nil {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())

@@ -628,6 +628,9 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	if req.ID == "" || req.Addr == "" {
 		return admitResponse{}, fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
+	if err := checkClusterAddr(req.Addr); err != nil {
+		return admitResponse{}, fmt.Errorf("%w: %v", ErrInvalidMember, err)
+	}
 	if n.raft.State() != raft.Leader {
 		return admitResponse{}, ErrNotLeader
 	}
