@@ -246,15 +246,24 @@ func TestOIDCVerifyRejects(t *testing.T) {
 	}
 }
 
-func TestOIDCKeyRotation(t *testing.T) {
+// warmVerifier returns a verifier of a new issuer that has verified one
+// token of the issuer's first key (so the keys are cached), its clock,
+// and the JWKS fetch count after that.
+func warmVerifier(t *testing.T) (*testIssuer, *fakeClock, *OIDCVerifier, int) {
+	t.Helper()
 	ti := newTestIssuer(t)
 	clock := newFakeClock()
-	ctx := context.Background()
 	v := newTestOIDCVerifier(t, ti, clock, nil)
-	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+	if _, err := v.Verify(context.Background(), ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
 		t.Fatal(err)
 	}
-	_, jwksBefore := ti.counts()
+	_, jwks := ti.counts()
+	return ti, clock, v, jwks
+}
+
+func TestOIDCKeyRotation(t *testing.T) {
+	ti, clock, v, jwksBefore := warmVerifier(t)
+	ctx := context.Background()
 
 	clock.Advance(time.Second)
 	ti.rotate("k2", rsaKeys()[1])
@@ -321,14 +330,8 @@ func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
 // Tokens of a key no cached key verifies, arriving while a fetch runs,
 // wait for that fetch and share it.
 func TestOIDCTokensShareAFetchInFlight(t *testing.T) {
-	ti := newTestIssuer(t)
-	clock := newFakeClock()
+	ti, clock, v, jwksBefore := warmVerifier(t)
 	ctx := context.Background()
-	v := newTestOIDCVerifier(t, ti, clock, nil)
-	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
-		t.Fatal(err)
-	}
-	_, jwksBefore := ti.counts()
 	clock.Advance(time.Second)
 	ti.rotate("k2", rsaKeys()[1])
 	hold, held := make(chan struct{}), make(chan struct{}, 8)
@@ -484,14 +487,9 @@ func TestOIDCLateTokenUsesTheFetchThatEnded(t *testing.T) {
 // A failed fetch keeps the keys of the last good one; a token without a
 // kid is checked against every key.
 func TestOIDCKeepsKeysWhenAFetchFails(t *testing.T) {
-	ti := newTestIssuer(t)
-	clock := newFakeClock()
+	ti, clock, v, _ := warmVerifier(t)
 	ctx := context.Background()
-	v := newTestOIDCVerifier(t, ti, clock, nil)
 	valid := ti.token(t, oidcClaims(ti.URL(), clock.Now()))
-	if _, err := v.Verify(ctx, valid); err != nil {
-		t.Fatal(err)
-	}
 	ti.mu.Lock()
 	ti.jwksDown = true
 	ti.mu.Unlock()
