@@ -296,11 +296,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"partition named as another column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"s","transform":"bucket[4]"}`), 400, "BadRequestException"},
 		{"partition of a missing column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":42,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
 		{"partition of a struct", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":6,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
-		{"staged create completed as dot-dot", "POST", "/v1/transactions/commit", `{"table-changes":[{"identifier":{"namespace":["a"],"name":".."},"requirements":[{"type":"assert-create"}],"updates":[`+
-			`{"action":"upgrade-format-version","format-version":2},{"action":"add-schema","schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","type":"long","required":true}]}},`+
-			`{"action":"set-current-schema","schema-id":-1},{"action":"add-spec","spec":{"spec-id":0,"fields":[]}},{"action":"set-default-spec","spec-id":-1},`+
-			`{"action":"add-sort-order","sort-order":{"order-id":0,"fields":[]}},{"action":"set-default-sort-order","sort-order-id":-1},`+
-			`{"action":"set-location","location":"`+n.warehouse+`/a/dotdot"}]}]}`, 400, "BadRequestException"},
+		{"staged create completed as dot-dot", "POST", "/v1/transactions/commit", `{"table-changes":[{"identifier":{"namespace":["a"],"name":".."},"requirements":[{"type":"assert-create"}],"updates":[` +
+			`{"action":"upgrade-format-version","format-version":2},{"action":"add-schema","schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","type":"long","required":true}]}},` +
+			`{"action":"set-current-schema","schema-id":-1},{"action":"add-spec","spec":{"spec-id":0,"fields":[]}},{"action":"set-default-spec","spec-id":-1},` +
+			`{"action":"add-sort-order","sort-order":{"order-id":0,"fields":[]}},{"action":"set-default-sort-order","sort-order-id":-1},` +
+			`{"action":"set-location","location":"` + n.warehouse + `/a/dotdot"}]}]}`, 400, "BadRequestException"},
 		{"data path outside the table", "POST", "/v1/namespaces/a/tables", `{"name":"wp","schema":{"type":"struct","fields":[]},"properties":{"write.data.path":"file:///etc"}}`, 400, "BadRequestException"},
 		{"metadata path set outside the table", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.metadata.path":"file:///tmp/outside"}}]}`, 400, "BadRequestException"},
 		{"add-schema with a missing identifier field", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-schema","schema":{"type":"struct","schema-id":1,"identifier-field-ids":[77],"fields":[{"id":1,"name":"id","type":"long","required":true}]}}]}`, 400, "BadRequestException"},
