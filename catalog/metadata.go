@@ -158,7 +158,7 @@ var requiredFields = []struct{ key, empty string }{
 // it is. Keys are read at the top level only (scanTopLevelKeys), so a
 // nested key of the same name neither hides nor doubles a field.
 func withRequiredFields(raw []byte) []byte {
-	var present [3]bool
+	present := make([]bool, len(requiredFields))
 	fields := 0
 	ok := scanTopLevelKeys(raw, func(key []byte) {
 		fields++
