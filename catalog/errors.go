@@ -109,6 +109,11 @@ func toAPIError(err error, kind opKind) *apiError {
 		// Nothing was proposed: the client may retry, here or elsewhere.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "no leader available: " + msg, retryAfter: "1"}
+	case errors.Is(err, replica.ErrNotAccepted):
+		// The leader's log was full: nothing was appended, so a resend
+		// (which Java's client makes by itself on a 503) is safe.
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)

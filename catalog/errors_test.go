@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,6 +26,7 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"not leader", replica.ErrNotLeader, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"no leader", fmt.Errorf("propose: %w", replica.ErrNoLeader), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"shutdown", replica.ErrShutdown, opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"not accepted by an overloaded leader, commit", fmt.Errorf("propose: %w: %w", replica.ErrNotAccepted, context.DeadlineExceeded), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},
 		{"anything else, commit", errors.New("disk on fire"), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},

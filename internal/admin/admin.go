@@ -170,7 +170,8 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 			// The change may have taken effect: a 500, which no client
 			// resends by itself as it would a 503.
 			se = &statusError{http.StatusInternalServerError, "InternalServerError", "outcome unknown, read the state before retrying: " + err.Error()}
-		case errors.Is(err, ErrUnavailable), errors.Is(err, raftnode.ErrUnavailable), errors.Is(err, idempotency.ErrUnavailable):
+		case errors.Is(err, ErrUnavailable), errors.Is(err, raftnode.ErrUnavailable), errors.Is(err, idempotency.ErrUnavailable),
+			errors.Is(err, raftnode.ErrNotAccepted):
 			se = &statusError{http.StatusServiceUnavailable, "ServiceUnavailableException", err.Error()}
 			w.Header().Set("Retry-After", "1")
 		}

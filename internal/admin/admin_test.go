@@ -120,6 +120,9 @@ func TestOperatorAPI(t *testing.T) {
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`)
 	assert.Equal(t, 503, rec.Code)
 	assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+	fc.setErr(fmt.Errorf("%w: enqueue timeout", raftnode.ErrNotAccepted))
+	rec, _ = do(t, h, "POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`)
+	assert.Equal(t, 503, rec.Code, "nothing was applied")
 	rec, _ = do(t, h, "PUT", "/management/v1/cluster", "")
 	assert.Equal(t, 405, rec.Code)
 }

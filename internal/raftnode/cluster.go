@@ -59,7 +59,7 @@ func toRemote(err error) error {
 		code = codeNoLeader
 	case errors.Is(err, ErrShutdown):
 		code = codeShutdown
-	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrNotAccepted), errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		code = codeNotAccepted
 	case errors.Is(err, ErrInvalidMember):
 		code = codeBadRequest
@@ -84,7 +84,7 @@ func fromRemote(err error, write bool) error {
 		case codeUnknownOutcome:
 			return fmt.Errorf("%w: %s", ErrUnknownOutcome, re.Message)
 		case codeNotAccepted:
-			return fmt.Errorf("raftnode: leader did not accept the command in time: %w: %s", context.DeadlineExceeded, re.Message)
+			return fmt.Errorf("%w: by the leader: %w: %s", ErrNotAccepted, context.DeadlineExceeded, re.Message)
 		case codeBadRequest:
 			return &remoteErr{sentinel: ErrInvalidMember, msg: re.Message}
 		case codeNotFound:

@@ -54,6 +54,9 @@ var (
 	// nothing was appended to the log. (A command appended before the
 	// shutdown gets ErrUnknownOutcome instead.)
 	ErrShutdown = replica.ErrShutdown
+	// ErrNotAccepted: Raft did not take the command within the enqueue
+	// timeout (the leader is overloaded); nothing was appended to the log.
+	ErrNotAccepted = replica.ErrNotAccepted
 	// ErrCatchingUp is wrapped by Ready while a leader is known but the
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.
@@ -739,7 +742,7 @@ func proposeError(err error, index uint64, timeout time.Duration) error {
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		// Returned by Apply itself when its timer fired before the main loop
 		// took the command: nothing was enqueued.
-		return fmt.Errorf("raftnode: raft did not accept the command within %s: %w: %w", timeout, context.DeadlineExceeded, err)
+		return fmt.Errorf("%w: raft did not take it within %s: %w: %w", ErrNotAccepted, timeout, context.DeadlineExceeded, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		if index == 0 {
 			// Apply saw the shutdown before handing the command over.

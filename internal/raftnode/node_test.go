@@ -366,7 +366,7 @@ func TestProposeErrorMapping(t *testing.T) {
 		{name: "follower", err: raft.ErrNotLeader, is: []error{ErrNotLeader, raft.ErrNotLeader}, isNot: []error{ErrUnknownOutcome}},
 		{name: "transfer", err: raft.ErrLeadershipTransferInProgress, is: []error{ErrNotLeader}, isNot: []error{ErrUnknownOutcome}},
 		{name: "leadership lost", err: raft.ErrLeadershipLost, index: 7, is: []error{ErrUnknownOutcome, raft.ErrLeadershipLost}, isNot: []error{ErrNotLeader}},
-		{name: "enqueue timeout", err: raft.ErrEnqueueTimeout, is: []error{context.DeadlineExceeded, raft.ErrEnqueueTimeout}, isNot: []error{ErrUnknownOutcome, ErrNotLeader}},
+		{name: "enqueue timeout", err: raft.ErrEnqueueTimeout, is: []error{ErrNotAccepted, context.DeadlineExceeded, raft.ErrEnqueueTimeout}, isNot: []error{ErrUnknownOutcome, ErrNotLeader}},
 		{name: "shutdown before enqueue", err: raft.ErrRaftShutdown, is: []error{ErrShutdown}, isNot: []error{ErrUnknownOutcome}},
 		{name: "shutdown after append", err: raft.ErrRaftShutdown, index: 9, is: []error{ErrUnknownOutcome, raft.ErrRaftShutdown}, isNot: []error{ErrShutdown}},
 		{name: "ctx done while waiting", err: fmt.Errorf("%w: %w", errAwaitCanceled, context.Canceled), is: []error{ErrUnknownOutcome, context.Canceled}},
@@ -390,6 +390,20 @@ func TestProposeErrorMapping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A command the leader's Raft never took stays "not accepted" when the
+// answer crosses to the follower that forwarded it: a 503 the client may
+// resend, never an unknown outcome.
+func TestNotAcceptedCrossesTheForward(t *testing.T) {
+	local := proposeError(raft.ErrEnqueueTimeout, 0, time.Second)
+	got := fromRemote(toRemote(local), true)
+	assert.ErrorIs(t, got, ErrNotAccepted)
+	assert.NotErrorIs(t, got, ErrUnknownOutcome)
+	// An outcome the leader could not know stays unknown.
+	got = fromRemote(toRemote(proposeError(raft.ErrLeadershipLost, 7, time.Second)), true)
+	assert.ErrorIs(t, got, ErrUnknownOutcome)
+	assert.NotErrorIs(t, got, ErrNotAccepted)
 }
 
 // TestProposeContextEnded checks that a context already done proposes

@@ -35,4 +35,8 @@ var (
 	// proposal, nothing was appended to the log. (A command appended before
 	// the shutdown gets ErrUnknownOutcome instead.)
 	ErrShutdown = errors.New("raftnode: shut down")
+	// ErrNotAccepted: the leader's log did not take the command within its
+	// enqueue timeout (the leader is overloaded). Nothing was appended: the
+	// command will never be applied, and it is safe to send it again.
+	ErrNotAccepted = errors.New("raftnode: command not accepted in time")
 )
