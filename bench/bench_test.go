@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,6 +158,7 @@ func TestSuiteSmoke(t *testing.T) {
 		positive(SumCommit+", "+clientsLabel(n), "commits/s", true)
 		positive(SumCommitLat+", "+clientsLabel(n), "ms", true)
 	}
+	positive(SumLeaderCPU+", "+clientsLabel(slices.Max(sizes.CommitClients)), "ms", true)
 	positive(SumReads, "req/s", true)
 	positive(SumLoadP50, "ms", true)
 	positive(SumLoadP99, "ms", true)

@@ -28,6 +28,9 @@ var commitProfileFrames = []ProfileShare{
 	{Label: "storage: durable file write (temp file, fsync, rename, dir fsync)", Frame: "internal/storage.(*Mux).Write"},
 	// A group-commit flush's fsyncs run on its own goroutines.
 	{Label: "storage: durable file write (temp file, fsync, rename, dir fsync)", Frame: "internal/storage.(*groupSync)"},
+	// Part of the write: the open(O_CREAT) of the new file, the kernel's
+	// inode allocation.
+	{Label: "storage: create the new file (open with O_CREAT: the kernel allocates its inode)", Frame: "internal/storage.createTemp"},
 	{Label: "fsync / fdatasync (storage, Raft log, state machine)", Frame: "syscall.Fsync"},
 	{Label: "fsync / fdatasync (storage, Raft log, state machine)", Frame: "syscall.Fdatasync"},
 	{Label: "hashicorp/raft goroutines", Frame: "github.com/hashicorp/raft."},

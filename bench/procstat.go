@@ -17,32 +17,52 @@ const clockTicks = 100
 // procCPU returns the CPU time (user + system) process pid has used, 0 if
 // it cannot be read (not Linux, process gone). pid 0 means this process.
 func procCPU(pid int) time.Duration {
+	return procCPUSplit(pid).Total()
+}
+
+// CPUSplit is a process's CPU time in user space and in the kernel.
+type CPUSplit struct {
+	User, System time.Duration
+}
+
+// Total is user plus system time.
+func (c CPUSplit) Total() time.Duration { return c.User + c.System }
+
+// Sub is the CPU used between before and c.
+func (c CPUSplit) Sub(before CPUSplit) CPUSplit {
+	return CPUSplit{User: c.User - before.User, System: c.System - before.System}
+}
+
+// procCPUSplit returns the user and system CPU time process pid has used
+// (utime and stime of /proc/<pid>/stat), zero if they cannot be read.
+// pid 0 means this process.
+func procCPUSplit(pid int) CPUSplit {
 	path := "/proc/self/stat"
 	if pid > 0 {
 		path = fmt.Sprintf("/proc/%d/stat", pid)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return CPUSplit{}
 	}
 	// The command name (field 2) is in parentheses and may hold spaces:
 	// count fields after the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return CPUSplit{}
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
 	if len(f) < 13 {
-		return 0
+		return CPUSplit{}
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0
+		return CPUSplit{}
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return CPUSplit{User: time.Duration(ut) * time.Second / clockTicks, System: time.Duration(st) * time.Second / clockTicks}
 }
 
 // ProcMemory is a process's resident memory from /proc/<pid>/status.

@@ -16,6 +16,7 @@ import (
 const (
 	SumCommit        = "1. commit throughput"  // + ", 64 clients"
 	SumCommitLat     = "1. commit latency p50" // + ", 64 clients"
+	SumLeaderCPU     = "1. leader CPU per commit" // + ", 64 clients"
 	SumReads         = "2. linearizable loadTable throughput, all nodes"
 	SumLoadP50       = "3. loadTable p50, warm, metadata cache on"
 	SumLoadP99       = "3. loadTable p99, warm, metadata cache on"
@@ -34,6 +35,7 @@ const (
 // Aims of issue 7.
 const (
 	aimCommitRatio = 0.50
+	aimLeaderCPU   = 300 * time.Microsecond // issue 14, part 1
 	aimReadRatio   = 2.0
 	aimLoadP50     = time.Millisecond
 	aimIdemRatio   = 1.05
@@ -173,6 +175,14 @@ func (r *SuiteReport) summaryRows(w func(string, ...any)) {
 			}
 			w("| %s, %s (REST, 3 nodes, to the leader) | %.0f commits/s | raw Raft, same-size no-ops: %.0f entries/s | %s | %s |\n",
 				SumCommit, clientsLabel(clients), fl.Result.PerSecond(), raw.Result.PerSecond(), ratio(fl.Result.PerSecond(), raw.Result.PerSecond()), aim)
+		}
+		if raw, ok1 := ct.Row(TputRaw, maxC); ok1 {
+			if fl, ok2 := ct.Row(TputFloeLeader, maxC); ok2 && fl.Leader.Total() > 0 {
+				per := fl.LeaderPerOp()
+				w("| %s, %s (user %s ms, kernel %s ms) | %s ms | raw Raft CPU per entry (3 nodes and clients together): %s ms | %s | ≤ %s ms — %s |\n",
+					SumLeaderCPU, clientsLabel(maxC), msPrec(per.User), msPrec(per.System), msPrec(per.Total()), msPrec(raw.Result.CPUPerOp()),
+					ratio(float64(per.Total()), float64(raw.Result.CPUPerOp())), msPrec(aimLeaderCPU), yesNo(per.Total() <= aimLeaderCPU))
+			}
 		}
 		for _, clients := range counts {
 			raw, ok1 := ct.Row(TputRaw, clients)
@@ -344,6 +354,12 @@ func (r *SuiteReport) commitSection(w func(string, ...any), ct *CommitThroughput
 	rt := ratioF(fl.Result.PerSecond(), raw.Result.PerSecond())
 	w("**Aim: ≥ %.0f%% of the baseline's throughput at %s — %s.** floe: %.0f commits/s, raw Raft: %.0f entries/s (%.0f%%).\n\n",
 		100*aimCommitRatio, clientsLabel(maxC), metText(rt >= aimCommitRatio), fl.Result.PerSecond(), raw.Result.PerSecond(), 100*rt)
+	if fl.Leader.Total() > 0 {
+		per := fl.LeaderPerOp()
+		w("**Aim: leader CPU per commit ≤ %s ms at %s — %s.** The leader process spent %s ms per commit (utime and stime of `/proc/<pid>/stat` over the row): %s ms in user space and %s ms (%.0f%%) in the kernel, which counts the system calls of file creation, fsync and the network. Raw Raft spent %s ms per entry, its 3 nodes and clients together.\n\n",
+			msPrec(aimLeaderCPU), clientsLabel(maxC), metText(per.Total() <= aimLeaderCPU), msPrec(per.Total()), msPrec(per.User), msPrec(per.System),
+			100*float64(per.System)/float64(per.Total()), msPrec(raw.Result.CPUPerOp()))
+	}
 	if rt >= aimCommitRatio {
 		return
 	}

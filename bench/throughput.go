@@ -50,6 +50,18 @@ type ThroughputRow struct {
 	DriverCPU time.Duration
 	// Conflicts counts commits answered 409 (none are expected).
 	Conflicts int
+	// Leader is the leader process's own CPU over a 3-node row, split
+	// into user space and the kernel; zero for the other rows.
+	Leader CPUSplit
+}
+
+// LeaderPerOp is the leader's CPU per successful operation.
+func (r ThroughputRow) LeaderPerOp() CPUSplit {
+	if r.Result.OK == 0 {
+		return CPUSplit{}
+	}
+	n := time.Duration(r.Result.OK)
+	return CPUSplit{User: r.Leader.User / n, System: r.Leader.System / n}
 }
 
 // CommitThroughput is item 1: table commits through the REST API of a
@@ -285,24 +297,40 @@ func runCommitThroughput(ctx context.Context, o *SuiteOptions, dir string) (*Com
 	if leader, err = c.Leader(ctx); err != nil {
 		return ct, err
 	}
+	// clusterCPU for commitLoad, which calls it at the start signal and at
+	// the end; it also samples the leader's own CPU at those two points.
+	var lead []CPUSplit
+	cpu := func() time.Duration {
+		lead = append(lead, procCPUSplit(leader.Pid()))
+		return c.clusterCPU()
+	}
+	leaderCPU := func() CPUSplit {
+		defer func() { lead = nil }()
+		if len(lead) != 2 {
+			return CPUSplit{}
+		}
+		return lead[1].Sub(lead[0])
+	}
 	for _, clients := range o.Sizes.CommitClients {
 		d0 := procCPU(0)
-		res, conflicts, err := commitLoad(ctx, ns, tables, clients, dur, func(int, int) string { return leader.BaseURL() }, c.clusterCPU)
+		res, conflicts, err := commitLoad(ctx, ns, tables, clients, dur, func(int, int) string { return leader.BaseURL() }, cpu)
 		if err := add(TputFloeLeader, clients, res, "3 floe processes", conflicts, err); err != nil {
 			return ct, err
 		}
 		ct.Rows[len(ct.Rows)-1].DriverCPU = procCPU(0) - d0
+		ct.Rows[len(ct.Rows)-1].Leader = leaderCPU()
 		if clients != maxClients {
 			continue
 		}
 		d0 = procCPU(0)
 		res, conflicts, err = commitLoad(ctx, ns, tables, clients, dur, func(i, j int) string {
 			return c.Nodes[(i+j)%len(c.Nodes)].BaseURL()
-		}, c.clusterCPU)
+		}, cpu)
 		if err := add(TputFloeRR, clients, res, "3 floe processes", conflicts, err); err != nil {
 			return ct, err
 		}
 		ct.Rows[len(ct.Rows)-1].DriverCPU = procCPU(0) - d0
+		ct.Rows[len(ct.Rows)-1].Leader = leaderCPU()
 	}
 
 	// The metadata file alone, at the size the commits above left it (the
