@@ -14,8 +14,8 @@ import (
 // Labels of the suite's summary rows (first cell). The smoke test finds
 // the rows by them.
 const (
-	SumCommit        = "1. commit throughput"  // + ", 64 clients"
-	SumCommitLat     = "1. commit latency p50" // + ", 64 clients"
+	SumCommit        = "1. commit throughput"     // + ", 64 clients"
+	SumCommitLat     = "1. commit latency p50"    // + ", 64 clients"
 	SumLeaderCPU     = "1. leader CPU per commit" // + ", 64 clients"
 	SumReads         = "2. linearizable loadTable throughput, all nodes"
 	SumLoadP50       = "3. loadTable p50, warm, metadata cache on"
