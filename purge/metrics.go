@@ -23,6 +23,7 @@ type metrics struct {
 	staleLeases      prometheus.Counter
 	missingManifests prometheus.Counter
 	wakes            prometheus.Counter
+	leaderBeats      prometheus.Counter
 	all              []prometheus.Collector
 }
 
@@ -72,6 +73,9 @@ func newMetrics() *metrics {
 		staleLeases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_stale_leases_total", Help: "Runs on this node stopped because their lease token was no longer current.",
 		}),
+		leaderBeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_new_leader_heartbeats_total", Help: "Heartbeats this node sent at once because a new leader became known.",
+		}),
 		wakes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_scheduler_wakes_total", Help: "Times the leader's purge scheduler was woken by a newly claimable job instead of waiting for its next poll.",
 		}),
@@ -80,7 +84,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.wakes}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.wakes, m.leaderBeats}
 	return m
 }
 

@@ -18,7 +18,11 @@ import (
 //
 //   - notes which nodes' heartbeats moved since the last look: a node is
 //     live when its heartbeat's log index moved within the heartbeat
-//     timeout, by this leader's own clock (no clocks are compared);
+//     timeout, by this leader's own clock (no clocks are compared). A
+//     heartbeat first seen at an index above the one this scheduler
+//     started at counts as a move: it was applied since. Nodes heartbeat
+//     at once when they learn of a new leader (Service.NewLeader), so a
+//     new leader knows who is live within moments;
 //   - leases PENDING jobs whose backoff is over, and re-leases RUNNING
 //     jobs whose node is silent, oldest job first, to live nodes with a
 //     free worker slot: followers before the leader, then the least
@@ -42,8 +46,7 @@ func (s *Service) Lead(ctx context.Context) {
 	defer context.AfterFunc(s.ctx, cancel)()
 	log := s.log.With("role", "purge-scheduler")
 	log.Info("purge scheduler started")
-	now := s.cfg.Now()
-	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now}
+	sc := s.newScheduler()
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
@@ -65,10 +68,27 @@ type observed struct {
 }
 
 type scheduler struct {
-	s         *Service
-	start     time.Time
-	seen      map[string]observed
-	lastPrune time.Time
+	s     *Service
+	start time.Time
+	// startIndex is the local replica's applied index when the scheduler
+	// started: a heartbeat at a higher index was applied since.
+	startIndex uint64
+	seen       map[string]observed
+	lastPrune  time.Time
+}
+
+// newScheduler starts a scheduler's state: now, and the index applied so
+// far (0 if the replica cannot be read: then every heartbeat first seen
+// counts as a move, which at worst leases a job to a node that is gone,
+// and its lease is reassigned after the heartbeat timeout).
+func (s *Service) newScheduler() *scheduler {
+	now := s.cfg.Now()
+	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now}
+	_ = s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
+		sc.startIndex = r.AppliedIndex()
+		return nil
+	})
+	return sc
 }
 
 type claim struct {
@@ -102,6 +122,9 @@ func (sc *scheduler) tick(ctx context.Context) {
 		for _, n := range r.PurgeNodes() {
 			o, ok := sc.seen[n.Node]
 			switch {
+			case !ok && n.Index > sc.startIndex:
+				// Applied since the scheduler started.
+				sc.seen[n.Node] = observed{index: n.Index, at: now}
 			case !ok:
 				sc.seen[n.Node] = observed{index: n.Index}
 			case o.index != n.Index:

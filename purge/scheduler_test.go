@@ -87,7 +87,7 @@ func TestSchedulerAssignsDeterministically(t *testing.T) {
 	}
 	ctx := context.Background()
 	beat("n1", "n2", "n3")
-	sc := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+	sc := s.newScheduler()
 	sc.tick(ctx)
 	for _, j := range []string{"a", "b", "c", "d", "e"} {
 		assert.Nil(t, st.lease(t, "job-"+j), "no node is known live before its heartbeat moves")
@@ -106,7 +106,7 @@ func TestSchedulerAssignsDeterministically(t *testing.T) {
 	// n2 goes silent. A new leader reassigns nothing in its first timeout.
 	clock = clock.Add(1500 * time.Millisecond)
 	beat("n1", "n3")
-	fresh := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+	fresh := s.newScheduler()
 	fresh.tick(ctx)
 	assert.Equal(t, tokenA, st.lease(t, "job-a").Token)
 	// Free a slot on n3; the old leader's scheduler reassigns job-a there.
@@ -272,6 +272,71 @@ func TestDropWakesTheScheduler(t *testing.T) {
 		l := st.lease(t, "job-t")
 		return l != nil && l.Node == "n2"
 	}, 10*time.Second, 5*time.Millisecond, "the drop woke the scheduler")
+}
+
+// A new leader's scheduler counts a node live from a heartbeat applied
+// after it started, even one it sees first: nodes heartbeat when they learn
+// of the new leader, and a job dropped right after an election is leased
+// at once, not a heartbeat interval later.
+func TestNewLeaderLeasesOnFreshHeartbeats(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	for _, name := range []string{"a", "b"} {
+		id := fsm.Ident{Namespace: []string{"db"}, Name: name}
+		st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/" + name, MetadataLocation: "m", UUID: name}}})
+	}
+	// n2 heartbeat under the old leader; n3 has never heartbeat.
+	st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
+	sc := s.newScheduler()
+	sc.tick(context.Background())
+	// Both learn of the new leader and heartbeat; then the drops come.
+	st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
+	st.must(t, fsm.PurgeHeartbeat{Node: "n3", Slots: 1})
+	for _, name := range []string{"a", "b"} {
+		st.must(t, fsm.DropTable{Ident: fsm.Ident{Namespace: []string{"db"}, Name: name}, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-" + name}})
+	}
+	sc.tick(context.Background())
+	require.NotNil(t, st.lease(t, "job-a"))
+	require.NotNil(t, st.lease(t, "job-b"))
+	assert.ElementsMatch(t, []string{"n2", "n3"}, []string{st.lease(t, "job-a").Node, st.lease(t, "job-b").Node})
+}
+
+// NewLeader sends a heartbeat at once, however long the interval.
+func TestNewLeaderHeartbeatsAtOnce(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	st := &fsmStore{f: f}
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	index := func() uint64 {
+		var i uint64
+		require.NoError(t, f.View(func(r *fsm.Reader) error {
+			for _, n := range r.PurgeNodes() {
+				if n.Node == "n1" {
+					i = n.Index
+				}
+			}
+			return nil
+		}))
+		return i
+	}
+	s.Start()
+	require.Eventually(t, func() bool { return index() > 0 }, 10*time.Second, time.Millisecond, "the first heartbeat at start")
+	first := index()
+	s.NewLeader()
+	require.Eventually(t, func() bool { return index() > first }, 10*time.Second, time.Millisecond, "a heartbeat for the new leader")
 }
 
 // TestEndedRunNotRestarted: once a run has recorded its job's outcome, a

@@ -160,6 +160,8 @@ type Service struct {
 	wake chan struct{}
 	// pollWake starts a poll of the jobs leased here now (Wake).
 	pollWake chan struct{}
+	// beat sends a heartbeat now (NewLeader).
+	beat chan struct{}
 
 	mu   sync.Mutex
 	runs map[string]*run // by job id
@@ -203,6 +205,7 @@ func New(cfg Config) (*Service, error) {
 		ended:    map[string]uint64{},
 		wake:     make(chan struct{}, 1),
 		pollWake: make(chan struct{}, 1),
+		beat:     make(chan struct{}, 1),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -221,6 +224,18 @@ func (s *Service) Wake() {
 	}
 	select {
 	case s.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+// NewLeader tells the service that a new leader is known: it heartbeats
+// now rather than at its next interval, so that the new leader's scheduler
+// counts this node live within moments of the election instead of a third
+// of the heartbeat timeout later (a node wires it to the Raft node's
+// OnNewLeader). It never blocks.
+func (s *Service) NewLeader() {
+	select {
+	case s.beat <- struct{}{}:
 	default:
 	}
 }
@@ -371,9 +386,10 @@ func (s *Service) leases() []fsm.LeaseRef {
 	return out
 }
 
-// heartbeatLoop proposes a heartbeat every third of the timeout. It runs on
-// its own goroutine and never waits for a delete: a worker stuck in a slow
-// batch keeps its leases.
+// heartbeatLoop proposes a heartbeat every third of the timeout, and at
+// once when a new leader is known (NewLeader). It runs on its own
+// goroutine and never waits for a delete: a worker stuck in a slow batch
+// keeps its leases.
 func (s *Service) heartbeatLoop() {
 	defer s.wg.Done()
 	interval := s.cfg.HeartbeatTimeout / 3
@@ -394,6 +410,8 @@ func (s *Service) heartbeatLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+		case <-s.beat:
+			s.m.leaderBeats.Inc()
 		}
 	}
 }

@@ -167,6 +167,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	defer node.FSM().OnPurgeWork(nil)
 	node.OnLeadership(purger.Lead)
 	purger.Start()
+	// Every node heartbeats as soon as it learns of a new leader, so that
+	// the new leader's scheduler knows at once which nodes can take jobs.
+	node.OnNewLeader(purger.NewLeader)
+	defer node.OnNewLeader(nil)
 	sec, err := newSecurity(cfg, logger, reg, node, node.ID())
 	if err != nil {
 		return err

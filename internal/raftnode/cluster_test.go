@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,10 +175,21 @@ func TestLeaderTasksFollowLeadership(t *testing.T) {
 	}
 	leader := waitOneLeader(t, nodes)
 	require.Eventually(t, running[leader.ID()].get, 5*time.Second, 10*time.Millisecond)
+	// Registered once a leader is known: told at once, then at each change.
+	news := make([]*atomic.Int32, len(nodes))
+	for i, n := range nodes {
+		news[i] = &atomic.Int32{}
+		n.OnNewLeader(func() { news[i].Add(1) })
+		assert.EqualValues(t, 1, news[i].Load(), "a leader is known already")
+	}
 	target := others(nodes, leader)[0]
 	require.NoError(t, leader.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID()))
 	waitOneLeader(t, nodes)
 	require.Eventually(t, func() bool { return running[target.ID()].get() && !running[leader.ID()].get() }, 5*time.Second, 10*time.Millisecond)
+	for i := range nodes {
+		require.Eventually(t, func() bool { return news[i].Load() >= 2 }, 5*time.Second, 10*time.Millisecond, "every node learns of the new leader")
+		nodes[i].OnNewLeader(nil)
+	}
 }
 
 type atomicBool struct {

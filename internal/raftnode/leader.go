@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,6 +26,10 @@ var errLeaderChanged = errors.New("the leader changed")
 type leaderWatch struct {
 	lostGrace time.Duration
 
+	// onNew, if set, is called (outside mu) each time a leader other than
+	// the epoch's becomes known.
+	onNew atomic.Pointer[func()]
+
 	mu     sync.Mutex
 	addr   raft.ServerAddress // the leader of the epoch; "" before any
 	id     raft.ServerID
@@ -42,12 +47,21 @@ func newLeaderWatch(lostGrace time.Duration) *leaderWatch {
 
 // update records the leader Raft reports now.
 func (w *leaderWatch) update(addr raft.ServerAddress, id raft.ServerID) {
+	if w.updateLocked(addr, id) {
+		if fn := w.onNew.Load(); fn != nil {
+			(*fn)()
+		}
+	}
+}
+
+// updateLocked is update under mu; it reports whether a new epoch began.
+func (w *leaderWatch) updateLocked(addr raft.ServerAddress, id raft.ServerID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
 	case id == "" || addr == "":
 		if !w.known {
-			return
+			return false
 		}
 		w.known = false
 		if w.expiry != nil {
@@ -57,6 +71,7 @@ func (w *leaderWatch) update(addr raft.ServerAddress, id raft.ServerID) {
 		w.expiry = time.AfterFunc(w.lostGrace, func() {
 			end(fmt.Errorf("%w: no leader known for %s", errLeaderChanged, w.lostGrace))
 		})
+		return false
 	case id == w.id && addr == w.addr && w.epoch.Err() == nil:
 		// The same leader, back after a moment without one: its epoch
 		// goes on.
@@ -64,6 +79,7 @@ func (w *leaderWatch) update(addr raft.ServerAddress, id raft.ServerID) {
 			w.expiry.Stop()
 		}
 		w.known = true
+		return false
 	default:
 		if w.expiry != nil {
 			w.expiry.Stop()
@@ -72,6 +88,7 @@ func (w *leaderWatch) update(addr raft.ServerAddress, id raft.ServerID) {
 		w.end(fmt.Errorf("%w: %s is the leader now", errLeaderChanged, id))
 		w.addr, w.id, w.known = addr, id, true
 		w.epoch, w.end = context.WithCancelCause(context.Background())
+		return true
 	}
 }
 
@@ -108,6 +125,24 @@ func (w *leaderWatch) close() {
 func (n *Node) leaderNow() (raft.ServerAddress, raft.ServerID, context.Context) {
 	n.leader.update(n.raft.LeaderWithID())
 	return n.leader.current()
+}
+
+// OnNewLeader registers fn (nil: none; a later call replaces an earlier
+// one), called each time this node learns of a leader other than the last
+// one it knew, the first one included, whether that leader is this node or
+// another; and once at registration when a leader is known already. It
+// runs on the goroutine that noticed, which may be serving a request: fn
+// must return at once (signal a channel, say) and must not call back into
+// the node.
+func (n *Node) OnNewLeader(fn func()) {
+	if fn == nil {
+		n.leader.onNew.Store(nil)
+		return
+	}
+	n.leader.onNew.Store(&fn)
+	if addr, _, _ := n.leaderNow(); addr != "" {
+		fn()
+	}
 }
 
 // watchLeader keeps the leader watch current: Raft reports every change of

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,11 @@ import (
 func TestLeaderWatchEpochs(t *testing.T) {
 	w := newLeaderWatch(100 * time.Millisecond)
 	defer w.close()
+	var news atomic.Int32
+	fn := func() { news.Add(1) }
+	w.onNew.Store(&fn)
 	w.update("a:1", "a")
+	assert.EqualValues(t, 1, news.Load(), "the first leader is new")
 	addr, id, a := w.current()
 	assert.Equal(t, "a:1", string(addr))
 	assert.Equal(t, "a", string(id))
@@ -31,6 +36,7 @@ func TestLeaderWatchEpochs(t *testing.T) {
 	_, _, e = w.current()
 	require.NoError(t, a.Err())
 	assert.Equal(t, a, e)
+	assert.EqualValues(t, 1, news.Load(), "the same leader back is not new")
 
 	// Another leader ends it at once.
 	w.update("b:1", "b")
@@ -39,6 +45,7 @@ func TestLeaderWatchEpochs(t *testing.T) {
 	_, id, b := w.current()
 	assert.Equal(t, "b", string(id))
 	require.NoError(t, b.Err())
+	assert.EqualValues(t, 2, news.Load())
 
 	// No leader for longer than the grace ends it too.
 	w.update("", "")
@@ -50,4 +57,5 @@ func TestLeaderWatchEpochs(t *testing.T) {
 	_, id, b2 := w.current()
 	assert.Equal(t, "b", string(id))
 	require.NoError(t, b2.Err())
+	assert.EqualValues(t, 3, news.Load(), "a new epoch, though the same leader")
 }
