@@ -28,8 +28,12 @@ type CPUSplit struct {
 // Total is user plus system time.
 func (c CPUSplit) Total() time.Duration { return c.User + c.System }
 
-// Sub is the CPU used between before and c.
+// Sub is the CPU used between before and c; zero when either sample is
+// (a read that failed).
 func (c CPUSplit) Sub(before CPUSplit) CPUSplit {
+	if c.Total() == 0 || before.Total() == 0 {
+		return CPUSplit{}
+	}
 	return CPUSplit{User: c.User - before.User, System: c.System - before.System}
 }
 

@@ -50,8 +50,9 @@ type ThroughputRow struct {
 	DriverCPU time.Duration
 	// Conflicts counts commits answered 409 (none are expected).
 	Conflicts int
-	// Leader is the leader process's own CPU over a 3-node row, split
-	// into user space and the kernel; zero for the other rows.
+	// Leader is the leader process's own CPU over a 3-node row (to the
+	// leader, or round-robin), split into user space and the kernel; zero
+	// for the in-process and raw rows.
 	Leader CPUSplit
 }
 

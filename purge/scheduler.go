@@ -18,11 +18,12 @@ import (
 //
 //   - notes which nodes' heartbeats moved since the last look: a node is
 //     live when its heartbeat's log index moved within the heartbeat
-//     timeout, by this leader's own clock (no clocks are compared). A
-//     heartbeat first seen at an index above the one this scheduler
-//     started at counts as a move: it was applied since. Nodes heartbeat
-//     at once when they learn of a new leader (Service.NewLeader), so a
-//     new leader knows who is live within moments;
+//     timeout, by this leader's own clock (no clocks are compared). Only
+//     a heartbeat proposed during this leadership (above the log's last
+//     index when it began) counts as a move, and then even one seen for
+//     the first time. Nodes heartbeat at once when they learn of a new
+//     leader (Service.NewLeader), so a new leader knows who is live
+//     within moments;
 //   - leases PENDING jobs whose backoff is over, and re-leases RUNNING
 //     jobs whose node is silent, oldest job first, to live nodes with a
 //     free worker slot: followers before the leader, then the least
@@ -77,13 +78,28 @@ type scheduler struct {
 	lastPrune  time.Time
 }
 
-// newScheduler starts a scheduler's state: now, and the index applied so
-// far (0 if the replica cannot be read: then every heartbeat first seen
-// counts as a move, which at worst leases a job to a node that is gone,
-// and its lease is reassigned after the heartbeat timeout).
+// leadershipStart is implemented by a Store that knows its log's last
+// index when this node's leadership began (raftnode.Node): every entry
+// above it was proposed after the election.
+type leadershipStart interface {
+	LeadershipStartIndex() uint64
+}
+
+// newScheduler starts a scheduler's state: now, and the index above which
+// a heartbeat is fresh. That is the log's last index when the leadership
+// began, when the Store knows it, so that a heartbeat an earlier leader
+// left (its own last one, say) is not taken for a sign of life; else the
+// index applied so far. (If even that cannot be read it is 0: then every
+// heartbeat first seen counts as a move, which at worst leases a job to a
+// node that is gone, and its lease is reassigned after the heartbeat
+// timeout.)
 func (s *Service) newScheduler() *scheduler {
 	now := s.cfg.Now()
 	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now}
+	if ls, ok := s.cfg.Store.(leadershipStart); ok {
+		sc.startIndex = ls.LeadershipStartIndex()
+		return sc
+	}
 	_ = s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
 		sc.startIndex = r.AppliedIndex()
 		return nil
@@ -123,12 +139,16 @@ func (sc *scheduler) tick(ctx context.Context) {
 			o, ok := sc.seen[n.Node]
 			switch {
 			case !ok && n.Index > sc.startIndex:
-				// Applied since the scheduler started.
+				// Proposed during this leadership.
 				sc.seen[n.Node] = observed{index: n.Index, at: now}
 			case !ok:
 				sc.seen[n.Node] = observed{index: n.Index}
-			case o.index != n.Index:
+			case o.index != n.Index && n.Index > sc.startIndex:
 				sc.seen[n.Node] = observed{index: n.Index, at: now}
+			case o.index != n.Index:
+				// An earlier leader's entry, applied late: the node was
+				// alive then, which says nothing about now.
+				sc.seen[n.Node] = observed{index: n.Index, at: o.at}
 			}
 			slots[n.Node] = n.Slots
 		}

@@ -310,6 +310,51 @@ func TestNewLeaderLeasesOnFreshHeartbeats(t *testing.T) {
 	assert.ElementsMatch(t, []string{"n2", "n3"}, []string{st.lease(t, "job-a").Node, st.lease(t, "job-b").Node})
 }
 
+// ledStore is a store on a node whose leadership began when its log's
+// last index was start.
+type ledStore struct {
+	*fsmStore
+	start uint64
+}
+
+func (l ledStore) LeadershipStartIndex() uint64 { return l.start }
+
+// A heartbeat an earlier leader left in the log (at or below the index the
+// leadership began at) is no sign of life, even applied after the
+// scheduler started; one proposed during the leadership is.
+func TestSchedulerIgnoresAnEarlierLeadersHeartbeats(t *testing.T) {
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	fs := &fsmStore{f: f}
+	st := ledStore{fsmStore: fs}
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	fs.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	fs.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	fs.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
+	// The leadership began two entries from now: the next two entries
+	// were in its log already, left by the earlier leader.
+	st.start = fs.i + 2
+	s.cfg.Store = st
+	sc := s.newScheduler()
+	sc.tick(context.Background())
+	fs.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1}) // a move, but old
+	fs.must(t, fsm.PurgeHeartbeat{Node: "n3", Slots: 1}) // first seen, but old
+	fs.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-t"}})
+	sc.tick(context.Background())
+	assert.Nil(t, st.lease(t, "job-t"), "no node is known live from an earlier leader's entries")
+	fs.must(t, fsm.PurgeHeartbeat{Node: "n3", Slots: 1}) // proposed during the leadership
+	sc.tick(context.Background())
+	require.NotNil(t, st.lease(t, "job-t"))
+	assert.Equal(t, "n3", st.lease(t, "job-t").Node)
+}
+
 // NewLeader sends a heartbeat at once, however long the interval.
 func TestNewLeaderHeartbeatsAtOnce(t *testing.T) {
 	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)

@@ -51,7 +51,9 @@ func toRemote(err error) error {
 	switch {
 	case errors.Is(err, ErrRejoinRefused):
 		code = codeRejoinRefused
-	case errors.Is(err, ErrUnknownOutcome):
+	case errors.Is(err, ErrUnknownOutcome), errors.Is(err, errAwaitCanceled):
+		// errAwaitCanceled: a membership change handed to Raft whose wait
+		// ended (deadline, shutdown) may still be applied.
 		code = codeUnknownOutcome
 	case errors.Is(err, ErrNotLeader):
 		code = codeNotLeader
@@ -59,8 +61,13 @@ func toRemote(err error) error {
 		code = codeNoLeader
 	case errors.Is(err, ErrShutdown):
 		code = codeShutdown
-	case errors.Is(err, ErrNotAccepted), errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrNotAccepted):
+		// Only proposeError says this, for a command Raft never took.
 		code = codeNotAccepted
+	case errors.Is(err, context.DeadlineExceeded):
+		code = transport.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = transport.CodeCanceled
 	case errors.Is(err, ErrInvalidMember):
 		code = codeBadRequest
 	case errors.Is(err, ErrNoSuchMember):

@@ -182,6 +182,9 @@ func TestLeaderTasksFollowLeadership(t *testing.T) {
 		n.OnNewLeader(func() { news[i].Add(1) })
 		assert.EqualValues(t, 1, news[i].Load(), "a leader is known already")
 	}
+	firstLeadership := leader.LeadershipStartIndex()
+	assert.NotZero(t, firstLeadership)
+	mustPropose(t, leader, createNS("grown")) // appended above it
 	target := others(nodes, leader)[0]
 	require.NoError(t, leader.TransferLeadership(ctxTimeout(t, 10*time.Second), target.ID()))
 	waitOneLeader(t, nodes)
@@ -190,6 +193,7 @@ func TestLeaderTasksFollowLeadership(t *testing.T) {
 		require.Eventually(t, func() bool { return news[i].Load() >= 2 }, 5*time.Second, 10*time.Millisecond, "every node learns of the new leader")
 		nodes[i].OnNewLeader(nil)
 	}
+	assert.Greater(t, target.LeadershipStartIndex(), firstLeadership, "the new leader's log holds the entry proposed since")
 }
 
 type atomicBool struct {

@@ -139,8 +139,11 @@ func (n *Node) OnNewLeader(fn func()) {
 		n.leader.onNew.Store(nil)
 		return
 	}
+	// Bring the watch up to date first, so that the leader known now is
+	// announced once, below, rather than also by this refresh.
+	n.leader.update(n.raft.LeaderWithID())
 	n.leader.onNew.Store(&fn)
-	if addr, _, _ := n.leaderNow(); addr != "" {
+	if addr, _, _ := n.leader.current(); addr != "" {
 		fn()
 	}
 }

@@ -273,7 +273,10 @@ type Node struct {
 	leaderTasks  []func(ctx context.Context)
 	leaderCancel context.CancelFunc
 	leaderCtx    context.Context
-	leaderWG     sync.WaitGroup
+	// leaderSince is the log's last index when this node last became the
+	// leader (LeadershipStartIndex).
+	leaderSince atomic.Uint64
+	leaderWG    sync.WaitGroup
 
 	// failed is closed, after failErr is set, when the node gives up on
 	// joining the cluster by itself (see Failed).
@@ -666,9 +669,11 @@ func (n *Node) Leader() (addr, id string) {
 //   - ErrUnknownOutcome (possibly also wrapping raft's error or the
 //     context's error): the command was handed to Raft and may or may not
 //     be applied.
-//   - the context's error alone, or context.DeadlineExceeded with
-//     raft.ErrEnqueueTimeout: Raft never accepted the command; it will not
-//     be applied.
+//   - ErrNotAccepted (with context.DeadlineExceeded and, on the leader,
+//     raft.ErrEnqueueTimeout): Raft never took the command within its
+//     enqueue timeout; it will not be applied.
+//   - the context's error alone: ctx had ended before anything was sent;
+//     nothing was appended.
 //   - an encoding error: cmd is not a registered command.
 //
 // The time Raft may take to accept the command is bounded by ctx's deadline,
@@ -925,9 +930,17 @@ func (n *Node) OnLeadership(task func(ctx context.Context)) {
 	}
 }
 
+// LeadershipStartIndex is the last index of this node's log when it last
+// became the leader, read as its leader tasks started (0 if it never led).
+// While it still leads, every entry above it was appended during this
+// leadership: proposed after the election. A leader task uses it to tell
+// fresh entries from those an earlier leader left.
+func (n *Node) LeadershipStartIndex() uint64 { return n.leaderSince.Load() }
+
 func (n *Node) leadershipChanged(leader bool) {
 	n.leaderMu.Lock()
 	if leader && n.leaderCancel == nil && !n.closed.Load() {
+		n.leaderSince.Store(n.raft.LastIndex())
 		var ctx context.Context
 		ctx, n.leaderCancel = context.WithCancel(n.ctx)
 		n.leaderCtx = ctx

@@ -400,9 +400,21 @@ func TestNotAcceptedCrossesTheForward(t *testing.T) {
 	got := fromRemote(toRemote(local), true)
 	assert.ErrorIs(t, got, ErrNotAccepted)
 	assert.NotErrorIs(t, got, ErrUnknownOutcome)
-	// An outcome the leader could not know stays unknown.
-	got = fromRemote(toRemote(proposeError(raft.ErrLeadershipLost, 7, time.Second)), true)
-	assert.ErrorIs(t, got, ErrUnknownOutcome)
+	// An outcome the leader could not know stays unknown: a lost
+	// leadership, or a membership change whose wait ended after Raft took
+	// it.
+	for _, leaderErr := range []error{
+		proposeError(raft.ErrLeadershipLost, 7, time.Second),
+		fmt.Errorf("add voter: %w: %w", errAwaitCanceled, context.DeadlineExceeded),
+		fmt.Errorf("remove server: %w: %w", errAwaitCanceled, ErrShutdown),
+	} {
+		got = fromRemote(toRemote(leaderErr), true)
+		assert.ErrorIs(t, got, ErrUnknownOutcome, leaderErr)
+		assert.NotErrorIs(t, got, ErrNotAccepted, leaderErr)
+	}
+	// A deadline that is not Raft's refusal says nothing was applied only
+	// when it says so.
+	got = fromRemote(toRemote(fmt.Errorf("transfer: %w", context.DeadlineExceeded)), true)
 	assert.NotErrorIs(t, got, ErrNotAccepted)
 }
 
