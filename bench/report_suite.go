@@ -309,8 +309,28 @@ func (r *SuiteReport) machineSection(w func(string, ...any)) {
 	if m.SourceRevision != "" {
 		w("| git HEAD where the driver ran (binary not VCS-stamped) | %s |\n", m.SourceRevision)
 	}
+	if fc := r.FileCreate; fc != nil {
+		state := fmt.Sprintf("settled (≤ %d µs)", settledCreate.Microseconds())
+		switch {
+		case fc.Settled:
+		case fc.Limit == 0:
+			state = fmt.Sprintf("**not settled** (aim ≤ %d µs; no wait at these sizes)", settledCreate.Microseconds())
+		default:
+			state = fmt.Sprintf("**not settled** (aim ≤ %d µs; waited the limit, %s): file creation, and so every commit, costs more than on a quiet disk", settledCreate.Microseconds(), fc.Limit)
+		}
+		probes := "1 probe"
+		if fc.Probes != 1 {
+			probes = fmt.Sprintf("%d probes over %s, the first %d µs", fc.Probes, fc.Waited.Round(time.Second), fc.First.Microseconds())
+		}
+		w("| file creation before the run (open O_CREAT + %d KiB write, %d files a probe) | %d µs per file at the start, %s; %s |\n",
+			probeFileBytes>>10, probeFiles, fc.PerFile.Microseconds(), state, probes)
+	}
 	w("| date | %s |\n\n", r.Date.Format(time.RFC3339))
 	w("Everything — the nodes, versitygw, the raw Raft clusters and the load clients — shares these %d CPUs and one disk, so a ratio here says how floe compares with its baseline on one small machine, not what separate machines would give.\n\n", m.NumCPU)
+	if r.FileCreate != nil {
+		w("Before the first item the suite creates files until doing so costs at most %d µs each (or %s has passed): on ext4 without a journal, for minutes after many files were deleted (a previous run's work directory, a test suite), creating one costs up to a millisecond, because the allocator passes over every recently freed inode; every commit creates its metadata file, so a run started then would charge that to floe.\n\n",
+			settledCreate.Microseconds(), r.FileCreate.Limit)
+	}
 }
 
 func (r *SuiteReport) commitSection(w func(string, ...any), ct *CommitThroughput) {

@@ -68,6 +68,11 @@ type Sizes struct {
 
 	// Item 10: how long the loaded run without faults lasts.
 	StabilityDuration time.Duration
+
+	// SettleWait bounds the wait, before the first item, for file
+	// creation to cost what it does on a quiet file system (fsprobe.go);
+	// 0 probes once and waits for nothing.
+	SettleWait time.Duration
 }
 
 // SizesFor returns the preset named smoke (seconds, for the test),
@@ -96,7 +101,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
-			StabilityDuration: 10 * time.Minute,
+			StabilityDuration: 10 * time.Minute, SettleWait: 5 * time.Minute,
 		}, nil
 	case "large":
 		return Sizes{
@@ -108,7 +113,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
-			StabilityDuration: 10 * time.Minute,
+			StabilityDuration: 10 * time.Minute, SettleWait: 5 * time.Minute,
 		}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown size %q (smoke, default or large)", name)
@@ -201,6 +206,8 @@ type SuiteReport struct {
 	RecordSize *RecordSize       // item 8: an Idempotency-Key record at rest
 	Drops      *DropsBench       // item 9
 	Stability  *StabilityBench   // item 10
+	// FileCreate is the file-creation probe taken before the first item.
+	FileCreate *FileCreateProbe
 	// Failures records items that failed; the rest of the suite still ran.
 	Failures map[int]string
 }
@@ -244,6 +251,11 @@ func RunSuite(ctx context.Context, o SuiteOptions) (rep *SuiteReport, err error)
 		log.Error("item failed", "items", items, "error", e)
 	}
 
+	if fc, err := settleFileCreation(ctx, filepath.Join(dir, "fsprobe"), o.Sizes.SettleWait, log); err != nil {
+		log.Warn("file creation not probed", "error", err)
+	} else {
+		rep.FileCreate = &fc
+	}
 	if o.wants(ItemCommits) && ctx.Err() == nil {
 		if rep.Commits, err = runCommitThroughput(ctx, &o, filepath.Join(dir, "commits")); err != nil {
 			fail([]int{ItemCommits}, err)

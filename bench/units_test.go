@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"image/png"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -244,4 +245,18 @@ func TestDropPlotPNG(t *testing.T) {
 
 	_, err = (&SuiteReport{Drop: &DropBench{}}).DropPlotPNG()
 	require.Error(t, err)
+}
+
+// With no time to wait the probe runs once, and its files stay.
+func TestFileCreationProbedOnce(t *testing.T) {
+	dir := t.TempDir()
+	p, err := settleFileCreation(t.Context(), dir, 0, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	assert.Equal(t, 1, p.Probes)
+	assert.Positive(t, p.PerFile)
+	assert.Equal(t, p.First, p.PerFile)
+	assert.Equal(t, p.PerFile <= settledCreate, p.Settled)
+	probes, err := filepath.Glob(filepath.Join(dir, "probe-*", "f*"))
+	require.NoError(t, err)
+	assert.Len(t, probes, probeFiles)
 }
