@@ -57,6 +57,27 @@ func (s *fsmStore) lease(t *testing.T, id string) *fsm.PurgeLease {
 	return j.Lease
 }
 
+// newFSMStore opens a state machine for one test.
+func newFSMStore(t *testing.T) *fsmStore {
+	t.Helper()
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return &fsmStore{f: f}
+}
+
+// idleService is a service on n1 over st whose own timers never fire
+// within a test (an hour): the test drives it. now is its clock (nil:
+// time.Now).
+func idleService(t *testing.T, st Store, now func() time.Time) *Service {
+	t.Helper()
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: now})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // TestSchedulerAssignsDeterministically drives the leader's scheduler with
 // a fake clock: nothing before a heartbeat moves, followers before the
 // leader and the least loaded first, never above a node's slots, and a
@@ -279,15 +300,8 @@ func TestDropWakesTheScheduler(t *testing.T) {
 // of the new leader, and a job dropped right after an election is leased
 // at once, not a heartbeat interval later.
 func TestNewLeaderLeasesOnFreshHeartbeats(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
-	clock := time.Unix(1000, 0)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	st := newFSMStore(t)
+	s := idleService(t, st, func() time.Time { return time.Unix(1000, 0) })
 
 	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
 	for _, name := range []string{"a", "b"} {
@@ -323,16 +337,9 @@ func (l ledStore) LeadershipStartIndex() uint64 { return l.start }
 // leadership began at) is no sign of life, even applied after the
 // scheduler started; one proposed during the leadership is.
 func TestSchedulerIgnoresAnEarlierLeadersHeartbeats(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	fs := &fsmStore{f: f}
+	fs := newFSMStore(t)
 	st := ledStore{fsmStore: fs}
-	clock := time.Unix(1000, 0)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := idleService(t, st, func() time.Time { return time.Unix(1000, 0) })
 
 	fs.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
 	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
@@ -357,17 +364,11 @@ func TestSchedulerIgnoresAnEarlierLeadersHeartbeats(t *testing.T) {
 
 // NewLeader sends a heartbeat at once, however long the interval.
 func TestNewLeaderHeartbeatsAtOnce(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	st := newFSMStore(t)
+	s := idleService(t, st, nil)
 	index := func() uint64 {
 		var i uint64
-		require.NoError(t, f.View(func(r *fsm.Reader) error {
+		require.NoError(t, st.f.View(func(r *fsm.Reader) error {
 			for _, n := range r.PurgeNodes() {
 				if n.Node == "n1" {
 					i = n.Index
