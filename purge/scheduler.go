@@ -71,8 +71,8 @@ type observed struct {
 type scheduler struct {
 	s     *Service
 	start time.Time
-	// startIndex is the local replica's applied index when the scheduler
-	// started: a heartbeat at a higher index was applied since.
+	// startIndex: a heartbeat at a higher index was proposed during this
+	// leadership (see newScheduler).
 	startIndex uint64
 	seen       map[string]observed
 	lastPrune  time.Time
