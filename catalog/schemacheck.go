@@ -23,21 +23,16 @@ import (
 // that is a primitive the transform can take, a positive bucket count or
 // truncate width, and a name that is no other column's.
 func checkNewSchemasAndSpecs(before, after table.Metadata) error {
-	oldSchemas, oldSpecs := map[int]bool{}, map[int]bool{}
+	var oldSchemas []*iceberg.Schema
+	oldSpecs := map[int]bool{}
 	if before != nil {
-		for _, s := range before.Schemas() {
-			oldSchemas[s.ID] = true
-		}
+		oldSchemas = before.Schemas()
 		for _, ps := range before.PartitionSpecs() {
 			oldSpecs[ps.ID()] = true
 		}
 	}
-	for _, s := range after.Schemas() {
-		if !oldSchemas[s.ID] {
-			if err := checkIdentifierFields(s); err != nil {
-				return err
-			}
-		}
+	if err := checkNewSchemas(oldSchemas, after.Schemas()); err != nil {
+		return err
 	}
 	current := after.CurrentSchema()
 	for _, ps := range after.PartitionSpecs() {
@@ -160,10 +155,9 @@ func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
 	return nil
 }
 
-// checkNewViewSchemas is checkNewSchemasAndSpecs's identifier-field check
-// for the schemas of a view's metadata after that before (nil for a new
-// view) has not.
-func checkNewViewSchemas(before, after []*iceberg.Schema) error {
+// checkNewSchemas checks the identifier fields of the schemas in after
+// that before (nil for a new table or view) has not, by schema id.
+func checkNewSchemas(before, after []*iceberg.Schema) error {
 	old := map[int]bool{}
 	for _, s := range before {
 		old[s.ID] = true
@@ -176,6 +170,16 @@ func checkNewViewSchemas(before, after []*iceberg.Schema) error {
 		}
 	}
 	return nil
+}
+
+// checkNewTableMetadata is every check a table's new metadata after must
+// pass that its metadata before (nil for a new table) did not have to:
+// checkNewSchemasAndSpecs and checkWritePaths.
+func checkNewTableMetadata(before, after table.Metadata) error {
+	if err := checkNewSchemasAndSpecs(before, after); err != nil {
+		return err
+	}
+	return checkWritePaths(before, after)
 }
 
 // writePathProperties name where engines write a table's files instead of

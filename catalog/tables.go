@@ -230,10 +230,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return badRequest("invalid table definition: %v", err)
 	}
-	if err := checkNewSchemasAndSpecs(nil, meta); err != nil {
-		return err
-	}
-	if err := checkWritePaths(nil, meta); err != nil {
+	if err := checkNewTableMetadata(nil, meta); err != nil {
 		return err
 	}
 	if req.StageCreate {
@@ -660,10 +657,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err != nil {
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
 	}
-	if err := checkNewSchemasAndSpecs(base, meta); err != nil {
-		return prepared{}, err
-	}
-	if err := checkWritePaths(base, meta); err != nil {
+	if err := checkNewTableMetadata(base, meta); err != nil {
 		return prepared{}, err
 	}
 	if err := s.checkLocation(ctx, meta.Location()); err != nil {

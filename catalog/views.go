@@ -277,7 +277,7 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err := checkNewVersions(nil, meta); err != nil {
 		return err
 	}
-	if err := checkNewViewSchemas(nil, meta.Schemas()); err != nil {
+	if err := checkNewSchemas(nil, meta.Schemas()); err != nil {
 		return err
 	}
 	vm, err := s.writeViewMetadata(r.Context(), meta, 0)
@@ -465,7 +465,7 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 	if err := checkNewVersions(before.meta, meta); err != nil {
 		return fsm.ReplaceView{}, nil, err
 	}
-	if err := checkNewViewSchemas(before.meta.Schemas(), meta.Schemas()); err != nil {
+	if err := checkNewSchemas(before.meta.Schemas(), meta.Schemas()); err != nil {
 		return fsm.ReplaceView{}, nil, err
 	}
 	if meta.Location() != cur.Location {
