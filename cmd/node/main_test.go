@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -178,6 +180,15 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	code, body = get("/v1/namespaces/demo")
 	assert.Equal(t, http.StatusOK, code, body)
+
+	// A client configured with a credential asks the token endpoint first;
+	// with authentication off it gets a token and carries on.
+	ctx := context.Background()
+	cat, err := rest.NewCatalog(ctx, "floe", base, rest.WithCredential("anyone:anything"))
+	require.NoError(t, err)
+	props, err := cat.LoadNamespaceProperties(ctx, table.Identifier{"demo"})
+	require.NoError(t, err)
+	assert.NotNil(t, props)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {

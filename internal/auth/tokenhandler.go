@@ -82,6 +82,43 @@ type TokenHandler struct {
 	// dummyHash is verified against when the client is unknown, so that
 	// an unknown client costs as much time as a wrong secret.
 	dummyHash func() (string, error)
+	// open: authentication is off; see NewOpenTokenHandler.
+	open bool
+}
+
+// OpenToken is the access token the token endpoint hands out when
+// authentication is off (NewOpenTokenHandler). It authorizes nothing: with
+// authentication off no request needs a token.
+const OpenToken = "floe-auth-off"
+
+// openTokenTTL is the lifetime the open endpoint announces. Clients refresh
+// before it ends, which the open endpoint also answers.
+const openTokenTTL = time.Hour
+
+// NewOpenTokenHandler returns the token endpoint of a node whose
+// authentication is off. Iceberg clients configured with a credential (or
+// a token to refresh) ask for a token before their first request and fail
+// on a 404, so the endpoint answers as the Iceberg reference server does:
+// every well-formed client_credentials or token-exchange request gets
+// OpenToken, whatever its credentials. Malformed requests are refused as
+// by the real endpoint, in the OAuth error model. It never logs secrets or
+// tokens.
+func NewOpenTokenHandler(logger *slog.Logger, reg prometheus.Registerer) *TokenHandler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &TokenHandler{open: true, log: logger, metrics: newTokenMetrics(reg)}
+}
+
+// openToken is the open endpoint's answer; scope is echoed as by issue.
+func openToken(scope string) *tokenResponse {
+	return &tokenResponse{
+		AccessToken:     OpenToken,
+		TokenType:       "bearer",
+		ExpiresIn:       int64(openTokenTTL / time.Second),
+		IssuedTokenType: TokenTypeAccessToken,
+		Scope:           scope,
+	}
 }
 
 // NewTokenHandler returns the handler. It fails if Clients or Issuer is
@@ -177,9 +214,18 @@ func (h *TokenHandler) serve(r *http.Request) (grant string, resp *tokenResponse
 	case "":
 		return "", nil, badRequest(oauthInvalidRequest, "grant_type is required")
 	case GrantClientCredentials:
+		if h.open {
+			return "client_credentials", openToken(form.Get("scope")), nil
+		}
 		resp, fail = h.clientCredentials(r, form)
 		return "client_credentials", resp, fail
 	case GrantTokenExchange:
+		if h.open {
+			if fail := checkExchange(form); fail != nil {
+				return "", nil, fail
+			}
+			return "token_exchange", openToken(form.Get("scope")), nil
+		}
 		if h.verifier == nil {
 			return "", nil, badRequest(oauthUnsupportedGrantType, "token exchange is not enabled")
 		}
@@ -314,20 +360,10 @@ func (h *TokenHandler) release() { <-h.sem }
 // up again: its current principal and roles are used, and a deleted client
 // gets no new token.
 func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tokenResponse, *tokenFailure) {
+	if fail := checkExchange(form); fail != nil {
+		return nil, fail
+	}
 	subject := form.Get("subject_token")
-	if subject == "" {
-		return nil, badRequest(oauthInvalidRequest, "subject_token is required")
-	}
-	switch form.Get("subject_token_type") {
-	case TokenTypeAccessToken, TokenTypeJWT:
-	default:
-		return nil, badRequest(oauthInvalidRequest, "subject_token_type must be "+TokenTypeAccessToken+" or "+TokenTypeJWT)
-	}
-	switch form.Get("requested_token_type") {
-	case "", TokenTypeAccessToken:
-	default:
-		return nil, badRequest(oauthInvalidRequest, "requested_token_type must be "+TokenTypeAccessToken)
-	}
 	claims, err := h.verifier.verify(ctx, subject)
 	if errors.Is(err, ErrUnavailable) {
 		h.log.Error("token exchange: verify subject token", "err", redact(err.Error(), subject))
@@ -356,6 +392,25 @@ func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tok
 		}
 	}
 	return h.issue(ctx, req)
+}
+
+// checkExchange refuses a token-exchange request without a subject token or
+// with token types the endpoint does not exchange.
+func checkExchange(form url.Values) *tokenFailure {
+	if form.Get("subject_token") == "" {
+		return badRequest(oauthInvalidRequest, "subject_token is required")
+	}
+	switch form.Get("subject_token_type") {
+	case TokenTypeAccessToken, TokenTypeJWT:
+	default:
+		return badRequest(oauthInvalidRequest, "subject_token_type must be "+TokenTypeAccessToken+" or "+TokenTypeJWT)
+	}
+	switch form.Get("requested_token_type") {
+	case "", TokenTypeAccessToken:
+	default:
+		return badRequest(oauthInvalidRequest, "requested_token_type must be "+TokenTypeAccessToken)
+	}
+	return nil
 }
 
 // issue signs a token and builds the success response.

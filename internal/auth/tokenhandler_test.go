@@ -503,3 +503,66 @@ func TestNewTokenHandlerValidation(t *testing.T) {
 		}
 	}
 }
+
+// With authentication off, a client configured with a credential still gets
+// a token, whatever the credential, and can refresh it; malformed requests
+// are refused as by the real endpoint.
+func TestOpenTokenHandler(t *testing.T) {
+	logs := &bytes.Buffer{}
+	f := &handlerFixture{handler: NewOpenTokenHandler(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), prometheus.NewRegistry())}
+	const secret = "s3cr3t-never-logged"
+	for _, tc := range []struct {
+		name  string
+		form  url.Values
+		basic []string
+	}{
+		{"client id and secret", clientForm("anyone", secret), nil},
+		{"secret only (credential without a client id)", clientForm("", secret), nil},
+		{"Basic", url.Values{"grant_type": {"client_credentials"}}, []string{"anyone", secret}},
+		{"token exchange", url.Values{"grant_type": {GrantTokenExchange}, "subject_token": {OpenToken}, "subject_token_type": {TokenTypeAccessToken}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := f.post(tc.form, tc.basic)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			b := decode(t, w)
+			if b.AccessToken != OpenToken || b.TokenType != "bearer" || b.ExpiresIn <= 0 || b.IssuedTokenType != TokenTypeAccessToken {
+				t.Fatalf("answer %+v", b)
+			}
+			if b.Scope != tc.form.Get("scope") {
+				t.Fatalf("scope %q, want %q", b.Scope, tc.form.Get("scope"))
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		code string
+	}{
+		{"no grant type", url.Values{"client_id": {"x"}}, oauthInvalidRequest},
+		{"unknown grant", url.Values{"grant_type": {"password"}}, oauthUnsupportedGrantType},
+		{"exchange without a subject token", url.Values{"grant_type": {GrantTokenExchange}, "subject_token_type": {TokenTypeAccessToken}}, oauthInvalidRequest},
+		{"exchange of an unknown token type", url.Values{"grant_type": {GrantTokenExchange}, "subject_token": {"t"}, "subject_token_type": {"urn:x"}}, oauthInvalidRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := f.post(tc.form, nil)
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			if b := decode(t, w); b.Error != tc.code {
+				t.Fatalf("error %q, want %q", b.Error, tc.code)
+			}
+		})
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/oauth/tokens", strings.NewReader(`{"grant_type":"client_credentials"}`))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	f.handler.ServeHTTP(w, r)
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("JSON body: status %d", w.Code)
+	}
+	if strings.Contains(logs.String(), secret) {
+		t.Fatal("a secret was logged")
+	}
+}
