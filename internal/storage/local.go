@@ -87,7 +87,14 @@ func symlinkErr(path string) error {
 // error wrapping ErrSymlink when a component is a link, and with one for
 // which isMissing is true when a component does not exist (without create) or
 // is not a directory.
+//
+// A directory that exists and is reached without a link is opened in one
+// step where the kernel can check the whole path at once (openDirNoLinks);
+// everything else takes the walk.
 func openDir(dir string, create bool) (*os.Root, error) {
+	if root, ok := openDirNoLinks(dir); ok {
+		return root, nil
+	}
 	root, err := os.OpenRoot("/")
 	if err != nil {
 		return nil, err
