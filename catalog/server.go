@@ -11,6 +11,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -397,17 +398,27 @@ func (r *statusRecorder) WriteHeader(code int) {
 // decodeBody parses a JSON request body into v: 413 over the limit, 400 for
 // anything that is not one well-formed JSON value of the right shape.
 func decodeBody(r *http.Request, v any) error {
-	body, err := readBody(r)
+	body, err := readJSONBody(r)
 	if err != nil {
 		return err
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return badRequest("request body is empty")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return badRequest("malformed request body: %v", err)
 	}
 	return nil
+}
+
+// readJSONBody is readBody, and a 400 for a body that is empty or only
+// white space. The body is not parsed: its decoder reports malformed JSON.
+func readJSONBody(r *http.Request) ([]byte, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest("request body is empty")
+	}
+	return body, nil
 }
 
 // maxBodyDepth bounds how deeply a request body's JSON nests. A schema

@@ -386,11 +386,14 @@ type commitTableResponse struct {
 }
 
 // decodeCommit parses a CommitTableRequest; an unknown requirement or update
-// type, or a field of the wrong type, is a 400.
+// type, or a field of the wrong type, is a 400. The body is parsed once:
+// requirements and updates are kept raw, checked present, then decoded into
+// their types.
 func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	var probe struct {
-		Requirements json.RawMessage `json:"requirements"`
-		Updates      json.RawMessage `json:"updates"`
+		Identifier   *tableIdentifier `json:"identifier"`
+		Requirements json.RawMessage  `json:"requirements"`
+		Updates      json.RawMessage  `json:"updates"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitTableRequest{}, badRequest("malformed commit: %v", err)
@@ -398,8 +401,11 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if probe.Requirements == nil || probe.Updates == nil {
 		return commitTableRequest{}, badRequest("commit must have requirements and updates")
 	}
-	var req commitTableRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
+	req := commitTableRequest{Identifier: probe.Identifier}
+	if err := json.Unmarshal(probe.Requirements, &req.Requirements); err != nil {
+		return commitTableRequest{}, badRequest("invalid commit: %v", err)
+	}
+	if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
 	}
 	return req, nil
@@ -410,8 +416,8 @@ func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var raw json.RawMessage
-	if err := decodeBody(r, &raw); err != nil {
+	raw, err := readJSONBody(r)
+	if err != nil {
 		return err
 	}
 	req, err := decodeCommit(raw)
