@@ -17,8 +17,16 @@ import (
 // block to find out, before it hands out a free one. A run started right
 // after a large cleanup (a previous run's work directory, a test suite)
 // would charge that to floe.
+//
+// Which block group of the file system a new file's inode comes from
+// depends on its directory, and a probe in one directory can find its group
+// quiet while the tables' directories land in one still full of freed
+// inodes. So a probe spreads its files over many new table-like
+// directories (warehouse/ns/tN/metadata), as item 1's tables do, and the
+// suite waits for two settled probes in a row.
 const (
-	probeFiles     = 500
+	probeDirs      = 64
+	probeFiles     = probeDirs * 8
 	probeFileBytes = 10 << 10 // about a metadata file after item 1's commits
 	// settledCreate is the cost per file under which the file system is
 	// taken as settled: tens of µs on an idle disk; about 1 ms on this
@@ -34,15 +42,16 @@ type FileCreateProbe struct {
 	PerFile time.Duration // of the last probe, when the measurements began
 	Probes  int
 	Waited  time.Duration // from the first probe to the start
-	Settled bool          // PerFile ≤ settledCreate
+	Settled bool          // the last two probes (the only one when Limit is 0) ≤ settledCreate
 	Limit   time.Duration // the longest the suite would wait (Sizes.SettleWait)
 }
 
-// probeFileCreates creates probeFiles files of probeFileBytes in a new
-// directory under dir, without fsync (the cost looked at is the inode
-// allocation, not the disk), and returns the mean time per file. The files
-// stay until the suite's work directory goes: removing them now would
-// itself leave inodes freed a moment ago.
+// probeFileCreates creates probeFiles files of probeFileBytes, spread over
+// probeDirs new directories under a new directory in dir, without fsync
+// (the cost looked at is the inode allocation, not the disk), and returns
+// the mean time per file; the directories are made before the clock
+// starts. The files stay until the suite's work directory goes: removing
+// them now would itself leave inodes freed a moment ago.
 func probeFileCreates(dir string) (time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
@@ -51,10 +60,18 @@ func probeFileCreates(dir string) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	dirs := make([]string, probeDirs)
+	for i := range dirs {
+		dirs[i] = filepath.Join(d, "warehouse", "ns", fmt.Sprintf("t%02d", i), "metadata")
+		if err := os.MkdirAll(dirs[i], 0o755); err != nil {
+			return 0, err
+		}
+	}
 	buf := make([]byte, probeFileBytes)
 	t0 := time.Now()
 	for i := range probeFiles {
-		f, err := os.OpenFile(filepath.Join(d, fmt.Sprintf("f%04d", i)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		name := filepath.Join(dirs[i%probeDirs], fmt.Sprintf("f%04d", i))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return 0, err
 		}
@@ -70,12 +87,13 @@ func probeFileCreates(dir string) (time.Duration, error) {
 }
 
 // settleFileCreation probes file creation under dir every settleEvery until
-// it costs at most settledCreate per file or limit has passed (0: probe
-// once), logging each probe. It ends early, with what it has, when ctx
+// two probes in a row cost at most settledCreate per file or limit has
+// passed (0: probe once, settled if that one is), logging each probe. It ends early, with what it has, when ctx
 // ends.
 func settleFileCreation(ctx context.Context, dir string, limit time.Duration, log *slog.Logger) (FileCreateProbe, error) {
 	p := FileCreateProbe{Limit: limit}
 	start := time.Now()
+	quietBefore := false // the probe before this one was under settledCreate
 	for {
 		d, err := probeFileCreates(dir)
 		if err != nil {
@@ -85,7 +103,9 @@ func settleFileCreation(ctx context.Context, dir string, limit time.Duration, lo
 			p.First = d
 		}
 		p.Probes++
-		p.PerFile, p.Waited, p.Settled = d, time.Since(start), d <= settledCreate
+		quiet := d <= settledCreate
+		p.PerFile, p.Waited, p.Settled = d, time.Since(start), quiet && (quietBefore || limit == 0)
+		quietBefore = quiet
 		if p.Settled || p.Waited+settleEvery > limit {
 			log.Info("file creation probed", "per_file_us", d.Microseconds(), "settled", p.Settled, "waited", p.Waited.Round(time.Second))
 			return p, nil

@@ -328,8 +328,8 @@ func (r *SuiteReport) machineSection(w func(string, ...any)) {
 	w("| date | %s |\n\n", r.Date.Format(time.RFC3339))
 	w("Everything — the nodes, versitygw, the raw Raft clusters and the load clients — shares these %d CPUs and one disk, so a ratio here says how floe compares with its baseline on one small machine, not what separate machines would give.\n\n", m.NumCPU)
 	if r.FileCreate != nil {
-		w("Before the first item the suite creates files until doing so costs at most %d µs each (or %s has passed): on ext4 without a journal, for minutes after many files were deleted (a previous run's work directory, a test suite), creating one costs up to a millisecond, because the allocator passes over every recently freed inode; every commit creates its metadata file, so a run started then would charge that to floe.\n\n",
-			settledCreate.Microseconds(), r.FileCreate.Limit)
+		w("Before the first item the suite creates files, spread over %d new table-like directories, until doing so costs at most %d µs each in two probes %s apart (or %s has passed): on ext4 without a journal, for minutes after many files were deleted (a previous run's work directory, a test suite), creating one costs up to a millisecond, because the allocator passes over every recently freed inode; every commit creates its metadata file, so a run started then would charge that to floe.\n\n",
+			probeDirs, settledCreate.Microseconds(), settleEvery, r.FileCreate.Limit)
 	}
 }
 

@@ -71,7 +71,9 @@ type Sizes struct {
 
 	// SettleWait bounds the wait, before the first item, for file
 	// creation to cost what it does on a quiet file system (fsprobe.go);
-	// 0 probes once and waits for nothing.
+	// 0 probes once and waits for nothing. 7 minutes outlasts the longest
+	// an ext4 without a journal counts a freed inode as recent (6 minutes,
+	// while its inode-table block is dirty).
 	SettleWait time.Duration
 }
 
@@ -101,7 +103,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
-			StabilityDuration: 10 * time.Minute, SettleWait: 5 * time.Minute,
+			StabilityDuration: 10 * time.Minute, SettleWait: 7 * time.Minute,
 		}, nil
 	case "large":
 		return Sizes{
@@ -113,7 +115,7 @@ func SizesFor(name string) (Sizes, error) {
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
 			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
-			StabilityDuration: 10 * time.Minute, SettleWait: 5 * time.Minute,
+			StabilityDuration: 10 * time.Minute, SettleWait: 7 * time.Minute,
 		}, nil
 	}
 	return Sizes{}, fmt.Errorf("unknown size %q (smoke, default or large)", name)

@@ -256,7 +256,10 @@ func TestFileCreationProbedOnce(t *testing.T) {
 	assert.Positive(t, p.PerFile)
 	assert.Equal(t, p.First, p.PerFile)
 	assert.Equal(t, p.PerFile <= settledCreate, p.Settled)
-	probes, err := filepath.Glob(filepath.Join(dir, "probe-*", "f*"))
+	probes, err := filepath.Glob(filepath.Join(dir, "probe-*", "warehouse", "ns", "t*", "metadata", "f*"))
 	require.NoError(t, err)
 	assert.Len(t, probes, probeFiles)
+	dirs, err := filepath.Glob(filepath.Join(dir, "probe-*", "warehouse", "ns", "t*"))
+	require.NoError(t, err)
+	assert.Len(t, dirs, probeDirs, "files spread over many directories")
 }
