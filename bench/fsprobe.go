@@ -42,7 +42,7 @@ type FileCreateProbe struct {
 	PerFile time.Duration // of the last probe, when the measurements began
 	Probes  int
 	Waited  time.Duration // from the first probe to the start
-	Settled bool          // the last two probes (the only one when Limit is 0) ≤ settledCreate
+	Settled bool          // the last two probes (the only one when Limit leaves no time for two) ≤ settledCreate
 	Limit   time.Duration // the longest the suite would wait (Sizes.SettleWait)
 }
 
@@ -88,7 +88,8 @@ func probeFileCreates(dir string) (time.Duration, error) {
 
 // settleFileCreation probes file creation under dir every settleEvery until
 // two probes in a row cost at most settledCreate per file or limit has
-// passed (0: probe once, settled if that one is), logging each probe. It ends early, with what it has, when ctx
+// passed (under settleEvery: probe once, settled if that one is), logging
+// each probe. It ends early, with what it has, when ctx
 // ends.
 func settleFileCreation(ctx context.Context, dir string, limit time.Duration, log *slog.Logger) (FileCreateProbe, error) {
 	p := FileCreateProbe{Limit: limit}
@@ -104,7 +105,7 @@ func settleFileCreation(ctx context.Context, dir string, limit time.Duration, lo
 		}
 		p.Probes++
 		quiet := d <= settledCreate
-		p.PerFile, p.Waited, p.Settled = d, time.Since(start), quiet && (quietBefore || limit == 0)
+		p.PerFile, p.Waited, p.Settled = d, time.Since(start), quiet && (quietBefore || limit < settleEvery)
 		quietBefore = quiet
 		if p.Settled || p.Waited+settleEvery > limit {
 			log.Info("file creation probed", "per_file_us", d.Microseconds(), "settled", p.Settled, "waited", p.Waited.Round(time.Second))

@@ -29,7 +29,9 @@ var ErrSymlink = errors.New("path crosses a symbolic link")
 // component at a time, each directory opened as an *os.Root below the one
 // before it (so that nothing resolves outside it) and accepted only if it is
 // the directory Lstat saw, not a link; an entry replaced in between is looked
-// at again. A link in any directory component thus fails the operation with
+// at again. On Linux a directory is first opened in one step, accepted only
+// if the kernel reached it without a link (openDirNoLinks); the walk runs
+// when that fails. A link in any directory component thus fails the operation with
 // an error wrapping ErrSymlink, also when the link appears while the path is
 // being resolved. The operation then acts on the last component relative to
 // the opened directory:

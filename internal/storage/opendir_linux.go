@@ -1,33 +1,46 @@
 package storage
 
 import (
+	"errors"
 	"os"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
+// noOpenat2 is set once openat2 turned out to be missing (a kernel before
+// 5.6) or refused (a seccomp filter): openDir then always walks.
+var noOpenat2 atomic.Bool
+
 // openDirNoLinks opens dir, a cleaned absolute path, in a few system calls
 // when no component of it is a symbolic link, where openDir's walk takes
 // four per component. openat2 with RESOLVE_NO_SYMLINKS resolves the whole
 // path and fails if any component is a link; the *os.Root is then opened by
-// path and accepted only if it is that same directory (device and inode),
-// so a link put in place in between is not followed. ok is false, with
-// nothing left open, on any failure (a link, a missing or non-directory
-// component, a kernel without openat2): openDir then walks the path, which
-// tells those cases apart, creates what is missing and names the link.
+// path and accepted only if it is that same directory (device and inode)
+// while the first descriptor still holds it, so that the pair cannot have
+// been reused: whatever path OpenRoot took, it opened the directory reached
+// without links. ok is false, with nothing left open, on any failure (a
+// link, a missing or non-directory component, no openat2): openDir then
+// walks the path, which tells those cases apart, creates what is missing
+// and names the link.
 func openDirNoLinks(dir string) (root *os.Root, ok bool) {
+	if noOpenat2.Load() {
+		return nil, false
+	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS,
 	})
 	if err != nil {
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+			noOpenat2.Store(true)
+		}
 		return nil, false
 	}
+	defer func() { _ = unix.Close(fd) }()
 	var want unix.Stat_t
-	err = unix.Fstat(fd, &want)
-	_ = unix.Close(fd)
-	if err != nil {
+	if err := unix.Fstat(fd, &want); err != nil {
 		return nil, false
 	}
 	root, err = os.OpenRoot(dir)
