@@ -341,7 +341,9 @@ type commitViewRequest struct {
 // requirement or update type, or a field of the wrong type is a 400.
 func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 	var probe struct {
-		Updates json.RawMessage `json:"updates"`
+		Identifier   *tableIdentifier `json:"identifier"`
+		Requirements json.RawMessage  `json:"requirements"`
+		Updates      json.RawMessage  `json:"updates"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitViewRequest{}, badRequest("malformed view commit: %v", err)
@@ -349,8 +351,13 @@ func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 	if probe.Updates == nil {
 		return commitViewRequest{}, badRequest("view commit must have updates")
 	}
-	var req commitViewRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
+	req := commitViewRequest{Identifier: probe.Identifier}
+	if probe.Requirements != nil {
+		if err := json.Unmarshal(probe.Requirements, &req.Requirements); err != nil {
+			return commitViewRequest{}, badRequest("invalid view commit: %v", err)
+		}
+	}
+	if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
 		return commitViewRequest{}, badRequest("invalid view commit: %v", err)
 	}
 	return req, nil
@@ -361,8 +368,8 @@ func (s *Server) replaceView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var raw json.RawMessage
-	if err := decodeBody(r, &raw); err != nil {
+	raw, err := readJSONBody(r)
+	if err != nil {
 		return err
 	}
 	req, err := decodeViewCommit(raw)
