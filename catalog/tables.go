@@ -386,9 +386,9 @@ type commitTableResponse struct {
 }
 
 // decodeCommit parses a CommitTableRequest; an unknown requirement or update
-// type, or a field of the wrong type, is a 400. The body is parsed once:
-// requirements and updates are kept raw, checked present, then decoded into
-// their types.
+// type, or a field of the wrong type, is a 400. The body is decoded once at
+// the top level: requirements and updates are kept raw, checked present,
+// then each decoded into its type.
 func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	var probe struct {
 		Identifier   *tableIdentifier `json:"identifier"`

@@ -100,9 +100,11 @@ const openTokenTTL = time.Hour
 // a token to refresh) ask for a token before their first request and fail
 // on a 404, so the endpoint answers as the Iceberg reference server does:
 // every well-formed client_credentials or token-exchange request gets
-// OpenToken, whatever its credentials. Malformed requests are refused as
-// by the real endpoint, in the OAuth error model. It never logs secrets or
-// tokens.
+// OpenToken, whatever its credentials, which are not looked at (a
+// client_credentials request without any is answered too). A request that
+// is not a POSTed form, names no grant or another one, or is a token
+// exchange without a subject token of a known type is refused as by the
+// real endpoint, in the OAuth error model. It never logs secrets or tokens.
 func NewOpenTokenHandler(logger *slog.Logger, reg prometheus.Registerer) *TokenHandler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
