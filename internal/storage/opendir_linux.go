@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,22 +37,18 @@ func openDirNoLinks(dir string) (root *os.Root, ok bool) {
 		}
 		return nil, false
 	}
-	defer func() { _ = unix.Close(fd) }()
-	var want unix.Stat_t
-	if err := unix.Fstat(fd, &want); err != nil {
+	held := os.NewFile(uintptr(fd), dir)
+	defer func() { _ = held.Close() }()
+	want, err := held.Stat()
+	if err != nil {
 		return nil, false
 	}
 	root, err = os.OpenRoot(dir)
 	if err != nil {
 		return nil, false
 	}
-	fi, err := root.Stat(".")
-	if err != nil {
-		_ = root.Close()
-		return nil, false
-	}
-	got, isStat := fi.Sys().(*syscall.Stat_t)
-	if !isStat || uint64(got.Dev) != uint64(want.Dev) || uint64(got.Ino) != uint64(want.Ino) {
+	got, err := root.Stat(".")
+	if err != nil || !os.SameFile(want, got) {
 		_ = root.Close()
 		return nil, false
 	}
