@@ -534,7 +534,9 @@ func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, r
 	return nil
 }
 
-// AddVoter adds (or re-adds) a voting member. See addServer.
+// AddVoter adds (or re-adds) a voting member. See addServer. The node must
+// already answer at addr as id (checkAnswersAs), else ErrInvalidMember and
+// nothing changes.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 	return n.addServer(ctx, id, addr, true, true)
 }
@@ -548,6 +550,8 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // and address is left as is (a node that lost its data and rejoins is caught
 // up by the leader). A member holding the address under another ID is
 // removed first; a member with the ID under another address is re-addressed.
+// A change that makes id a voter at addr is made only once the node there
+// has answered as id (checkAnswersAs).
 func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
 	if id == "" || addr == "" {
 		return fmt.Errorf("%w: id and address are required", ErrInvalidMember)
@@ -568,9 +572,17 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		return err
 	}
 	for _, s := range cf.Configuration().Servers {
-		switch {
-		case string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter:
+		if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter {
 			return nil
+		}
+	}
+	if voter && raft.ServerID(id) != n.id {
+		if err := n.checkAnswersAs(ctx, id, addr); err != nil {
+			return err
+		}
+	}
+	for _, s := range cf.Configuration().Servers {
+		switch {
 		case string(s.ID) != id && string(s.Address) == addr:
 			n.logger.Info("removing member that held the joining node's address", "old_id", string(s.ID), "address", addr)
 			if err := n.await(ctx, n.raft.RemoveServer(s.ID, 0, n.enqueueTimeout(ctx))); err != nil {
@@ -588,6 +600,34 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		return fmt.Errorf("add %s at %s: %w", id, addr, err)
 	}
 	n.logger.Info("cluster member added", "id", id, "address", addr, "voter", voter)
+	return nil
+}
+
+// voterProbeTimeout bounds how long the leader waits for a would-be voter
+// to answer checkAnswersAs.
+const voterProbeTimeout = 3 * time.Second
+
+// checkAnswersAs asks the node at addr who it is, and returns
+// ErrInvalidMember unless it answers, within voterProbeTimeout, as id.
+// A voter counts towards the quorum from the moment its configuration
+// entry is appended, so one that cannot be reached (a wrong advertised
+// address, a node not yet started, a typo in an operator's request) would
+// leave a one-node cluster, or any cluster already one failure from its
+// quorum, without a leader, and the change could then not be undone. A
+// non-voter needs no such check: it never counts.
+func (n *Node) checkAnswersAs(ctx context.Context, id, addr string) error {
+	pctx, cancel := context.WithTimeout(ctx, voterProbeTimeout)
+	defer cancel()
+	var info nodeInfo
+	if err := n.call(pctx, addr, rpcInfo, struct{}{}, &info); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: no floe node answers at %s (%v); start it there first, or add it as a non-voter", ErrInvalidMember, addr, err)
+	}
+	if info.ID != id {
+		return fmt.Errorf("%w: the node at %s is %q, not %q", ErrInvalidMember, addr, info.ID, id)
+	}
 	return nil
 }
 

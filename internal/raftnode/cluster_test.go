@@ -367,6 +367,42 @@ func TestLeaderRemovingItselfStepsDown(t *testing.T) {
 	require.NoError(t, leader.Shutdown())
 }
 
+// A voter must answer at its address as itself before it joins the
+// configuration: a typo, a wrong advertised address or a node not yet
+// started would otherwise count towards the quorum at once, and a one-node
+// cluster would lose its leader for good. Non-voters never count, so they
+// are not asked; promoting one is.
+func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	ocfg := testConfig(t, t.TempDir(), freeAddr(t))
+	ocfg.NodeID = "other"
+	other := mustOpen(t, ocfg) // not a member: no bootstrap, no join
+	before := suffrages(t, n)
+
+	silent := freeAddr(t)
+	err := n.AddVoter(ctxTimeout(t, 10*time.Second), "x", silent)
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), "no floe node answers at "+silent)
+	err = n.AddVoter(ctxTimeout(t, 10*time.Second), "x", other.Addr())
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), `is "other", not "x"`)
+	assert.Equal(t, before, suffrages(t, n))
+
+	require.NoError(t, n.AddNonvoter(ctxTimeout(t, 10*time.Second), "x", silent))
+	assert.Equal(t, raft.Nonvoter, suffrages(t, n)["x"])
+	err = n.AddVoter(ctxTimeout(t, 10*time.Second), "x", silent)
+	require.ErrorIs(t, err, ErrInvalidMember, "promotion of a silent non-voter")
+	assert.Equal(t, raft.Nonvoter, suffrages(t, n)["x"])
+	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
+
+	// The node that does answer as itself is added.
+	require.NoError(t, n.AddVoter(ctxTimeout(t, 10*time.Second), "other", other.Addr()))
+	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
+}
+
 // A member address Raft could never dial is refused before it joins the
 // configuration: as a voter it would count towards the quorum and never
 // answer, and a one-node cluster would lose its leader.
