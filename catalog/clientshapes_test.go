@@ -34,6 +34,11 @@ import (
 //     apache/iceberg 2fb6c29e3432 (before config endpoints were honoured).
 //   - PyIceberg 0.10 (apache/iceberg-python main 002d70446a1f):
 //     pyiceberg/catalog/rest/__init__.py, response.py (19c89e7f4273).
+//   - PyIceberg 0.5-0.6 (apache/iceberg-python): Table._do_commit in
+//     pyiceberg/table/__init__.py builds the body's identifier from the
+//     table's, which RestCatalog._response_to_table prefixes with the
+//     catalog name; later releases strip it before sending
+//     (_remove_catalog_name_from_table_request_identifier).
 //   - iceberg-go v0.7.0 (this module's dependency): catalog/rest/rest.go,
 //     endpoints.go, metrics_reporter.go.
 //   - iceberg-rust (apache/iceberg-rust): crates/catalog/rest/src/catalog.rs
@@ -548,6 +553,11 @@ var pyicebergShapes = []shape{
 	{call: "commit_table", method: "POST", target: "/v1/floe/namespaces/pdb/tables/t", headers: pyHeaders,
 		body:   `{"identifier":{"namespace":["pdb"],"name":"t"},"requirements":[{"type":"assert-current-schema-id","current-schema-id":7}],"updates":[]}`,
 		status: 409, errType: "CommitFailedException"},
+	// PyIceberg 0.5-0.6: the table's identifier starts with the client's
+	// catalog name ("default" here); the path leaves it out, the body keeps it.
+	{call: "commit_table (0.5-0.6)", method: "POST", target: "/v1/floe/namespaces/pdb/tables/t", headers: pyHeaders,
+		body:   `{"identifier":{"namespace":["default","pdb"],"name":"t"},"requirements":[],"updates":[{"action":"set-properties","updates":{"py":"0.6"}}]}`,
+		status: 200, checks: []check{changed("mdloc", "metadata-location"), save("mdloc", "metadata-location")}},
 	// create_table_transaction: stage-create, then commit_table with
 	// CreateTableTransaction._initial_changes and assert-create.
 	{call: "create_table_transaction", method: "POST", target: "/v1/floe/namespaces/pdb/tables", headers: pyHeaders,

@@ -323,6 +323,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"transaction without identifier", "POST", "/v1/transactions/commit", `{"table-changes": [{"requirements": [], "updates": []}]}`, 400, "BadRequestException"},
 		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
 		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
+		{"commit identifier mismatch behind a leading level", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["cat", "b"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
+		{"commit identifier with the route's namespace as its head", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a", "x"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"bad metrics report", "POST", "/v1/namespaces/a/tables/t/metrics", `{"report-type": "nonsense"}`, 400, "BadRequestException"},
 	}
 	before := n.state(t)

@@ -118,6 +118,29 @@ func (id tableIdentifier) ident(ctx context.Context) (fsm.Ident, error) {
 	return fsm.Ident{Namespace: levelsIn(ctx, id.Namespace), Name: id.Name}, nil
 }
 
+// checkBodyIdentifier accepts the optional identifier of an updateTable
+// body when it names the route's table, or names it behind one extra
+// leading namespace level. PyIceberg 0.5 and 0.6 send that shape: their
+// tables' identifiers start with the client's catalog name, which they
+// strip from the path but not from the body. Anything else is a 400, and
+// the route alone decides which table a commit changes.
+func checkBodyIdentifier(ctx context.Context, body tableIdentifier, route fsm.Ident) error {
+	bodyID, err := body.ident(ctx)
+	if err != nil {
+		return err
+	}
+	if bodyID.String() == route.String() {
+		return nil
+	}
+	if len(body.Namespace) > 1 {
+		tail := tableIdentifier{Namespace: body.Namespace[1:], Name: body.Name}
+		if id, err := tail.ident(ctx); err == nil && id.String() == route.String() {
+			return nil
+		}
+	}
+	return badRequest("identifier %s in the body does not match the route's %s", bodyID, route)
+}
+
 func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
 	return s.listIdents(w, r, func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool) {
 		list, more := rd.Tables(levels, after, limit)
@@ -425,12 +448,8 @@ func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.Identifier != nil {
-		bodyID, err := req.Identifier.ident(r.Context())
-		if err != nil {
+		if err := checkBodyIdentifier(r.Context(), *req.Identifier, id); err != nil {
 			return err
-		}
-		if bodyID.String() != id.String() {
-			return badRequest("identifier %s in the body does not match the route's %s", bodyID, id)
 		}
 	}
 	out, err := s.commit(r.Context(), []pendingCommit{{id: id, req: req}})
