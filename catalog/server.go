@@ -511,17 +511,26 @@ func validateNamespace(levels []string) error {
 
 // validateNewName refuses, for a name being created (a table, a view, a
 // namespace level, or the destination of a rename), what validateName
-// refuses and the names "." and "..": as path segments, HTTP clients,
-// proxies and servers rewrite them (a DELETE of ".../tables/.." would reach
-// the namespace), so such an object could not be addressed safely. Names
-// are not refused on reads, so an object named so before stays reachable
-// through the escaped spelling (%2E%2E) and can be renamed or dropped.
+// refuses, the names "." and "..", and any name with a '/'. As path
+// segments, HTTP clients, proxies and servers rewrite "." and ".." (a
+// DELETE of ".../tables/.." would reach the namespace), so such an object
+// could not be addressed safely; and a '/' would make the name several
+// segments of the default locations and authorization scopes derived from
+// it, shared with other names. Names are not refused on reads, so an
+// object named so before stays reachable through the escaped spelling
+// (%2E%2E, %2F) and can be renamed or dropped.
 func validateNewName(what, name string) error {
 	if err := validateName(what, name); err != nil {
 		return err
 	}
 	if name == "." || name == ".." {
 		return badRequest("%s %q is not allowed: a path segment HTTP clients and proxies rewrite", what, name)
+	}
+	if strings.Contains(name, "/") {
+		// Default locations and authorization scopes are paths built
+		// from the levels and the name: "a/x" would share them with the
+		// namespace a.x, and a table "sq/x" would hold part of "sq"'s.
+		return badRequest("%s %q contains '/': names become path segments of default locations", what, name)
 	}
 	return nil
 }
