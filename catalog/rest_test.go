@@ -327,6 +327,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"transaction without identifier", "POST", "/v1/transactions/commit", `{"table-changes": [{"requirements": [], "updates": []}]}`, 400, "BadRequestException"},
 		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
 		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
+		{"reassign a table's uuid", "POST", "/v1/namespaces/a/tables/t", `{"requirements": [], "updates": [{"action": "assign-uuid", "uuid": "22222222-2222-2222-2222-222222222222"}]}`, 400, "BadRequestException"},
 		{"commit identifier mismatch behind a leading level", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["cat", "b"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"commit identifier with the route's namespace as its head", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a", "x"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"bad metrics report", "POST", "/v1/namespaces/a/tables/t/metrics", `{"report-type": "nonsense"}`, 400, "BadRequestException"},
@@ -410,4 +411,31 @@ func TestValidSchemasAndSpecsAreAccepted(t *testing.T) {
 		{"action":"add-spec","spec":{"spec-id":1,"fields":[{"source-id":2,"field-id":1000,"name":"s","transform":"void"},{"source-id":1,"field-id":1001,"name":"id_b","transform":"bucket[8]"}]}},
 		{"action":"set-default-spec","spec-id":-1}]}`))
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+}
+
+// A staged create completed without an upgrade-format-version update is
+// built at format version 2, as Java's reference catalog builds it; with
+// one, at the version it names.
+func TestStagedCreateFormatVersion(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	const schema = `{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","type":"long","required":true}]}`
+	for _, c := range []struct {
+		name    string
+		upgrade string
+		want    float64
+	}{
+		{"none", "", 2},
+		{"v1", `{"action":"upgrade-format-version","format-version":1},`, 1},
+		{"v2", `{"action":"upgrade-format-version","format-version":2},`, 2},
+	} {
+		body := `{"requirements":[{"type":"assert-create"}],"updates":[` + c.upgrade +
+			`{"action":"add-schema","schema":` + schema + `},{"action":"set-current-schema","schema-id":-1},` +
+			`{"action":"add-spec","spec":{"spec-id":0,"fields":[]}},{"action":"set-default-spec","spec-id":-1},` +
+			`{"action":"add-sort-order","sort-order":{"order-id":0,"fields":[]}},{"action":"set-default-sort-order","sort-order-id":-1}]}`
+		r := n.do(t, "POST", "/v1/namespaces/a/tables/staged_"+c.name, body)
+		require.Equal(t, 200, r.status, "%s: %s", c.name, r.body)
+		meta, _ := r.json(t)["metadata"].(map[string]any)
+		assert.Equal(t, c.want, meta["format-version"], c.name)
+	}
 }

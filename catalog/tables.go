@@ -647,7 +647,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		if err := validateNewIdent("table name", p.id); err != nil {
 			return prepared{}, err
 		}
-		builder, err = table.NewMetadataBuilder(1)
+		builder, err = table.NewMetadataBuilder(stagedFormatVersion(p.req.Updates))
 	default:
 		if before, err = s.readMetadata(ctx, cur.MetadataLocation); err != nil {
 			return prepared{}, err
@@ -681,6 +681,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	meta, err := builder.Build()
 	if err != nil {
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
+	}
+	if base != nil && meta.TableUUID() != base.TableUUID() {
+		return prepared{}, badRequest("cannot reassign the uuid of %s (%s)", p.id, base.TableUUID())
 	}
 	if err := checkNewTableMetadata(base, meta); err != nil {
 		return prepared{}, err
@@ -725,6 +728,35 @@ func currentSnapshotID(meta table.Metadata) *int64 {
 		return &id
 	}
 	return nil
+}
+
+// defaultFormatVersion is the format version of a table whose staged
+// create is completed without an upgrade-format-version update, as in
+// Java's reference catalog (TableMetadata.buildFromEmpty).
+const defaultFormatVersion = 2
+
+// stagedFormatVersion is the version a staged create is built at: that of
+// its first upgrade-format-version update, as Java's reference catalog
+// does (CatalogHandlers.create), else defaultFormatVersion. An update
+// that does not name a valid version is left for the builder to refuse.
+func stagedFormatVersion(updates table.Updates) int {
+	for _, u := range updates {
+		if u.Action() != table.UpdateUpgradeFormatVersion {
+			continue
+		}
+		b, err := json.Marshal(u)
+		if err != nil {
+			break
+		}
+		var v struct {
+			FormatVersion int `json:"format-version"`
+		}
+		if json.Unmarshal(b, &v) != nil || v.FormatVersion < 1 {
+			break
+		}
+		return min(v.FormatVersion, defaultFormatVersion)
+	}
+	return defaultFormatVersion
 }
 
 func hasUpdate(updates table.Updates, action string) bool {
