@@ -3,6 +3,7 @@ package catalog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // keyedOps are the operations that honour Idempotency-Key: every
@@ -139,17 +141,17 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 		if len(res.Tables) == 0 {
 			return fmt.Errorf("stored outcome of %s has no table", op)
 		}
-		tm, err := s.readMetadata(r.Context(), res.Tables[0].MetadataLocation)
+		t := res.Tables[0]
+		tm, err := s.replayedTable(r, t)
 		if err != nil {
 			return err
 		}
-		t := res.Tables[0]
-		return s.writeLoadResult(w, r, fsm.Ident{Namespace: t.Namespace, Name: t.Name}, tm, false)
+		return s.writeLoadResult(w, r, t.Ident(), tm, false)
 	case "updateTable", "unregisterTable":
 		if len(res.Tables) == 0 {
 			return fmt.Errorf("stored outcome of %s has no table", op)
 		}
-		tm, err := s.readMetadata(r.Context(), res.Tables[0].MetadataLocation)
+		tm, err := s.replayedTable(r, res.Tables[0])
 		if err != nil {
 			return err
 		}
@@ -181,6 +183,24 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 		w.WriteHeader(http.StatusNoContent)
 	}
 	return nil
+}
+
+// replayedTable reads, for a replay, the metadata file the keyed request
+// produced for t. When that file is gone (a later commit deleted it under
+// write.metadata.delete-after-commit.enabled, or a purge did), the answer
+// is built from the table now at t's identifier, as the spec allows ("may
+// reflect a newer state of the catalog"); when there is none, 404
+// NoSuchTableException. Any other failure to read is returned as it is.
+func (s *Server) replayedTable(r *http.Request, t fsm.Table) (*tableMetadata, error) {
+	tm, err := s.readMetadata(r.Context(), t.MetadataLocation)
+	if err == nil || !errors.Is(err, storage.ErrNotFound) {
+		return tm, err
+	}
+	cur, err := s.lookupTable(r, t.Ident())
+	if err != nil {
+		return nil, err
+	}
+	return s.readMetadata(r.Context(), cur.MetadataLocation)
 }
 
 // PruneIdempotency runs while this node leads: it proposes, with the

@@ -85,6 +85,45 @@ func TestEveryMutationOnceWithAKey(t *testing.T) {
 	assert.Equal(t, 204, n.do(t, "HEAD", "/v1/namespaces/a/tables/later", nil).status, "the replay dropped nothing")
 }
 
+// TestReplayAfterTheFileItWroteExpired replays a keyed create and a keyed
+// commit after later commits deleted the metadata files they wrote
+// (write.metadata.delete-after-commit.enabled): the answer is the table's
+// newer state, as the spec allows, not an error; once the table is gone,
+// 404.
+func TestReplayAfterTheFileItWroteExpired(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	create := withName("dac")
+	create["properties"] = map[string]string{"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1"}
+	createKey, commitKey := newKey(t), newKey(t)
+	c := n.do(t, "POST", "/v1/namespaces/a/tables", create, "Idempotency-Key", createKey)
+	require.Equal(t, 200, c.status, "%s", c.body)
+	first := n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", "0"), "Idempotency-Key", commitKey)
+	require.Equal(t, 200, first.status, "%s", first.body)
+	var last response
+	for i := 1; i <= 3; i++ {
+		last = n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", fmt.Sprint(i)))
+		require.Equal(t, 200, last.status, "%s", last.body)
+	}
+	gone := first.json(t)["metadata-location"].(string)
+	require.NoFileExists(t, strings.TrimPrefix(gone, "file://"), "the commit's file expired")
+
+	for _, replay := range []response{
+		n.do(t, "POST", "/v1/namespaces/a/tables", create, "Idempotency-Key", createKey),
+		n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", "0"), "Idempotency-Key", commitKey),
+	} {
+		require.Equal(t, 200, replay.status, "%s", replay.body)
+		assert.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, last.json(t)["metadata-location"], replay.json(t)["metadata-location"], "the newer state")
+	}
+	assert.Equal(t, "3", last.json(t)["metadata"].(map[string]any)["properties"].(map[string]any)["k"], "the replays changed nothing")
+
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/dac?purgeRequested=true", nil).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", "0"), "Idempotency-Key", commitKey)
+	assert.Equal(t, 404, r.status, "%s", r.body)
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+}
+
 func TestKeyMisuse(t *testing.T) {
 	n := startNode(t, warehouses()[0])
 	key := newKey(t)
