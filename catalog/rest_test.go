@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
@@ -327,6 +328,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"transaction without identifier", "POST", "/v1/transactions/commit", `{"table-changes": [{"requirements": [], "updates": []}]}`, 400, "BadRequestException"},
 		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
 		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
+		{"snapshot without a manifest list", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(7, `"summary":{"operation":"append"}`), 400, "BadRequestException"},
+		{"snapshot without a summary", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(8, `"manifest-list":"` + n.warehouse + `/a/t/metadata/snap-8.avro"`), 400, "BadRequestException"},
+		{"snapshot of an unknown operation", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(9, `"manifest-list":"` + n.warehouse + `/a/t/metadata/snap-9.avro","summary":{"operation":"bogus"}`), 400, "BadRequestException"},
+		{"statistics without path or blobs", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-statistics","statistics":{"snapshot-id":1}}]}`, 400, "BadRequestException"},
+		{"field id beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":3000000000,"name":"big","type":"long","required":false}`), 400, "BadRequestException"},
+		{"fixed length beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":9,"name":"big","type":"fixed[3000000000]","required":false}`), 400, "BadRequestException"},
+		{"empty struct hides the last column id", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":10,"name":"e","type":{"type":"struct","fields":[]},"required":false}`), 400, "BadRequestException"},
 		{"reassign a table's uuid", "POST", "/v1/namespaces/a/tables/t", `{"requirements": [], "updates": [{"action": "assign-uuid", "uuid": "22222222-2222-2222-2222-222222222222"}]}`, 400, "BadRequestException"},
 		{"commit identifier mismatch behind a leading level", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["cat", "b"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"commit identifier with the route's namespace as its head", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a", "x"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
@@ -438,4 +446,18 @@ func TestStagedCreateFormatVersion(t *testing.T) {
 		meta, _ := r.json(t)["metadata"].(map[string]any)
 		assert.Equal(t, c.want, meta["format-version"], c.name)
 	}
+}
+
+// snapshotUpdate is a commit adding snapshot id with the given fields
+// besides its id, sequence number and time.
+func snapshotUpdate(id int, fields string) string {
+	return fmt.Sprintf(`{"requirements":[],"updates":[{"action":"add-snapshot","snapshot":{"snapshot-id":%d,"sequence-number":1,"timestamp-ms":%d,%s}}]}`,
+		id, time.Now().UnixMilli(), fields)
+}
+
+// addSchema is a commit adding a schema of the columns withName creates
+// and one more.
+func addSchema(field string) string {
+	return `{"requirements":[],"updates":[{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[` +
+		`{"id":1,"name":"id","type":"long","required":true},` + field + `]}}]}`
 }

@@ -164,6 +164,9 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 	}
 	for _, s := range after {
 		if !old[s.ID] {
+			if _, err := checkSchemaIDs(s); err != nil {
+				return err
+			}
 			if err := checkIdentifierFields(s); err != nil {
 				return err
 			}
@@ -174,12 +177,17 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 
 // checkNewTableMetadata is every check a table's new metadata after must
 // pass that its metadata before (nil for a new table) did not have to:
-// checkNewSchemasAndSpecs and checkWritePaths.
+// checkNewSchemasAndSpecs, checkNewIDs, checkNewSnapshots,
+// checkNewStatistics and checkWritePaths.
 func checkNewTableMetadata(before, after table.Metadata) error {
-	if err := checkNewSchemasAndSpecs(before, after); err != nil {
-		return err
+	for _, check := range []func(before, after table.Metadata) error{
+		checkNewSchemasAndSpecs, checkNewIDs, checkNewSnapshots, checkNewStatistics, checkWritePaths,
+	} {
+		if err := check(before, after); err != nil {
+			return err
+		}
 	}
-	return checkWritePaths(before, after)
+	return nil
 }
 
 // writePathProperties name where engines write a table's files instead of

@@ -1,0 +1,198 @@
+package catalog
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Checks on what a commit adds to a table's metadata that iceberg-go's
+// builder accepts but other clients' readers refuse: a table stored so
+// could no longer be loaded by Java, PyIceberg or iceberg-rust. Only what
+// is new is judged; what a table already has (registered with it, or
+// written before a check existed) stays loadable by floe and is not
+// refused again.
+
+// checkInt32 refuses an id or length that Java (JsonUtil.getInt) and
+// iceberg-rust (i32) cannot read.
+func checkInt32(what string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return badRequest("%s %d does not fit in 32 bits", what, v)
+	}
+	return nil
+}
+
+// checkSchemaIDs refuses a schema whose id, field, element, key or value
+// ids or fixed lengths do not fit in 32 bits, and returns its highest
+// field id. It walks the schema itself: iceberg-go's HighestFieldID
+// answers 0 for a schema holding an empty struct.
+func checkSchemaIDs(s *iceberg.Schema) (highest int, err error) {
+	if err := checkInt32("schema-id", s.ID); err != nil {
+		return 0, err
+	}
+	var walk func(t iceberg.Type) error
+	see := func(what string, id int) error {
+		highest = max(highest, id)
+		return checkInt32(fmt.Sprintf("schema %d: %s", s.ID, what), id)
+	}
+	walk = func(t iceberg.Type) error {
+		switch t := t.(type) {
+		case *iceberg.StructType:
+			for _, f := range t.FieldList {
+				if err := see("field id", f.ID); err != nil {
+					return err
+				}
+				if err := walk(f.Type); err != nil {
+					return err
+				}
+			}
+		case *iceberg.ListType:
+			if err := see("element-id", t.ElementID); err != nil {
+				return err
+			}
+			return walk(t.Element)
+		case *iceberg.MapType:
+			if err := see("key-id", t.KeyID); err != nil {
+				return err
+			}
+			if err := see("value-id", t.ValueID); err != nil {
+				return err
+			}
+			if err := walk(t.KeyType); err != nil {
+				return err
+			}
+			return walk(t.ValueType)
+		case iceberg.FixedType:
+			return checkInt32(fmt.Sprintf("schema %d: fixed length", s.ID), t.Len())
+		}
+		return nil
+	}
+	st := s.AsStruct()
+	return highest, walk(&st)
+}
+
+// checkNewIDs refuses what after adds with an id beyond 32 bits (schemas
+// and their fields, partition specs and fields, sort orders,
+// last-column-id, last-partition-id), and a last-column-id below the
+// highest field id of any schema, which would have the next column added
+// reuse an id.
+func checkNewIDs(before, after table.Metadata) error {
+	oldSchemas, oldSpecs, oldOrders := map[int]bool{}, map[int]bool{}, map[int]bool{}
+	if before != nil {
+		for _, s := range before.Schemas() {
+			oldSchemas[s.ID] = true
+		}
+		for _, ps := range before.PartitionSpecs() {
+			oldSpecs[ps.ID()] = true
+		}
+		for _, o := range before.SortOrders() {
+			oldOrders[o.OrderID()] = true
+		}
+	}
+	highest := 0
+	for _, s := range after.Schemas() {
+		h, err := checkSchemaIDs(s)
+		if err != nil && !oldSchemas[s.ID] {
+			return err
+		}
+		highest = max(highest, h)
+	}
+	if before == nil || after.LastColumnID() != before.LastColumnID() || len(after.Schemas()) != len(before.Schemas()) {
+		if err := checkInt32("last-column-id", after.LastColumnID()); err != nil {
+			return err
+		}
+		if after.LastColumnID() < highest {
+			return badRequest("a schema uses field id %d, above the table's last-column-id %d (a struct with no fields is not supported)", highest, after.LastColumnID())
+		}
+	}
+	for _, ps := range after.PartitionSpecs() {
+		if oldSpecs[ps.ID()] {
+			continue
+		}
+		if err := checkInt32("spec-id", ps.ID()); err != nil {
+			return err
+		}
+		for _, f := range ps.Fields() {
+			if err := checkInt32(fmt.Sprintf("spec %d: field-id", ps.ID()), f.FieldID); err != nil {
+				return err
+			}
+		}
+	}
+	if p := after.LastPartitionSpecID(); p != nil {
+		if err := checkInt32("last-partition-id", *p); err != nil {
+			return err
+		}
+	}
+	for _, o := range after.SortOrders() {
+		if !oldOrders[o.OrderID()] {
+			if err := checkInt32("order-id", o.OrderID()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// snapshotOperations are the operations a snapshot's summary may name:
+// PyIceberg and iceberg-rust read the field as an enum of these.
+var snapshotOperations = map[table.Operation]bool{
+	table.OpAppend: true, table.OpReplace: true, table.OpOverwrite: true, table.OpDelete: true,
+}
+
+// checkNewSnapshots refuses a snapshot after adds without a manifest list
+// (or, in a format version 1 table, the manifests it embeds instead), or
+// without a summary naming a known operation: Java's SnapshotParser,
+// PyIceberg and iceberg-rust refuse to load a table holding one.
+func checkNewSnapshots(before, after table.Metadata) error {
+	for _, s := range after.Snapshots() {
+		if before != nil && before.SnapshotByID(s.SnapshotID) != nil {
+			continue
+		}
+		if s.ManifestList == "" && (after.Version() > 1 || len(s.ManifestLocations) == 0) {
+			return badRequest("snapshot %d has no manifest-list", s.SnapshotID)
+		}
+		if s.Summary == nil || s.Summary.Operation == "" {
+			return badRequest("snapshot %d has no summary operation", s.SnapshotID)
+		}
+		if !snapshotOperations[s.Summary.Operation] {
+			return badRequest("snapshot %d: unknown operation %q (append, replace, overwrite or delete)", s.SnapshotID, s.Summary.Operation)
+		}
+	}
+	return nil
+}
+
+// checkNewStatistics refuses a statistics file after adds or changes
+// without a path or without its blob-metadata list (Java's
+// StatisticsFileParser requires both), and a partition statistics file
+// without a path.
+func checkNewStatistics(before, after table.Metadata) error {
+	old := map[string]bool{}
+	oldPart := map[string]bool{}
+	if before != nil {
+		for f := range before.Statistics() {
+			old[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] = true
+		}
+		for f := range before.PartitionStatistics() {
+			oldPart[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] = true
+		}
+	}
+	for f := range after.Statistics() {
+		if old[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] {
+			continue
+		}
+		if f.StatisticsPath == "" {
+			return badRequest("statistics file of snapshot %d has no statistics-path", f.SnapshotID)
+		}
+		if f.BlobMetadata == nil {
+			return badRequest("statistics file %s has no blob-metadata", f.StatisticsPath)
+		}
+	}
+	for f := range after.PartitionStatistics() {
+		if !oldPart[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] && f.StatisticsPath == "" {
+			return badRequest("partition statistics file of snapshot %d has no statistics-path", f.SnapshotID)
+		}
+	}
+	return nil
+}
