@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -460,4 +461,23 @@ func snapshotUpdate(id int, fields string) string {
 func addSchema(field string) string {
 	return `{"requirements":[],"updates":[{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[` +
 		`{"id":1,"name":"id","type":"long","required":true},` + field + `]}}]}`
+}
+
+// A snapshot may name a manifest list anywhere. A purge does not read one
+// outside the allowed locations (the warehouse here): the drop succeeds,
+// the file is left alone, and nothing of its content reaches the answer.
+func TestPurgeDoesNotReadOutsideTheAllowedLocations(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("root:x:0:0:secret"), 0o600))
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(7, `"manifest-list":"file://`+secret+`","summary":{"operation":"append"}`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "DELETE", "/v1/namespaces/a/tables/t?purgeRequested=true", nil)
+	assert.Equal(t, 204, r.status, "%s", r.body)
+	assert.NotContains(t, string(r.body), "726f6f74")
+	b, err := os.ReadFile(secret)
+	require.NoError(t, err, "left in place")
+	assert.Equal(t, "root:x:0:0:secret", string(b))
 }

@@ -91,6 +91,23 @@ type Walker struct {
 	// OnMissing, if set, is told of a manifest list or manifest that no
 	// longer exists; the walk skips it.
 	OnMissing func(uri string)
+	// MayRead, if set, is asked before a manifest list or manifest is
+	// read: one it refuses is not read but skipped, with its entries, and
+	// told to OnNotRead. A table's metadata may name any path, and what a
+	// walk reads should stay within what the node may touch.
+	MayRead   func(uri string) bool
+	OnNotRead func(uri string)
+}
+
+// mayRead reports whether the walk may read uri, telling OnNotRead when not.
+func (w Walker) mayRead(uri string) bool {
+	if w.MayRead == nil || w.MayRead(uri) {
+		return true
+	}
+	if w.OnNotRead != nil {
+		w.OnNotRead(uri)
+	}
+	return false
 }
 
 // Walk calls fn for every file reachable from meta (read from
@@ -109,7 +126,8 @@ type Walker struct {
 // list or manifest that cannot be parsed is an error wrapping
 // ErrCorruptMetadata; a manifest is found corrupt only when the walk
 // reaches the bad part, so fn may already have seen the entries before it.
-// A missing manifest list or manifest is skipped (and told to OnMissing);
+// A missing manifest list or manifest is skipped (and told to OnMissing),
+// as is one MayRead refuses (told to OnNotRead);
 // any other storage error, including a streamed body that breaks off, is
 // returned without ErrCorruptMetadata.
 func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation string, from Checkpoint, fn func(File) error) error {
@@ -209,6 +227,9 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 			continue
 		}
 		seenLists[snap.ManifestList] = true
+		if !w.mayRead(snap.ManifestList) {
+			continue
+		}
 		data, err := w.Reader.Read(ctx, snap.ManifestList)
 		if errors.Is(err, storage.ErrNotFound) {
 			w.missing(snap.ManifestList)

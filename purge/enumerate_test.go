@@ -56,3 +56,45 @@ func TestWalkIsCompleteOrderedAndResumable(t *testing.T) {
 	assert.ElementsMatch(t, tt.data, files.Outside, "data files are outside .../metadata")
 	assert.Len(t, files.Delete, len(tt.files)-len(tt.data))
 }
+
+// TestWalkReadsOnlyWhatItMay walks a table whose manifest lists the walk
+// may not read (they lie outside the allowed locations, say): none is
+// read, each is told to OnNotRead, and the walk reaches neither their
+// manifests nor the data files those list, while still passing the
+// manifest lists themselves and the metadata files.
+func TestWalkReadsOnlyWhatItMay(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 1, 10)
+	n := c.nodes[0]
+	tt := c.makeTable(n, "walk", "t", nil, 3, 4)
+	ctx := context.Background()
+	meta, err := purge.ReadMetadata(ctx, n.objects, tt.tbl.MetadataLocation())
+	require.NoError(t, err)
+	lists := map[string]bool{}
+	for _, s := range meta.Snapshots() {
+		lists[s.ManifestList] = true
+	}
+	require.NotEmpty(t, lists)
+	var notRead []string
+	w := purge.Walker{
+		Reader:    n.objects,
+		MayRead:   func(uri string) bool { return !lists[uri] },
+		OnNotRead: func(uri string) { notRead = append(notRead, uri) },
+	}
+	var phases []int
+	require.NoError(t, w.Walk(ctx, meta, tt.tbl.MetadataLocation(), purge.Checkpoint{}, func(f purge.File) error {
+		phases = append(phases, f.Phase)
+		if f.Phase == purge.PhaseManifestLists {
+			assert.True(t, lists[f.URI], f.URI)
+		}
+		return nil
+	}))
+	assert.NotContains(t, phases, purge.PhaseData)
+	assert.NotContains(t, phases, purge.PhaseManifests)
+	assert.Contains(t, phases, purge.PhaseManifestLists)
+	assert.Contains(t, phases, purge.PhaseRoot)
+	// Each list is refused once per phase that reads it (data, manifests).
+	assert.Len(t, notRead, 2*len(lists))
+	for _, u := range notRead {
+		assert.True(t, lists[u], u)
+	}
+}

@@ -22,6 +22,7 @@ type metrics struct {
 	leases           *prometheus.CounterVec
 	staleLeases      prometheus.Counter
 	missingManifests prometheus.Counter
+	notRead          prometheus.Counter
 	wakes            prometheus.Counter
 	leaderBeats      prometheus.Counter
 	all              []prometheus.Collector
@@ -82,9 +83,12 @@ func newMetrics() *metrics {
 		missingManifests: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists or manifests already gone when a purge walked them.",
 		}),
+		notRead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_manifests_not_read_total", Help: "Manifest lists or manifests a purge did not read because they lie outside the allowed locations; their entries are left in place.",
+		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.wakes, m.leaderBeats}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
 	return m
 }
 

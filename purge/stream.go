@@ -42,6 +42,9 @@ type Opener interface {
 // entries before it. fn's error, or the context's, stops the walk and is
 // returned unchanged.
 func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn func(uri string, size int64) error) error {
+	if !w.mayRead(mf.FilePath()) {
+		return nil
+	}
 	body, err := w.open(ctx, mf.FilePath())
 	if errors.Is(err, storage.ErrNotFound) {
 		w.missing(mf.FilePath())

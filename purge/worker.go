@@ -275,6 +275,11 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 			r.s.m.missingManifests.Inc()
 			r.log.Warn("purge: manifest list or manifest already gone; its entries are skipped", "uri", uri)
 		},
+		MayRead: r.s.allowed,
+		OnNotRead: func(uri string) {
+			r.s.m.notRead.Inc()
+			r.log.Warn("purge: manifest list or manifest outside the allowed locations not read; its entries are left in place", "uri", uri)
+		},
 	}
 	err = w.Walk(ctx, meta, r.job.MetadataLocation, r.committed, func(f File) error {
 		return r.file(ctx, f)
