@@ -351,6 +351,34 @@ func (s *Server) checkLocation(ctx context.Context, loc string) error {
 	return badRequest("location %q is outside the allowed locations (%s)", loc, strings.Join(allowedLocations, ", "))
 }
 
+// checkNewLocationSpelling refuses, for a location a table or view is
+// about to take, a '?' or '#' anywhere and a percent-escape ("%2F",
+// "%2e"): clients read a location as a URI, and some drop what follows
+// '?' or '#' (Java's S3URI, PyIceberg's urlparse) or decode the escapes
+// (Hadoop's Path), so two tables' locations that floe tells apart could
+// name the same files for them. Locations a table already holds are not
+// judged again.
+func checkNewLocationSpelling(loc string) error {
+	if i := strings.IndexAny(loc, "?#"); i >= 0 {
+		return badRequest("location %q contains %q: clients read locations as URIs, and some drop what follows it", loc, loc[i:i+1])
+	}
+	for i := strings.IndexByte(loc, '%'); i >= 0 && i+2 < len(loc); {
+		if isHex(loc[i+1]) && isHex(loc[i+2]) {
+			return badRequest("location %q contains the percent-escape %q: some clients decode it, others do not", loc, loc[i:i+3])
+		}
+		j := strings.IndexByte(loc[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
 // checkOwner answers early, before any file is written, when loc is equal
 // to, inside or around the location of a live table other than id, or of a
 // table being purged. It is advice read linearizably: the state machine

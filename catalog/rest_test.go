@@ -336,6 +336,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"field id beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":3000000000,"name":"big","type":"long","required":false}`), 400, "BadRequestException"},
 		{"fixed length beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":9,"name":"big","type":"fixed[3000000000]","required":false}`), 400, "BadRequestException"},
 		{"empty struct hides the last column id", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":10,"name":"e","type":{"type":"struct","fields":[]},"required":false}`), 400, "BadRequestException"},
+		{"location with a query", "POST", "/v1/namespaces/a/tables", withLocation("q", n.warehouse+"/a/q?x=1"), 400, "BadRequestException"},
+		{"location with a fragment", "POST", "/v1/namespaces/a/tables", withLocation("f", n.warehouse+"/a/f#x"), 400, "BadRequestException"},
+		{"location with a percent-escape", "POST", "/v1/namespaces/a/tables", withLocation("e", n.warehouse+"/a/e%2Fdata"), 400, "BadRequestException"},
+		{"name that puts a query in its default location", "POST", "/v1/namespaces/a/tables", withName("t?x"), 400, "BadRequestException"},
+		{"set-location with a query", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-location","location":"` + n.warehouse + `/a/t2?x"}]}`, 400, "BadRequestException"},
 		{"reassign a table's uuid", "POST", "/v1/namespaces/a/tables/t", `{"requirements": [], "updates": [{"action": "assign-uuid", "uuid": "22222222-2222-2222-2222-222222222222"}]}`, 400, "BadRequestException"},
 		{"commit identifier mismatch behind a leading level", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["cat", "b"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"commit identifier with the route's namespace as its head", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a", "x"], "name": "t"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
@@ -480,4 +485,14 @@ func TestPurgeDoesNotReadOutsideTheAllowedLocations(t *testing.T) {
 	b, err := os.ReadFile(secret)
 	require.NoError(t, err, "left in place")
 	assert.Equal(t, "root:x:0:0:secret", string(b))
+}
+
+// A '%' that is not a percent-escape is an ordinary character of a name
+// and of the default location built from it.
+func TestPercentSignInANameIsKept(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("growth_100%"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, n.warehouse+"/a/growth_100%", r.json(t)["metadata"].(map[string]any)["location"])
 }

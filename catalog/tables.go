@@ -232,6 +232,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if loc == "" {
 		loc = s.defaultLocation(r.Context(), id)
 	}
+	if err := checkNewLocationSpelling(loc); err != nil {
+		return err
+	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {
 		return err
 	}
@@ -695,6 +698,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		return prepared{}, err
 	}
 	if cur == nil || meta.Location() != cur.Location {
+		if err := checkNewLocationSpelling(meta.Location()); err != nil {
+			return prepared{}, err
+		}
 		if err := s.checkOwner(ctx, p.id, meta.Location()); err != nil {
 			return prepared{}, err
 		}
@@ -876,6 +882,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	tm, err := s.readMetadata(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+	}
+	if err := checkNewLocationSpelling(tm.meta.Location()); err != nil {
+		return err
 	}
 	if err := s.checkLocation(r.Context(), tm.meta.Location()); err != nil {
 		return err

@@ -255,6 +255,9 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if loc == "" {
 		loc = s.defaultLocation(r.Context(), id)
 	}
+	if err := checkNewLocationSpelling(loc); err != nil {
+		return err
+	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {
 		return err
 	}
@@ -476,6 +479,9 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		return fsm.ReplaceView{}, nil, err
 	}
 	if meta.Location() != cur.Location {
+		if err := checkNewLocationSpelling(meta.Location()); err != nil {
+			return fsm.ReplaceView{}, nil, err
+		}
 		if err := s.checkLocation(ctx, meta.Location()); err != nil {
 			return fsm.ReplaceView{}, nil, err
 		}
@@ -591,6 +597,9 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	vm, err := s.readViewMetadata(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+	}
+	if err := checkNewLocationSpelling(vm.meta.Location()); err != nil {
+		return err
 	}
 	if err := s.checkLocation(r.Context(), vm.meta.Location()); err != nil {
 		return err
