@@ -351,6 +351,13 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		r = s.resolvePlus(s.withScope(withAuditTarget(withWarehouse(r, wh))))
 		err := s.authorizeRoute(name, r)
 		if err == nil {
+			// url.Values drops a malformed pair silently, so that
+			// "?purgeRequested=%zz" would read as no purge at all.
+			if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
+				err = badRequest("malformed query string: %v", qerr)
+			}
+		}
+		if err == nil {
 			err = h(rec, r)
 		}
 		if err != nil {
