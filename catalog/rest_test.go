@@ -360,6 +360,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 	assert.Equal(t, "BadRequestException", r.errorType(t))
 	r = n.doRaw(t, "PUT", "/v1/namespaces", `{}`)
 	assert.Equal(t, 405, r.status)
+	for _, enc := range []string{"gzip", "br", "identity, deflate"} {
+		r = n.doRaw(t, "POST", "/v1/namespaces", `{"namespace": ["enc"]}`, "Content-Encoding", enc)
+		assert.Equal(t, 415, r.status, enc)
+		assert.Equal(t, "UnsupportedMediaTypeException", r.errorType(t), enc)
+	}
 	assert.Equal(t, before, n.state(t))
 }
 

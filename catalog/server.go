@@ -351,6 +351,9 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		r = s.resolvePlus(s.withScope(withAuditTarget(withWarehouse(r, wh))))
 		err := s.authorizeRoute(name, r)
 		if err == nil {
+			err = checkContentEncoding(r)
+		}
+		if err == nil {
 			// url.Values drops a malformed pair silently, so that
 			// "?purgeRequested=%zz" would read as no purge at all.
 			if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
@@ -496,6 +499,21 @@ func splitNamespace(decoded string) ([]string, error) {
 		return nil, err
 	}
 	return levels, nil
+}
+
+// checkContentEncoding refuses a request body sent compressed (or in any
+// Content-Encoding but identity) with 415: no Iceberg client compresses
+// its requests, and the body would otherwise be read as malformed JSON.
+func checkContentEncoding(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for enc := range strings.SplitSeq(v, ",") {
+			if e := strings.TrimSpace(enc); e != "" && !strings.EqualFold(e, "identity") {
+				return &apiError{status: http.StatusUnsupportedMediaType, typ: "UnsupportedMediaTypeException",
+					msg: fmt.Sprintf("request bodies are read uncompressed; Content-Encoding %q is not supported", e)}
+			}
+		}
+	}
+	return nil
 }
 
 func validateNamespace(levels []string) error {
