@@ -501,3 +501,29 @@ func TestPercentSignInANameIsKept(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.Equal(t, n.warehouse+"/a/growth_100%", r.json(t)["metadata"].(map[string]any)["location"])
 }
+
+// A commit whose updates change nothing writes no new metadata version:
+// the answer is the current metadata, as from Java's reference catalog.
+// Its requirements are still checked.
+func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	c := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, c.status, "%s", c.body)
+	loc := c.json(t)["metadata-location"]
+	uuid := c.json(t)["metadata"].(map[string]any)["table-uuid"].(string)
+	for _, body := range []string{
+		`{"requirements":[],"updates":[]}`,
+		`{"requirements":[{"type":"assert-table-uuid","uuid":"` + uuid + `"}],"updates":[{"action":"set-current-schema","schema-id":0}]}`,
+	} {
+		r := n.do(t, "POST", "/v1/namespaces/a/tables/t", body)
+		require.Equal(t, 200, r.status, "%s: %s", body, r.body)
+		assert.Equal(t, loc, r.json(t)["metadata-location"], body)
+	}
+	assert.Equal(t, 0, metadataLog(t, n, "a", "t"), "no new version")
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", `{"requirements":[{"type":"assert-current-schema-id","current-schema-id":7}],"updates":[]}`)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", setProp("k", "v"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.NotEqual(t, loc, r.json(t)["metadata-location"], "a change still writes")
+}

@@ -540,6 +540,9 @@ type prepared struct {
 	change fsm.TableChange
 	before *tableMetadata // nil for a create
 	after  *tableMetadata
+	// unchanged: the updates changed nothing, so nothing was written and
+	// after is before (see prepareOne's skipUnchanged).
+	unchanged bool
 }
 
 // commit applies a commit to one or more tables atomically. It builds each
@@ -555,13 +558,18 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 		written := func() []string {
 			var locs []string
 			for _, p := range preps {
-				locs = append(locs, p.after.location)
+				if !p.unchanged {
+					locs = append(locs, p.after.location)
+				}
 			}
 			return locs
 		}
 		if err != nil {
 			s.discard(ctx, written()...)
 			return nil, err
+		}
+		if len(preps) == 1 && preps[0].unchanged {
+			return []*tableMetadata{preps[0].after}, nil
 		}
 		changes := make([]fsm.TableChange, len(preps))
 		for i, p := range preps {
@@ -621,7 +629,7 @@ func (s *Server) prepareCommit(ctx context.Context, pending []pendingCommit) ([]
 	}
 	var preps []prepared
 	for i, p := range pending {
-		prep, err := s.prepareOne(ctx, p, current[i])
+		prep, err := s.prepareOne(ctx, p, current[i], len(pending) == 1)
 		if err != nil {
 			return preps, err
 		}
@@ -634,7 +642,14 @@ func hasAssertCreate(reqs table.Requirements) bool {
 	return slices.ContainsFunc(reqs, func(r table.Requirement) bool { return r.GetType() == "assert-create" })
 }
 
-func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table) (prepared, error) {
+// prepareOne builds and writes one table's next metadata on cur (nil: a
+// staged create being completed). With skipUnchanged, a commit to an
+// existing table whose updates change nothing (none, or each a no-op)
+// writes nothing and is answered with the current metadata, as Java's
+// reference catalog does; its requirements have been checked against a
+// linearizable read. A transaction of several tables does not skip: each
+// table's compare-and-set is what makes it all-or-nothing.
+func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table, skipUnchanged bool) (prepared, error) {
 	var (
 		before  *tableMetadata
 		base    table.Metadata
@@ -670,6 +685,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		if err := u.Apply(builder); err != nil {
 			return prepared{}, badRequest("cannot apply %s to %s: %v", u.Action(), p.id, err)
 		}
+	}
+	if cur != nil && skipUnchanged && !builder.HasChanges() {
+		return prepared{before: before, after: before, unchanged: true}, nil
 	}
 	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
 		if err := builder.SetLoc(s.defaultLocation(ctx, p.id)); err != nil {
