@@ -91,15 +91,19 @@ func checkNewIDs(before, after table.Metadata) error {
 			oldOrders[o.OrderID()] = true
 		}
 	}
-	highest := 0
+	highest, added := 0, false
 	for _, s := range after.Schemas() {
+		if oldSchemas[s.ID] {
+			continue
+		}
+		added = true
 		h, err := checkSchemaIDs(s)
-		if err != nil && !oldSchemas[s.ID] {
+		if err != nil {
 			return err
 		}
 		highest = max(highest, h)
 	}
-	if before == nil || after.LastColumnID() != before.LastColumnID() || len(after.Schemas()) != len(before.Schemas()) {
+	if before == nil || added || after.LastColumnID() != before.LastColumnID() {
 		if err := checkInt32("last-column-id", after.LastColumnID()); err != nil {
 			return err
 		}
@@ -146,8 +150,14 @@ var snapshotOperations = map[table.Operation]bool{
 // without a summary naming a known operation: Java's SnapshotParser,
 // PyIceberg and iceberg-rust refuse to load a table holding one.
 func checkNewSnapshots(before, after table.Metadata) error {
+	old := map[int64]bool{}
+	if before != nil {
+		for _, s := range before.Snapshots() {
+			old[s.SnapshotID] = true
+		}
+	}
 	for _, s := range after.Snapshots() {
-		if before != nil && before.SnapshotByID(s.SnapshotID) != nil {
+		if old[s.SnapshotID] {
 			continue
 		}
 		if s.ManifestList == "" && (after.Version() > 1 || len(s.ManifestLocations) == 0) {
@@ -168,18 +178,21 @@ func checkNewSnapshots(before, after table.Metadata) error {
 // StatisticsFileParser requires both), and a partition statistics file
 // without a path.
 func checkNewStatistics(before, after table.Metadata) error {
-	old := map[string]bool{}
-	oldPart := map[string]bool{}
+	type key struct {
+		snapshot int64
+		path     string
+	}
+	old, oldPart := map[key]bool{}, map[key]bool{}
 	if before != nil {
 		for f := range before.Statistics() {
-			old[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] = true
+			old[key{f.SnapshotID, f.StatisticsPath}] = true
 		}
 		for f := range before.PartitionStatistics() {
-			oldPart[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] = true
+			oldPart[key{f.SnapshotID, f.StatisticsPath}] = true
 		}
 	}
 	for f := range after.Statistics() {
-		if old[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] {
+		if old[key{f.SnapshotID, f.StatisticsPath}] {
 			continue
 		}
 		if f.StatisticsPath == "" {
@@ -190,7 +203,7 @@ func checkNewStatistics(before, after table.Metadata) error {
 		}
 	}
 	for f := range after.PartitionStatistics() {
-		if !oldPart[fmt.Sprint(f.SnapshotID, f.StatisticsPath)] && f.StatisticsPath == "" {
+		if !oldPart[key{f.SnapshotID, f.StatisticsPath}] && f.StatisticsPath == "" {
 			return badRequest("partition statistics file of snapshot %d has no statistics-path", f.SnapshotID)
 		}
 	}
