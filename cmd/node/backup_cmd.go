@@ -426,6 +426,10 @@ Flags:
 	if problem == "" {
 		if _, _, err := net.SplitHostPort(clusterAddr); err != nil {
 			problem = fmt.Sprintf("--cluster-addr %q: want host:port: %v", clusterAddr, err)
+		} else if nodeID != "" {
+			if err := raftnode.CheckMemberID(nodeID); err != nil {
+				problem = fmt.Sprintf("--node-id: %v", err)
+			}
 		}
 	}
 	if problem != "" {

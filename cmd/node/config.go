@@ -385,6 +385,11 @@ func (c *config) validate() error {
 		return usagef("--data-dir %q: %v", c.DataDir, err)
 	}
 	c.DataDir = abs
+	if c.NodeID != "" {
+		if err := raftnode.CheckMemberID(c.NodeID); err != nil {
+			return usagef("--node-id: %v", err)
+		}
+	}
 	for name, addr := range map[string]string{"--http-addr": c.HTTPAddr, "--cluster-addr": c.ClusterAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return usagef("%s %q: want host:port: %v", name, addr, err)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
 
@@ -549,12 +551,16 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // addServer adds a member on the leader. An existing member with the same ID
 // and address is left as is (a node that lost its data and rejoins is caught
 // up by the leader). A member holding the address under another ID is
-// removed first; a member with the ID under another address is re-addressed.
-// A change that makes id a voter at addr is made only once the node there
-// has answered as id (checkAnswersAs).
+// removed first, once the node at the address has answered as id (so that
+// member is no longer there); a member with the ID under another address is
+// re-addressed. A change that makes id a voter at addr is made only once
+// the node there has answered as id (checkAnswersAs).
 func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
 	if id == "" || addr == "" {
 		return fmt.Errorf("%w: id and address are required", ErrInvalidMember)
+	}
+	if err := CheckMemberID(id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
 	if err := checkClusterAddr(addr); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidMember, err)
@@ -576,7 +582,13 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 			return nil
 		}
 	}
-	if voter && raft.ServerID(id) != n.id {
+	// Another member holding addr is removed below: only once addr answers
+	// as id, which proves that member is no longer there. A voter is asked
+	// in any case (see checkAnswersAs).
+	taken := slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
+		return string(s.ID) != id && string(s.Address) == addr
+	})
+	if (voter || taken) && raft.ServerID(id) != n.id {
 		if err := n.checkAnswersAs(ctx, id, addr); err != nil {
 			return err
 		}
@@ -779,6 +791,11 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 		s := cf.Configuration().Servers[i]
 		if s.ID == n.id {
 			return nil
+		}
+		if s.Suffrage != raft.Voter {
+			// Raft would start the election anyway, which a non-voter
+			// cannot win: a term lost for nothing.
+			return fmt.Errorf("%w: %s is not a voter and cannot lead", ErrInvalidMember, id)
 		}
 		f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
 	}
@@ -1103,6 +1120,31 @@ func stillForming(peers map[string]nodeInfo) bool {
 		}
 	}
 	return bootstrapped
+}
+
+// maxMemberIDBytes bounds a member's ID.
+const maxMemberIDBytes = 255
+
+// CheckMemberID refuses an ID a member could not be managed by: empty, over
+// 255 bytes, not UTF-8, or holding a space, a control character or a '/'.
+// The ID is a path segment of the operator API
+// (DELETE /management/v1/cluster/members/{id}), and it is printed by
+// `floe status` and the logs.
+func CheckMemberID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("a member id must not be empty")
+	case len(id) > maxMemberIDBytes:
+		return fmt.Errorf("a member id is at most %d bytes, got %d", maxMemberIDBytes, len(id))
+	case !utf8.ValidString(id):
+		return fmt.Errorf("member id %q is not UTF-8", id)
+	}
+	for _, r := range id {
+		if r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("member id %q holds %q: ids may not hold spaces, control characters or '/'", id, r)
+		}
+	}
+	return nil
 }
 
 // checkClusterAddr refuses a member address Raft could never dial: it

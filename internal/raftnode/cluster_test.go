@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -398,9 +399,28 @@ func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
 	assert.Equal(t, raft.Nonvoter, suffrages(t, n)["x"])
 	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
 
+	// A non-voter cannot lead: no transfer to it, and no election for it.
+	err = n.TransferLeadership(ctxTimeout(t, 10*time.Second), "x")
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.True(t, n.IsLeader())
+
 	// The node that does answer as itself is added.
 	require.NoError(t, n.AddVoter(ctxTimeout(t, 10*time.Second), "other", other.Addr()))
 	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
+
+	// Another id at a member's address would remove that member: refused
+	// while the member still answers there, voter or not.
+	err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), "imposter", other.Addr())
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), `is "other", not "imposter"`)
+	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
+	assert.NotContains(t, suffrages(t, n), "imposter")
+
+	// Ids a member could not be managed by.
+	for _, id := range []string{"a/b", "a b", "x\x1b[2J", strings.Repeat("i", 256)} {
+		err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), id, freeAddr(t))
+		require.ErrorIs(t, err, ErrInvalidMember, id)
+	}
 }
 
 // A member address Raft could never dial is refused before it joins the
