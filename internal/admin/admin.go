@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -149,15 +150,25 @@ func (e *statusError) Error() string { return e.msg }
 func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-		err := h(w, r)
+		var err error
+		// url.Values drops a malformed pair silently, so that a filter
+		// such as "?state=%zz" would read as no filter at all.
+		if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
+			err = fmt.Errorf("%w: malformed query string: %v", ErrBadRequest, qerr)
+		} else {
+			err = h(w, r)
+		}
 		if err == nil {
 			return
 		}
 		se := &statusError{http.StatusInternalServerError, "InternalServerError", err.Error()}
 		var direct *statusError
+		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &direct):
 			se = direct
+		case errors.As(err, &tooBig):
+			se = &statusError{http.StatusRequestEntityTooLarge, "BadRequestException", fmt.Sprintf("request body over %d bytes", tooBig.Limit)}
 		case errors.Is(err, ErrBadRequest), errors.Is(err, raftnode.ErrInvalidMember):
 			se = &statusError{http.StatusBadRequest, "BadRequestException", err.Error()}
 		case errors.Is(err, ErrNotFound), errors.Is(err, raftnode.ErrNoSuchMember):
@@ -211,7 +222,7 @@ func (s *Server) membership(op string, prepare func(r *http.Request) (memberChan
 		}
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+			return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		change, err := prepare(r)
@@ -254,7 +265,7 @@ func decodeMember(r *http.Request) (memberRequest, error) {
 	var req memberRequest
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return req, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return req, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		return req, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
@@ -310,7 +321,7 @@ func (s *Server) transfer(r *http.Request) (memberChange, error) {
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {

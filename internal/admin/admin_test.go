@@ -310,3 +310,14 @@ func TestMembershipKeyRecordUsesConfiguredClockAndLifetime(t *testing.T) {
 	assert.Empty(t, rec.Header().Get("Idempotent-Replayed"))
 	assert.Equal(t, []string{"nonvoter c 127.0.0.1:10", "nonvoter c 127.0.0.1:10"}, fc.Calls())
 }
+
+// A malformed query string is a 400, not read as if the pair were absent;
+// a body over the limit is a 413.
+func TestMalformedQueryAndOversizedBody(t *testing.T) {
+	fc := &fakeCluster{}
+	h := New(fc, newPurgeStore(t), Config{}).Handler()
+	rec, _ := do(t, h, "GET", "/management/v1/purge-jobs?state=%zz", "")
+	assert.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+	rec, _ = do(t, h, "POST", "/management/v1/cluster/voters", `{"id":"b","address":"`+strings.Repeat("x", 2<<20)+`"}`)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+}

@@ -100,7 +100,7 @@ func checkName(what, v string) error {
 func readBody(r *http.Request, v any) ([]byte, error) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return nil, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
@@ -272,6 +272,11 @@ func (a *authAPI) listTokens(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// maxTokenLifetimeSeconds bounds a static token's expires-in-seconds: 100
+// years, far inside what a time.Duration (and an expiry in milliseconds)
+// can hold, so that no lifetime wraps around into the past.
+const maxTokenLifetimeSeconds = 100 * 365 * 24 * 3600
+
 func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
 		Principal   string `json:"principal"`
@@ -285,8 +290,8 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := checkName("principal", req.Principal); err != nil {
 		return err
 	}
-	if req.ExpiresIn < 0 {
-		return fmt.Errorf("%w: expires-in-seconds must not be negative", ErrBadRequest)
+	if req.ExpiresIn < 0 || req.ExpiresIn > maxTokenLifetimeSeconds {
+		return fmt.Errorf("%w: expires-in-seconds must be from 0 (never) to %d (100 years), got %d", ErrBadRequest, maxTokenLifetimeSeconds, req.ExpiresIn)
 	}
 	id, token := auth.NewStaticToken()
 	_, secret, _ := auth.ParseStaticToken(token)

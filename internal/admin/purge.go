@@ -326,7 +326,7 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	replay := func(ctx context.Context, res fsm.Result) error { return answer(ctx, res, true) }
 	_, err = p.keys.Run(r.Context(), p.keys.Bind(key, "purge-job-"+what, []string{id}, p.srv.principal(r), body), propose, replay, nil)

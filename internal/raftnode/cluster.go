@@ -756,8 +756,15 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 	if err := cf.Error(); err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+	servers := cf.Configuration().Servers
+	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
+	if i < 0 {
 		return fmt.Errorf("%w: no member with id %q", ErrNoSuchMember, id)
+	}
+	if servers[i].Suffrage == raft.Voter && !slices.ContainsFunc(servers, func(s raft.Server) bool {
+		return s.Suffrage == raft.Voter && string(s.ID) != id
+	}) {
+		return fmt.Errorf("%w: %s is the last voter; a cluster needs one", ErrInvalidMember, id)
 	}
 	if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.enqueueTimeout(ctx))); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)

@@ -439,6 +439,10 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidMember, addr)
 	}
 	assert.Equal(t, before, suffrages(t, n))
+	// Nor may the last voter go: Raft refuses it, and it is the caller's
+	// mistake, not the server's.
+	require.ErrorIs(t, n.Remove(ctxTimeout(t, 5*time.Second), n.ID()), ErrInvalidMember)
+	assert.Equal(t, before, suffrages(t, n))
 	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
 	require.NoError(t, checkClusterAddr("[::1]:9000"))
 	require.NoError(t, checkClusterAddr("node-2.floe.svc:8381"))
