@@ -11,6 +11,7 @@ const (
 	oauthInvalidClient        = "invalid_client"
 	oauthInvalidGrant         = "invalid_grant"
 	oauthUnsupportedGrantType = "unsupported_grant_type"
+	oauthInvalidScope         = "invalid_scope"
 )
 
 // oauthError is the spec's OAuthError body.

@@ -203,6 +203,27 @@ func unavailable(reason, description string) *tokenFailure {
 	return &tokenFailure{status: http.StatusServiceUnavailable, code: oauthInvalidRequest, description: description, reason: reason}
 }
 
+// maxScopeBytes bounds the scope a token request may ask for; it is signed
+// into the token, which a request may carry only up to maxTokenLen bytes.
+const maxScopeBytes = 1024
+
+// checkScope refuses a scope that is not RFC 6749's syntax (tokens of
+// printable ASCII but '"' and '\', separated by single spaces) or is over
+// maxScopeBytes: it is signed into the token and echoed in the answer.
+func checkScope(scope string) *tokenFailure {
+	if len(scope) > maxScopeBytes {
+		return badRequest(oauthInvalidScope, fmt.Sprintf("scope is %d bytes, at most %d", len(scope), maxScopeBytes))
+	}
+	for i := 0; i < len(scope); i++ {
+		c := scope[i]
+		if c == ' ' || (c >= 0x21 && c <= 0x7e && c != '"' && c != '\\') {
+			continue
+		}
+		return badRequest(oauthInvalidScope, "scope holds a character RFC 6749 does not allow")
+	}
+	return nil
+}
+
 // serve handles one request; grant is the metric label of a success.
 func (h *TokenHandler) serve(r *http.Request) (grant string, resp *tokenResponse, fail *tokenFailure) {
 	if r.Method != http.MethodPost {
@@ -210,6 +231,9 @@ func (h *TokenHandler) serve(r *http.Request) (grant string, resp *tokenResponse
 	}
 	form, fail := readForm(r)
 	if fail != nil {
+		return "", nil, fail
+	}
+	if fail := checkScope(form.Get("scope")); fail != nil {
 		return "", nil, fail
 	}
 	switch form.Get("grant_type") {
@@ -421,6 +445,11 @@ func (h *TokenHandler) issue(ctx context.Context, req IssueRequest) (*tokenRespo
 	if err != nil {
 		h.log.Error("token request: issue token", "principal", req.Principal, "err", err)
 		return nil, unavailable("unavailable", "cannot issue tokens right now, retry later")
+	}
+	if len(token) > maxTokenLen {
+		// Every request would refuse it (see bearer.go): say so now.
+		h.log.Warn("token request: token too large to be accepted", "principal", req.Principal, "client_id", req.ClientID, "bytes", len(token), "roles", len(req.Roles))
+		return nil, badRequest(oauthInvalidRequest, fmt.Sprintf("the token would be %d bytes, over the %d a request may carry: the client holds too many roles", len(token), maxTokenLen))
 	}
 	h.log.Debug("token issued", "principal", req.Principal, "client_id", req.ClientID, "expires_in", ttl)
 	return &tokenResponse{

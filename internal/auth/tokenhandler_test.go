@@ -237,6 +237,11 @@ func TestTokenClientCredentialsRefused(t *testing.T) {
 func TestTokenRequestShape(t *testing.T) {
 	f := newHandlerFixture(t, nil)
 	body := clientForm("etl", f.secret).Encode()
+	withScope := func(scope string) string {
+		v := clientForm("etl", f.secret)
+		v.Set("scope", scope)
+		return v.Encode()
+	}
 	for _, tc := range []struct {
 		name        string
 		method      string
@@ -251,6 +256,9 @@ func TestTokenRequestShape(t *testing.T) {
 		{"charset parameter", http.MethodPost, "application/x-www-form-urlencoded; charset=UTF-8", body, "/v1/oauth/tokens", http.StatusOK},
 		{"too large", http.MethodPost, "application/x-www-form-urlencoded", body + "&pad=" + strings.Repeat("x", maxTokenRequestLen), "/v1/oauth/tokens", http.StatusBadRequest},
 		{"bad encoding", http.MethodPost, "application/x-www-form-urlencoded", "grant_type=%zz", "/v1/oauth/tokens", http.StatusBadRequest},
+		{"usual scope", http.MethodPost, "application/x-www-form-urlencoded", withScope("catalog PRINCIPAL_ROLE:ALL"), "/v1/oauth/tokens", http.StatusOK},
+		{"scope too long", http.MethodPost, "application/x-www-form-urlencoded", withScope(strings.Repeat("s", maxScopeBytes+1)), "/v1/oauth/tokens", http.StatusBadRequest},
+		{"scope with control characters", http.MethodPost, "application/x-www-form-urlencoded", withScope("a\x00b\nc\x1b[31m"), "/v1/oauth/tokens", http.StatusBadRequest},
 		{"credentials in the query only", http.MethodPost, "application/x-www-form-urlencoded", "grant_type=client_credentials",
 			"/v1/oauth/tokens?client_id=etl&client_secret=" + url.QueryEscape(f.secret), http.StatusBadRequest},
 	} {
