@@ -122,12 +122,15 @@ func (s *security) principal(r *http.Request) string {
 	return "anonymous"
 }
 
+// tokenPath is the OAuth token endpoint.
+const tokenPath = "/v1/oauth/tokens"
+
 // openPaths are answered without a token: the handshake clients make
 // before they have one, the token endpoint, the probes and metrics, and
 // the status page's login form.
 func openPath(r *http.Request) bool {
 	switch r.URL.Path {
-	case "/v1/config", "/v1/oauth/tokens", "/healthz", "/readyz", "/metrics":
+	case "/v1/config", tokenPath, "/healthz", "/readyz", "/metrics":
 		return true
 	}
 	return ui.IsOpenPath(r.URL.Path)
@@ -215,9 +218,11 @@ func (s *security) wrap(h http.Handler) http.Handler {
 			}
 		}
 		// Operator API mutations, backups (a copy of every secret hash
-		// and signing key) and status page actions are audited.
+		// and signing key), status page actions and token requests
+		// (issued or refused: a guessed secret shows as a 401) are
+		// audited.
 		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") ||
-			statusPage && r.Method == http.MethodPost {
+			statusPage && r.Method == http.MethodPost || r.URL.Path == tokenPath {
 			rec := &statusWriter{ResponseWriter: w}
 			h.ServeHTTP(rec, r)
 			s.record(r, opOf(r), "", rec.status)
