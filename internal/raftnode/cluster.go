@@ -785,6 +785,15 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 	}
 	var f raft.Future
 	if id == "" {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return s.Suffrage == raft.Voter && s.ID != n.id }) {
+			// Raft would answer "cannot find peer", which reads as a
+			// failure worth retrying; no retry will find one.
+			return fmt.Errorf("%w: there is no other voter to take leadership", ErrInvalidMember)
+		}
 		f = n.raft.LeadershipTransfer()
 	} else {
 		cf := n.raft.GetConfiguration()

@@ -442,6 +442,7 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 	// Nor may the last voter go: Raft refuses it, and it is the caller's
 	// mistake, not the server's.
 	require.ErrorIs(t, n.Remove(ctxTimeout(t, 5*time.Second), n.ID()), ErrInvalidMember)
+	require.ErrorIs(t, n.TransferLeadership(ctxTimeout(t, 5*time.Second), ""), ErrInvalidMember, "no other voter")
 	assert.Equal(t, before, suffrages(t, n))
 	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
 	require.NoError(t, checkClusterAddr("[::1]:9000"))
