@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -403,10 +404,10 @@ func (c *config) validate() error {
 	}
 	scheme, _, _, err := storage.ParseURI(c.Warehouse)
 	if err != nil {
-		return usagef("--warehouse %q: %v", c.Warehouse, err)
+		return usagef("--warehouse %q: %v", redactURL(c.Warehouse), err)
 	}
 	if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(c.Warehouse, "://") {
-		return usagef("--warehouse %q: want file:// or s3://", c.Warehouse)
+		return usagef("--warehouse %q: want file:// or s3://", redactURL(c.Warehouse))
 	}
 	for _, loc := range c.allowedLocations() {
 		scheme, _, _, err := storage.ParseURI(loc)
@@ -595,6 +596,30 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// redactURL masks the password of a URL's user information ("user:xxxxx@"),
+// so that credentials written into an endpoint or a warehouse URI never
+// reach a log line or an error message. Anything that does not parse as a
+// URL with a password is returned as it is.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); !ok {
+		return s
+	}
+	return u.Redacted()
+}
+
+// redactURLs is redactURL of each.
+func redactURLs(in []string) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = redactURL(s)
+	}
+	return out
+}
+
 // logAttrs is the effective configuration for the startup log. The secret
 // key is never included, only whether one is set.
 func (c config) logAttrs() []any {
@@ -609,10 +634,10 @@ func (c config) logAttrs() []any {
 		"http_addr", c.HTTPAddr,
 		"http_advertise", c.HTTPAdvertise,
 		"cluster_addr", c.ClusterAddr,
-		"warehouse", c.Warehouse,
-		"allowed_locations", c.allowedLocations(),
+		"warehouse", redactURL(c.Warehouse),
+		"allowed_locations", redactURLs(c.allowedLocations()),
 		"warehouses", c.warehouseNames(),
-		"s3_endpoint", c.S3Endpoint,
+		"s3_endpoint", redactURL(c.S3Endpoint),
 		"s3_region", c.S3Region,
 		"s3_access_key_id", c.S3AccessKeyID,
 		"s3_secret_access_key_set", c.S3SecretAccessKey != "",
@@ -638,10 +663,10 @@ func (c config) logAttrs() []any {
 		"http_max_in_flight", c.HTTPMaxInFlight,
 		"auth", c.Auth,
 		"auth_root_token_set", c.AuthRootToken != "",
-		"auth_oidc_issuer", c.AuthOIDCIssuer,
+		"auth_oidc_issuer", redactURL(c.AuthOIDCIssuer),
 		"audit_log", c.AuditLog,
 		"vend_credentials", c.VendCredentials,
-		"vend_sts_endpoint", c.VendSTSEndpoint,
+		"vend_sts_endpoint", redactURL(c.VendSTSEndpoint),
 		"vend_role_arn", c.VendRoleARN,
 		"vend_duration", c.VendDuration,
 		"purge_worker_threads", c.PurgeWorkerThreads,

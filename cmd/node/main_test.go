@@ -465,3 +465,24 @@ func TestDotSegmentsAreRefusedNotRedirected(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
 	assert.Equal(t, []string{"/v1/namespaces/x9/tables/%2E%2E"}, reached)
 }
+
+// Credentials written into a URL never reach a log line or an error.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://key:secret@127.0.0.1:9000": "http://key:xxxxx@127.0.0.1:9000",
+		"s3://user:pass@bucket/warehouse":  "s3://user:xxxxx@bucket/warehouse",
+		"http://127.0.0.1:9000":            "http://127.0.0.1:9000",
+		"http://justakey@127.0.0.1:9000":   "http://justakey@127.0.0.1:9000",
+		"file:///var/lib/floe/warehouse":   "file:///var/lib/floe/warehouse",
+		"":                                 "",
+		"not a url %zz":                    "not a url %zz",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	c := config{S3Endpoint: "http://key:hunter2@127.0.0.1:9000", Warehouse: "s3://k:hunter2@b/w"}
+	if attrs := fmt.Sprint(c.logAttrs()...); strings.Contains(attrs, "hunter2") {
+		t.Errorf("startup log attributes hold the secret: %s", attrs)
+	}
+}
