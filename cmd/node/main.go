@@ -366,7 +366,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // (%2E%2E) is a name, not a dot segment, and passes.
 func refuseDotSegments(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for seg := range strings.SplitSeq(r.URL.EscapedPath(), "/") {
+		path := r.URL.EscapedPath()
+		if strings.HasPrefix(r.URL.Path, "/management/") {
+			// The operator API names nothing "." or "..", and its router
+			// reads the decoded path: "%2E%2E" or "..%2F" would be cleaned
+			// into a redirect to another route.
+			path = r.URL.Path
+		}
+		for seg := range strings.SplitSeq(path, "/") {
 			if seg == "." || seg == ".." {
 				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
 					"message": fmt.Sprintf("path %q has a %q segment", r.URL.EscapedPath(), seg),
