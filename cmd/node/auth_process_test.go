@@ -294,6 +294,36 @@ func TestAuthProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("a replayed keyed creation names what the first request created", func(t *testing.T) {
+		type created struct {
+			ID        string `json:"id"`
+			ClientID  string `json:"client-id"`
+			CreatedMs int64  `json:"created-ms"`
+			Token     string `json:"token"`
+			Secret    string `json:"client-secret"`
+		}
+		for _, tc := range []struct{ path, body, key string }{
+			{"/management/v1/auth/tokens", `{"principal":"dave"}`, "01937a5e-0000-7000-8000-0000000000a1"},
+			{"/management/v1/auth/clients", `{"principal":"dave"}`, "01937a5e-0000-7000-8000-0000000000a2"},
+		} {
+			var answers []created
+			for _, p := range []*clusterProc{n1, n2} {
+				code, out := c.call(t, p, testRootToken, "POST", tc.path, tc.body, "Idempotency-Key", tc.key)
+				require.Equal(t, http.StatusCreated, code, "%s: %s", tc.path, out)
+				var a created
+				require.NoError(t, json.Unmarshal(out, &a))
+				answers = append(answers, a)
+			}
+			first, replay := answers[0], answers[1]
+			assert.Equal(t, first.ID+first.ClientID, replay.ID+replay.ClientID, tc.path)
+			assert.Equal(t, first.CreatedMs, replay.CreatedMs, tc.path)
+			assert.NotEmpty(t, first.Token+first.Secret, tc.path)
+			assert.Empty(t, replay.Token+replay.Secret, "a replay never repeats a secret: %s", tc.path)
+			list := c.mustCall(t, n3, testRootToken, "GET", tc.path, "", http.StatusOK)
+			assert.Contains(t, string(list), first.ID+first.ClientID, tc.path)
+		}
+	})
+
 	t.Run("a client id is never replaced, with or without an Idempotency-Key", func(t *testing.T) {
 		body := `{"id":"fixed-client","principal":"carol"}`
 		first := c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/clients", body, http.StatusCreated)

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,6 +156,39 @@ func (a *authAPI) run(w http.ResponseWriter, r *http.Request, op string, route [
 	return err
 }
 
+// derivedID is the id a keyed creation names (see keyedID).
+type derivedID struct {
+	id  string // "" without an Idempotency-Key
+	use bool   // id is free: this request creates under it
+}
+
+// keyedID derives, for a creation with an Idempotency-Key, the id of what
+// it creates from the key (16 hex characters of a SHA-256 over kind and
+// key), so that a replay can name, and read back, what the first request
+// created. The id is used only while exists says nothing holds it: a key
+// reused after its record expired gets a random id, never another's.
+func (a *authAPI) keyedID(r *http.Request, kind string, exists func(rd *fsm.Reader, id string) bool) (derivedID, error) {
+	raw := r.Header.Get(idempotency.Header)
+	if raw == "" {
+		return derivedID{}, nil
+	}
+	key, _, err := idempotency.ParseKey(raw)
+	if err != nil {
+		return derivedID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	sum := sha256.Sum256([]byte(kind + ":" + key))
+	d := derivedID{id: hex.EncodeToString(sum[:8])}
+	taken := false
+	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+		taken = exists(rd, d.id)
+		return nil
+	}); err != nil {
+		return derivedID{}, err
+	}
+	d.use = !taken
+	return d, nil
+}
+
 func (a *authAPI) read(ctx context.Context, fn func(*fsm.Reader) error) error {
 	if err := a.store.Read(ctx, fn); err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -201,7 +236,16 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if req.ID == "" {
+	given := req.ID != ""
+	derived, err := a.keyedID(r, "client", func(rd *fsm.Reader, id string) bool { _, ok := rd.AuthClient(id); return ok })
+	if err != nil {
+		return err
+	}
+	switch {
+	case given:
+	case derived.use:
+		req.ID = derived.id
+	default:
 		req.ID = auth.NewSecret()[:16]
 	}
 	if err := checkName("client id", req.ID); err != nil {
@@ -226,10 +270,31 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 	// effect is answered from its record before that.
 	c := fsm.AuthClient{ID: req.ID, SecretHash: hash, Principal: req.Principal, Description: req.Description,
 		Roles: req.Roles, CreatedMs: a.now().UnixMilli(), CreatedBy: a.srv.principal(r)}
-	return a.run(w, r, "createAuthClient", []string{req.ID}, body, fsm.PutAuthClient{Client: c, IfAbsent: true}, func(replayed bool) error {
+	// The binding names the id the request asked for, or the one derived
+	// from its key: a replay, which finds the derived id taken, binds the
+	// same.
+	route := req.ID
+	if !given && derived.id != "" {
+		route = derived.id
+	}
+	return a.run(w, r, "createAuthClient", []string{route}, body, fsm.PutAuthClient{Client: c, IfAbsent: true}, func(replayed bool) error {
 		v := clientView{ID: c.ID, Principal: c.Principal, Description: c.Description, Roles: c.Roles, CreatedMs: c.CreatedMs, CreatedBy: c.CreatedBy}
 		if !replayed {
 			v.Secret, v.Credential = secret, c.ID+":"+secret
+		} else {
+			// The client the first request created, as it is stored.
+			id := req.ID
+			if !given {
+				id = derived.id
+			}
+			if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+				if st, ok := rd.AuthClient(id); ok && id != "" {
+					v = clientView{ID: st.ID, Principal: st.Principal, Description: st.Description, Roles: st.Roles, CreatedMs: st.CreatedMs, CreatedBy: st.CreatedBy}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusCreated, v)
@@ -294,6 +359,14 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: expires-in-seconds must be from 0 (never) to %d (100 years), got %d", ErrBadRequest, maxTokenLifetimeSeconds, req.ExpiresIn)
 	}
 	id, token := auth.NewStaticToken()
+	derived, err := a.keyedID(r, "static-token", func(rd *fsm.Reader, id string) bool { _, ok := rd.AuthToken(id); return ok })
+	if err != nil {
+		return err
+	}
+	if derived.use {
+		id = derived.id
+		token, _ = auth.NewStaticTokenWithID(id)
+	}
 	_, secret, _ := auth.ParseStaticToken(token)
 	now := a.now()
 	t := fsm.AuthToken{ID: id, Hash: auth.HashToken(secret), Principal: req.Principal, Description: req.Description,
@@ -305,6 +378,16 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		v := tokenView{ID: t.ID, Principal: t.Principal, Description: t.Description, CreatedMs: t.CreatedMs, CreatedBy: t.CreatedBy, ExpiresMs: t.ExpiresMs}
 		if !replayed {
 			v.Token = token
+		} else if derived.id != "" {
+			// The token the first request created, as it is stored.
+			if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+				if st, ok := rd.AuthToken(derived.id); ok {
+					v = tokenView{ID: st.ID, Principal: st.Principal, Description: st.Description, CreatedMs: st.CreatedMs, CreatedBy: st.CreatedBy, ExpiresMs: st.ExpiresMs}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusCreated, v)

@@ -32,6 +32,16 @@ func NewStaticToken() (id, token string) {
 	return id, staticTokenPrefix + id + "_" + NewSecret()
 }
 
+// NewStaticTokenWithID is NewStaticToken for a given id, which must be 16
+// lower-case hex characters (ok false otherwise): a fresh secret under a
+// known id, for a creation that must name the same id when retried.
+func NewStaticTokenWithID(id string) (token string, ok bool) {
+	if len(id) != staticIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", false
+	}
+	return staticTokenPrefix + id + "_" + NewSecret(), true
+}
+
 // ParseStaticToken splits a token made by NewStaticToken into its id and
 // secret. ok is false for anything else (wrong prefix, length, id
 // characters or secret encoding); it never fails otherwise.
