@@ -337,12 +337,23 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 			err = fmt.Errorf("missing arguments: usage: floe %s", l.use())
 		case len(pos) > l.maxArgs:
 			err = fmt.Errorf("unexpected argument %q", pos[l.maxArgs])
+		case o.timeout < 0:
+			err = fmt.Errorf("--timeout %s: want 0 (no limit) or more", o.timeout)
+		}
+		for i := 0; err == nil && i < len(pos); i++ {
+			if strings.TrimSpace(pos[i]) == "" {
+				err = fmt.Errorf("argument %d is empty: usage: floe %s", i+1, l.use())
+			}
 		}
 	}
 	var api *apiClient
 	if err == nil {
 		o.fromEnv()
-		api, err = newAPIClient(o.node, o.token, o.ca)
+		if strings.ContainsAny(o.token, "\r\n") {
+			err = errors.New("the token (--token or FLOE_TOKEN) holds a line break; a token is one line")
+		} else {
+			api, err = newAPIClient(o.node, o.token, o.ca)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", l.title(), err, l.title())
