@@ -364,6 +364,11 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
+	if !o.json {
+		// Tables print what nodes report (member ids, error texts):
+		// a control character there must not reach the terminal.
+		stdout = controlEscaper{stdout}
+	}
 	s := &cliSession{opts: o, api: api, stdout: stdout, stderr: stderr}
 	err = l.run(ctx, s, pos)
 	if err == nil {
@@ -422,3 +427,28 @@ func cliExitCode(ctx context.Context, err error) int {
 	}
 	return exitFailed
 }
+
+// controlEscaper writes through to w with every ASCII control character
+// but tab and newline (ESC, BEL, CR, ...) spelled as \xNN, so that text a
+// node reports cannot move the cursor, retitle or clear a terminal.
+type controlEscaper struct{ w io.Writer }
+
+func (c controlEscaper) Write(p []byte) (int, error) {
+	if !slices.ContainsFunc(p, isControl) {
+		return c.w.Write(p)
+	}
+	out := make([]byte, 0, len(p)+16)
+	for _, b := range p {
+		if isControl(b) {
+			out = append(out, fmt.Sprintf("\\x%02x", b)...)
+			continue
+		}
+		out = append(out, b)
+	}
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func isControl(b byte) bool { return (b < 0x20 && b != '\t' && b != '\n') || b == 0x7f }

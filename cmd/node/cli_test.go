@@ -768,3 +768,13 @@ func TestBinaryRunsANodeWithFlagsAndCommands(t *testing.T) {
 	}
 	assert.Contains(t, logs.String(), "floe stopped")
 }
+
+// Tables never pass a control character a node reports to the terminal.
+func TestControlEscaper(t *testing.T) {
+	var b strings.Builder
+	w := controlEscaper{&b}
+	n, err := w.Write([]byte("x\x1b]0;PWNED\x07\x1b[2J\tok\r\n"))
+	require.NoError(t, err)
+	assert.Equal(t, 20, n)
+	assert.Equal(t, "x\\x1b]0;PWNED\\x07\\x1b[2J\tok\\x0d\n", b.String())
+}
