@@ -332,7 +332,9 @@ func routes(catalog, management, tokens http.Handler, node readiness, reg *prome
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", catalog)
 	if tokens != nil {
-		mux.Handle("POST /v1/oauth/tokens", tokens)
+		// Every method: the handler answers all but POST with 405 in the
+		// OAuth error model.
+		mux.Handle("/v1/oauth/tokens", tokens)
 	}
 	mux.Handle("/management/", management)
 	// /healthz: the process is up and serving HTTP.

@@ -189,6 +189,13 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	props, err := cat.LoadNamespaceProperties(ctx, table.Identifier{"demo"})
 	require.NoError(t, err)
 	assert.NotNil(t, props)
+	// Any other method at the token endpoint is a 405 in the OAuth model.
+	resp, err = client.Get(base + "/v1/oauth/tokens")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s", b)
+	assert.Contains(t, string(b), `"error":"invalid_request"`)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
