@@ -189,8 +189,8 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 // produced for t. When that file is gone (a later commit deleted it under
 // write.metadata.delete-after-commit.enabled, or a purge did), the answer
 // is built from the table now at t's identifier, as the spec allows ("may
-// reflect a newer state of the catalog"); when there is none, 404
-// NoSuchTableException. Any other failure to read is returned as it is.
+// reflect a newer state of the catalog"); when there is none, or the name
+// now holds a table at another location, 404 NoSuchTableException. Any other failure to read is returned as it is.
 func (s *Server) replayedTable(r *http.Request, t fsm.Table) (*tableMetadata, error) {
 	tm, err := s.readMetadata(r.Context(), t.MetadataLocation)
 	if err == nil || !errors.Is(err, storage.ErrNotFound) {
@@ -199,6 +199,12 @@ func (s *Server) replayedTable(r *http.Request, t fsm.Table) (*tableMetadata, er
 	cur, err := s.lookupTable(r, t.Ident())
 	if err != nil {
 		return nil, err
+	}
+	if !storage.IsWithin(cur.Location, t.MetadataLocation) {
+		// Not the table the request changed: the name was dropped and
+		// taken again elsewhere. (One re-created at the same location
+		// cannot be told apart: records do not keep the table's UUID.)
+		return nil, notFoundTable("table %s, which the request with this Idempotency-Key changed, no longer exists", t.Ident())
 	}
 	return s.readMetadata(r.Context(), cur.MetadataLocation)
 }

@@ -122,6 +122,13 @@ func TestReplayAfterTheFileItWroteExpired(t *testing.T) {
 	r := n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", "0"), "Idempotency-Key", commitKey)
 	assert.Equal(t, 404, r.status, "%s", r.body)
 	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+
+	// The name taken again by a table elsewhere is not the table the
+	// request changed.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withLocation("dac", n.warehouse+"/a/elsewhere")).status)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/dac", setProp("k", "0"), "Idempotency-Key", commitKey)
+	assert.Equal(t, 404, r.status, "%s", r.body)
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
 }
 
 func TestKeyMisuse(t *testing.T) {

@@ -147,7 +147,8 @@ var snapshotOperations = map[table.Operation]bool{
 
 // checkNewSnapshots refuses a snapshot after adds without a manifest list
 // (or, in a format version 1 table, the manifests it embeds instead), or
-// without a summary naming a known operation: Java's SnapshotParser,
+// without a summary naming a known operation (a v1 table's may have no
+// summary at all): Java's SnapshotParser,
 // PyIceberg and iceberg-rust refuse to load a table holding one.
 func checkNewSnapshots(before, after table.Metadata) error {
 	old := map[int64]bool{}
@@ -164,6 +165,9 @@ func checkNewSnapshots(before, after table.Metadata) error {
 			return badRequest("snapshot %d has no manifest-list", s.SnapshotID)
 		}
 		if s.Summary == nil || s.Summary.Operation == "" {
+			if after.Version() == 1 {
+				continue // optional in v1, and every reader takes its absence
+			}
 			return badRequest("snapshot %d has no summary operation", s.SnapshotID)
 		}
 		if !snapshotOperations[s.Summary.Operation] {

@@ -526,4 +526,18 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", setProp("k", "v"))
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.NotEqual(t, loc, r.json(t)["metadata-location"], "a change still writes")
+
+	// Under an Idempotency-Key it is proposed, so that its answer is
+	// recorded: a retry is a replay, even once a requirement no longer holds.
+	key := newKey(t)
+	guarded := `{"requirements":[{"type":"assert-current-schema-id","current-schema-id":0}],"updates":[]}`
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", guarded, "Idempotency-Key", key)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[`+
+		`{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[{"id":1,"name":"id","type":"long","required":true},{"id":2,"name":"x","type":"long","required":false}]}},`+
+		`{"action":"set-current-schema","schema-id":-1}]}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", guarded, "Idempotency-Key", key)
+	assert.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
 }

@@ -629,7 +629,10 @@ func (s *Server) prepareCommit(ctx context.Context, pending []pendingCommit) ([]
 	}
 	var preps []prepared
 	for i, p := range pending {
-		prep, err := s.prepareOne(ctx, p, current[i], len(pending) == 1)
+		// Under an Idempotency-Key the commit is proposed even when it
+		// changes nothing: the proposal records the answer, so that a
+		// retry gets it even after the table moved on.
+		prep, err := s.prepareOne(ctx, p, current[i], len(pending) == 1 && !idempotency.InRun(ctx))
 		if err != nil {
 			return preps, err
 		}
@@ -643,7 +646,8 @@ func hasAssertCreate(reqs table.Requirements) bool {
 }
 
 // prepareOne builds and writes one table's next metadata on cur (nil: a
-// staged create being completed). With skipUnchanged, a commit to an
+// staged create being completed). With skipUnchanged (a single-table
+// commit without an Idempotency-Key), a commit to an
 // existing table whose updates change nothing (none, or each a no-op)
 // writes nothing and is answered with the current metadata, as Java's
 // reference catalog does; its requirements have been checked against a
@@ -661,8 +665,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		return prepared{}, notFoundTable("table does not exist: %s", p.id)
 	case cur == nil:
 		// Completing a staged create: build from nothing, under a name
-		// that must be fit for a new table.
-		if err := validateNewIdent("table name", p.id); err != nil {
+		// that must be fit for a new table (in a namespace that exists:
+		// its levels are not judged again).
+		if err := validateNewName("table name", p.id.Name); err != nil {
 			return prepared{}, err
 		}
 		builder, err = table.NewMetadataBuilder(stagedFormatVersion(p.req.Updates))
@@ -703,7 +708,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err != nil {
 		return prepared{}, badRequest("invalid metadata for %s: %v", p.id, err)
 	}
-	if base != nil && meta.TableUUID() != base.TableUUID() {
+	if base != nil && base.TableUUID() != uuid.Nil && meta.TableUUID() != base.TableUUID() {
 		return prepared{}, badRequest("cannot reassign the uuid of %s (%s)", p.id, base.TableUUID())
 	}
 	if err := checkNewTableMetadata(base, meta); err != nil {

@@ -193,6 +193,14 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 	return Recorded, err
 }
 
+// InRun reports whether ctx is that of a keyed request's run (see Run):
+// whatever it proposes through Propose records the request's outcome.
+// Work that proposes nothing records nothing, so a retry runs it again.
+func InRun(ctx context.Context) bool {
+	key, _ := ctx.Value(keyCtx{}).(*Key)
+	return key != nil
+}
+
 // Propose proposes cmd to p. Inside Run's run, cmd is wrapped in fsm.Keyed
 // with the request's key, so that Apply checks the key and stores the
 // outcome in the same log entry; elsewhere it is proposed as it is.

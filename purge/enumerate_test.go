@@ -98,3 +98,34 @@ func TestWalkReadsOnlyWhatItMay(t *testing.T) {
 		assert.True(t, lists[u], u)
 	}
 }
+
+// A manifest the walk may not read is skipped with the data files it
+// lists; the manifest's own path is still passed (its list was read).
+func TestWalkSkipsAManifestItMayNotRead(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 1, 10)
+	n := c.nodes[0]
+	tt := c.makeTable(n, "walk", "t", nil, 3, 4)
+	ctx := context.Background()
+	meta, err := purge.ReadMetadata(ctx, n.objects, tt.tbl.MetadataLocation())
+	require.NoError(t, err)
+	lists := map[string]bool{}
+	for _, s := range meta.Snapshots() {
+		lists[s.ManifestList] = true
+	}
+	var notRead []string
+	w := purge.Walker{
+		Reader:    n.objects,
+		MayRead:   func(uri string) bool { return lists[uri] },
+		OnNotRead: func(uri string) { notRead = append(notRead, uri) },
+	}
+	var manifests []string
+	require.NoError(t, w.Walk(ctx, meta, tt.tbl.MetadataLocation(), purge.Checkpoint{}, func(f purge.File) error {
+		assert.NotEqual(t, purge.PhaseData, f.Phase, "no data file of an unread manifest: %s", f.URI)
+		if f.Phase == purge.PhaseManifests {
+			manifests = append(manifests, f.URI)
+		}
+		return nil
+	}))
+	require.NotEmpty(t, manifests)
+	assert.ElementsMatch(t, manifests, notRead, "each manifest refused once, in the data phase")
+}

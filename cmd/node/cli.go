@@ -375,7 +375,7 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 		return exitOK
 	}
 	code := cliExitCode(ctx, err)
-	fmt.Fprintf(stderr, "%s: %v\n", l.title(), err)
+	fmt.Fprintf(stderr, "%s: %s\n", l.title(), escapeControl(err.Error()))
 	return code
 }
 
@@ -452,3 +452,11 @@ func (c controlEscaper) Write(p []byte) (int, error) {
 }
 
 func isControl(b byte) bool { return (b < 0x20 && b != '\t' && b != '\n') || b == 0x7f }
+
+// escapeControl is s as controlEscaper writes it, for a message a node
+// sent (an error text) printed outside a table.
+func escapeControl(s string) string {
+	var b strings.Builder
+	_, _ = controlEscaper{&b}.Write([]byte(s))
+	return b.String()
+}

@@ -412,10 +412,10 @@ func (c *config) validate() error {
 	for _, loc := range c.allowedLocations() {
 		scheme, _, _, err := storage.ParseURI(loc)
 		if err != nil {
-			return usagef("--allowed-locations %q: %v", loc, err)
+			return usagef("--allowed-locations %q: %v", redactURL(loc), err)
 		}
 		if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(loc, "://") {
-			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", loc)
+			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", redactURL(loc))
 		}
 	}
 	if c.warehouses, err = parseWarehouses(c.Warehouses, c.Prefix, c.Warehouse); err != nil {

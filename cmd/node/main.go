@@ -369,7 +369,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func refuseDotSegments(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.EscapedPath()
-		if strings.HasPrefix(r.URL.Path, "/management/") {
+		if strings.HasPrefix("/"+strings.TrimLeft(r.URL.Path, "/"), "/management/") {
 			// The operator API names nothing "." or "..", and its router
 			// reads the decoded path: "%2E%2E" or "..%2F" would be cleaned
 			// into a redirect to another route.

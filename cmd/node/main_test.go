@@ -466,6 +466,16 @@ func TestDotSegmentsAreRefusedNotRedirected(t *testing.T) {
 		assert.Equal(t, "BadRequestException", body.Error.Type, path)
 	}
 	assert.Empty(t, reached, "nothing reached the catalog")
+	// A leading "//" (collapsed only later) does not hide the operator
+	// API's prefix. Sent raw: Go's client would read "//x" as a host.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "DELETE //management/v1/purge-jobs/%%2e%%2e/%%2e%%2e/cluster/members/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	raw, err := io.ReadAll(conn)
+	conn.Close()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(raw), "HTTP/1.1 400 "), "%s", raw)
 	req, err := http.NewRequest(http.MethodDelete, srv.URL+"/v1/namespaces/x9/tables/%2E%2E", nil)
 	require.NoError(t, err)
 	resp, err := client.Do(req)

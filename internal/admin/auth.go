@@ -94,6 +94,11 @@ func checkName(what, v string) error {
 	if !nameRE.MatchString(v) {
 		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, v)
 	}
+	if v == "." || v == ".." {
+		// A path segment of the operator API that could never be
+		// addressed (.../clients/..).
+		return fmt.Errorf("%w: %s may not be %q", ErrBadRequest, what, v)
+	}
 	return nil
 }
 
@@ -288,7 +293,7 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 				id = derived.id
 			}
 			if err := a.read(r.Context(), func(rd *fsm.Reader) error {
-				if st, ok := rd.AuthClient(id); ok && id != "" {
+				if st, ok := rd.AuthClient(id); ok && id != "" && st.Principal == c.Principal {
 					v = clientView{ID: st.ID, Principal: st.Principal, Description: st.Description, Roles: st.Roles, CreatedMs: st.CreatedMs, CreatedBy: st.CreatedBy}
 				}
 				return nil
@@ -364,8 +369,11 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if derived.use {
-		id = derived.id
-		token, _ = auth.NewStaticTokenWithID(id)
+		tok, ok := auth.NewStaticTokenWithID(derived.id)
+		if !ok {
+			return fmt.Errorf("derived token id %q is malformed", derived.id)
+		}
+		id, token = derived.id, tok
 	}
 	_, secret, _ := auth.ParseStaticToken(token)
 	now := a.now()
@@ -381,7 +389,10 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		} else if derived.id != "" {
 			// The token the first request created, as it is stored.
 			if err := a.read(r.Context(), func(rd *fsm.Reader) error {
-				if st, ok := rd.AuthToken(derived.id); ok {
+				// Only one for the same principal: a key reused after its
+				// record expired (which clients must not do) named
+				// another's.
+				if st, ok := rd.AuthToken(derived.id); ok && st.Principal == t.Principal {
 					v = tokenView{ID: st.ID, Principal: st.Principal, Description: st.Description, CreatedMs: st.CreatedMs, CreatedBy: st.CreatedBy, ExpiresMs: st.ExpiresMs}
 				}
 				return nil

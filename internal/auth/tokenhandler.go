@@ -207,8 +207,9 @@ func unavailable(reason, description string) *tokenFailure {
 // into the token, which a request may carry only up to maxTokenLen bytes.
 const maxScopeBytes = 1024
 
-// checkScope refuses a scope that is not RFC 6749's syntax (tokens of
-// printable ASCII but '"' and '\', separated by single spaces) or is over
+// checkScope refuses a scope that holds anything but RFC 6749's scope
+// characters (printable ASCII but '"' and '\') and spaces (how many
+// between tokens is not judged: leniency costs nothing here), or is over
 // maxScopeBytes: it is signed into the token and echoed in the answer.
 func checkScope(scope string) *tokenFailure {
 	if len(scope) > maxScopeBytes {

@@ -588,7 +588,7 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	taken := slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
 		return string(s.ID) != id && string(s.Address) == addr
 	})
-	if (voter || taken) && raft.ServerID(id) != n.id {
+	if (voter || taken) && (raft.ServerID(id) != n.id || addr != n.Addr()) {
 		if err := n.checkAnswersAs(ctx, id, addr); err != nil {
 			return err
 		}
@@ -687,6 +687,9 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	if req.ID == "" || req.Addr == "" {
 		return admitResponse{}, fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
+	if err := CheckMemberID(req.ID); err != nil {
+		return admitResponse{}, fmt.Errorf("%w: %v", ErrInvalidMember, err)
+	}
 	if err := checkClusterAddr(req.Addr); err != nil {
 		return admitResponse{}, fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
@@ -708,6 +711,14 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 			log.Warn("refused a node without Raft state whose ID is a voter: it no longer knows how it voted")
 			return admitResponse{}, fmt.Errorf("%w: %q is a voter in the cluster and the node asking to join under it has no Raft state, "+
 				"so it no longer knows how it voted and could vote twice in one term", ErrRejoinRefused, req.ID)
+		}
+	}
+	if slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) != req.ID && string(s.Address) == req.Addr }) {
+		// That member is removed below: only once the address answers
+		// as the joining node (it answers RPCs while its Raft port is
+		// still shut), which proves the member is no longer there.
+		if err := n.checkAnswersAs(ctx, req.ID, req.Addr); err != nil {
+			return admitResponse{}, err
 		}
 	}
 	for _, s := range servers {
@@ -1142,7 +1153,8 @@ func stillForming(peers map[string]nodeInfo) bool {
 const maxMemberIDBytes = 255
 
 // CheckMemberID refuses an ID a member could not be managed by: empty, over
-// 255 bytes, not UTF-8, or holding a space, a control character or a '/'.
+// 255 bytes, not UTF-8, "." or "..", or holding a space, a control
+// character or a '/'.
 // The ID is a path segment of the operator API
 // (DELETE /management/v1/cluster/members/{id}), and it is printed by
 // `floe status` and the logs.
@@ -1154,6 +1166,9 @@ func CheckMemberID(id string) error {
 		return fmt.Errorf("a member id is at most %d bytes, got %d", maxMemberIDBytes, len(id))
 	case !utf8.ValidString(id):
 		return fmt.Errorf("member id %q is not UTF-8", id)
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("member id %q is a path segment the operator API cannot address", id)
 	}
 	for _, r := range id {
 		if r == '/' || unicode.IsSpace(r) || unicode.IsControl(r) {

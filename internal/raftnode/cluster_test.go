@@ -417,7 +417,7 @@ func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
 	assert.NotContains(t, suffrages(t, n), "imposter")
 
 	// Ids a member could not be managed by.
-	for _, id := range []string{"a/b", "a b", "x\x1b[2J", strings.Repeat("i", 256)} {
+	for _, id := range []string{"a/b", "a b", "x\x1b[2J", strings.Repeat("i", 256), ".."} {
 		err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), id, freeAddr(t))
 		require.ErrorIs(t, err, ErrInvalidMember, id)
 	}
@@ -447,4 +447,22 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
 	require.NoError(t, checkClusterAddr("[::1]:9000"))
 	require.NoError(t, checkClusterAddr("node-2.floe.svc:8381"))
+}
+
+// A node that joins while advertising another member's address (a
+// copy-pasted --cluster-advertise, say) does not take that address: the
+// member still answers there as itself, so the admission is refused and
+// the member stays.
+func TestJoinUnderAnotherMembersAddressIsRefused(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	before := suffrages(t, nodes[0])
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.NodeID = "copycat"
+	cfg.AdvertiseAddr = cfgs[2].ClusterAddr
+	cfg.Join = []string{cfgs[0].ClusterAddr}
+	mustOpen(t, cfg)
+	time.Sleep(3 * time.Second) // a few rounds of its join loop
+	for _, n := range nodes {
+		assert.Equal(t, before, suffrages(t, n), "node %s", n.ID())
+	}
 }
