@@ -233,6 +233,9 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 		loc = s.defaultLocation(r.Context(), id)
 	}
 	if err := checkNewLocationSpelling(loc); err != nil {
+		if req.Location == "" {
+			return badRequest("%s name %q cannot make a default location (%v): give the table a location", "table", req.Name, err)
+		}
 		return err
 	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {

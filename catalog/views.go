@@ -256,6 +256,9 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 		loc = s.defaultLocation(r.Context(), id)
 	}
 	if err := checkNewLocationSpelling(loc); err != nil {
+		if req.Location == "" {
+			return badRequest("%s name %q cannot make a default location (%v): give the view a location", "view", req.Name, err)
+		}
 		return err
 	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {
