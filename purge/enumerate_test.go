@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -63,16 +64,8 @@ func TestWalkIsCompleteOrderedAndResumable(t *testing.T) {
 // manifests nor the data files those list, while still passing the
 // manifest lists themselves and the metadata files.
 func TestWalkReadsOnlyWhatItMay(t *testing.T) {
-	c := newCluster(t, fileWarehouse(), 1, 10)
-	n := c.nodes[0]
-	tt := c.makeTable(n, "walk", "t", nil, 3, 4)
+	n, meta, loc, lists := walkFixture(t)
 	ctx := context.Background()
-	meta, err := purge.ReadMetadata(ctx, n.objects, tt.tbl.MetadataLocation())
-	require.NoError(t, err)
-	lists := map[string]bool{}
-	for _, s := range meta.Snapshots() {
-		lists[s.ManifestList] = true
-	}
 	require.NotEmpty(t, lists)
 	var notRead []string
 	w := purge.Walker{
@@ -81,7 +74,7 @@ func TestWalkReadsOnlyWhatItMay(t *testing.T) {
 		OnNotRead: func(uri string) { notRead = append(notRead, uri) },
 	}
 	var phases []int
-	require.NoError(t, w.Walk(ctx, meta, tt.tbl.MetadataLocation(), purge.Checkpoint{}, func(f purge.File) error {
+	require.NoError(t, w.Walk(ctx, meta, loc, purge.Checkpoint{}, func(f purge.File) error {
 		phases = append(phases, f.Phase)
 		if f.Phase == purge.PhaseManifestLists {
 			assert.True(t, lists[f.URI], f.URI)
@@ -102,16 +95,8 @@ func TestWalkReadsOnlyWhatItMay(t *testing.T) {
 // A manifest the walk may not read is skipped with the data files it
 // lists; the manifest's own path is still passed (its list was read).
 func TestWalkSkipsAManifestItMayNotRead(t *testing.T) {
-	c := newCluster(t, fileWarehouse(), 1, 10)
-	n := c.nodes[0]
-	tt := c.makeTable(n, "walk", "t", nil, 3, 4)
+	n, meta, loc, lists := walkFixture(t)
 	ctx := context.Background()
-	meta, err := purge.ReadMetadata(ctx, n.objects, tt.tbl.MetadataLocation())
-	require.NoError(t, err)
-	lists := map[string]bool{}
-	for _, s := range meta.Snapshots() {
-		lists[s.ManifestList] = true
-	}
 	var notRead []string
 	w := purge.Walker{
 		Reader:    n.objects,
@@ -119,7 +104,7 @@ func TestWalkSkipsAManifestItMayNotRead(t *testing.T) {
 		OnNotRead: func(uri string) { notRead = append(notRead, uri) },
 	}
 	var manifests []string
-	require.NoError(t, w.Walk(ctx, meta, tt.tbl.MetadataLocation(), purge.Checkpoint{}, func(f purge.File) error {
+	require.NoError(t, w.Walk(ctx, meta, loc, purge.Checkpoint{}, func(f purge.File) error {
 		assert.NotEqual(t, purge.PhaseData, f.Phase, "no data file of an unread manifest: %s", f.URI)
 		if f.Phase == purge.PhaseManifests {
 			manifests = append(manifests, f.URI)
@@ -128,4 +113,20 @@ func TestWalkSkipsAManifestItMayNotRead(t *testing.T) {
 	}))
 	require.NotEmpty(t, manifests)
 	assert.ElementsMatch(t, manifests, notRead, "each manifest refused once, in the data phase")
+}
+
+// walkFixture makes a table of three snapshots on one node and returns the
+// node, the table's metadata and its location, and its manifest lists.
+func walkFixture(t *testing.T) (*tnode, table.Metadata, string, map[string]bool) {
+	t.Helper()
+	c := newCluster(t, fileWarehouse(), 1, 10)
+	n := c.nodes[0]
+	tt := c.makeTable(n, "walk", "t", nil, 3, 4)
+	meta, err := purge.ReadMetadata(context.Background(), n.objects, tt.tbl.MetadataLocation())
+	require.NoError(t, err)
+	lists := map[string]bool{}
+	for _, s := range meta.Snapshots() {
+		lists[s.ManifestList] = true
+	}
+	return n, meta, tt.tbl.MetadataLocation(), lists
 }
