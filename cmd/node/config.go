@@ -195,7 +195,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("floe", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and usage are printed by parseConfig
 	fs.StringVar(&c.Config, configFlag, "", "YAML configuration file mapping these flag names to values (data-dir: /var/lib/floe); the environment and the command line win over it")
-	fs.StringVar(&c.NodeID, "node-id", "", "Raft server ID of this node (default: the cluster address)")
+	fs.StringVar(&c.NodeID, "node-id", "", "Raft server ID of this node: at most 255 bytes, neither . nor .., without spaces, control characters or '/' (default: the cluster address)")
 	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir, "directory for the state machine (fsm.db), the Raft log (raft.db) and snapshots/")
 	fs.StringVar(&c.HTTPAddr, "http-addr", defaultHTTPAddr, "address the HTTP API (/v1/...), the operator API (/management/...), /healthz, /readyz and /metrics listen on")
 	fs.StringVar(&c.HTTPAdvertise, "http-advertise", "", "HTTP address (host:port) clients and other nodes use to reach this node, published to the cluster (GET /management/v1/cluster); needed when it differs from --http-addr (a port mapping, a proxy) (default: --http-addr; when --http-addr listens on every interface, the host of --cluster-advertise, else of --cluster-addr, with the port of --http-addr)")

@@ -505,3 +505,13 @@ func TestRedactURL(t *testing.T) {
 		t.Errorf("startup log attributes hold the secret: %s", attrs)
 	}
 }
+
+// A --node-id no member could be managed by is a usage error at start.
+func TestNodeIDIsChecked(t *testing.T) {
+	for _, id := range []string{"a b", "a/b", "..", "x\x1b[2J"} {
+		c := config{NodeID: id, DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", ClusterAddr: "127.0.0.1:0"}
+		err := c.validate()
+		require.Error(t, err, id)
+		assert.Contains(t, err.Error(), "--node-id", id)
+	}
+}
