@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -455,7 +456,11 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 // the member stays.
 func TestJoinUnderAnotherMembersAddressIsRefused(t *testing.T) {
 	nodes, cfgs := startJoinedCluster(t, 3)
-	before := suffrages(t, nodes[0])
+	before := map[string]raft.ServerSuffrage{"node0": raft.Voter, "node1": raft.Voter, "node2": raft.Voter}
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return maps.Equal(before, suffrages(t, n)) }, 10*time.Second, 20*time.Millisecond,
+			"node %s never saw the three voters", n.ID())
+	}
 	cfg := testConfig(t, t.TempDir(), freeAddr(t))
 	cfg.NodeID = "copycat"
 	cfg.AdvertiseAddr = cfgs[2].ClusterAddr
