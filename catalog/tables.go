@@ -234,7 +234,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkNewLocationSpelling(loc); err != nil {
 		if req.Location == "" {
-			return badRequest("%s name %q cannot make a default location (%v): give the table a location", "table", req.Name, err)
+			return badRequest("table name %q cannot make a default location (%v): give the table a location", req.Name, err)
 		}
 		return err
 	}

@@ -257,7 +257,7 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := checkNewLocationSpelling(loc); err != nil {
 		if req.Location == "" {
-			return badRequest("%s name %q cannot make a default location (%v): give the view a location", "view", req.Name, err)
+			return badRequest("view name %q cannot make a default location (%v): give the view a location", req.Name, err)
 		}
 		return err
 	}

@@ -29,7 +29,8 @@ const (
 // token to its owner once and never store it.
 func NewStaticToken() (id, token string) {
 	id = hex.EncodeToString(randomBytes(staticIDLen / 2))
-	return id, staticTokenPrefix + id + "_" + NewSecret()
+	token, _ = NewStaticTokenWithID(id)
+	return id, token
 }
 
 // NewStaticTokenWithID is NewStaticToken for a given id, which must be 16
