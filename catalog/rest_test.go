@@ -330,8 +330,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
 		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"snapshot without a manifest list", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(7, `"summary":{"operation":"append"}`), 400, "BadRequestException"},
-		{"snapshot without a summary", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(8, `"manifest-list":"`+n.warehouse+`/a/t/metadata/snap-8.avro"`), 400, "BadRequestException"},
-		{"snapshot of an unknown operation", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(9, `"manifest-list":"`+n.warehouse+`/a/t/metadata/snap-9.avro","summary":{"operation":"bogus"}`), 400, "BadRequestException"},
 		{"statistics without path or blobs", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-statistics","statistics":{"snapshot-id":1}}]}`, 400, "BadRequestException"},
 		{"field id beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":3000000000,"name":"big","type":"long","required":false}`), 400, "BadRequestException"},
 		{"fixed length beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":9,"name":"big","type":"fixed[3000000000]","required":false}`), 400, "BadRequestException"},
