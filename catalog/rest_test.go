@@ -14,6 +14,9 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/purge"
 )
 
 var tableBody = map[string]any{
@@ -538,4 +541,34 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", guarded, "Idempotency-Key", key)
 	assert.Equal(t, 200, r.status, "%s", r.body)
 	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+}
+
+// A purging drop of a table whose current metadata file the node holds
+// parsed stamps the job with the first phase that has a file, so a small
+// table's purge need not record its first phase. The stamp is checked
+// against the file: a table with a snapshot starts at the data phase.
+func TestPurgingDropStampsTheFirstPhase(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("empty")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("changed")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables/changed", setProp("k", "v")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("full")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables/full", snapshotUpdate(7, `"manifest-list":"`+n.warehouse+`/a/full/metadata/snap-7.avro","summary":{"operation":"append"}`)).status)
+
+	want := map[string]int{"empty": purge.PhaseRoot, "changed": purge.PhaseMetadataLog, "full": purge.PhaseData}
+	for name, phase := range want {
+		r := n.do(t, "DELETE", "/v1/namespaces/a/tables/"+name+"?purgeRequested=true", nil)
+		require.Equal(t, 204, r.status, "%s: %s", name, r.body)
+		var jobs []fsm.PurgeJob
+		require.NoError(t, n.raft.Read(ctx, func(rd *fsm.Reader) error {
+			jobs, _ = rd.PurgeJobs(fsm.PurgeJobFilter{Namespace: []string{"a"}, Table: name}, 0)
+			return nil
+		}))
+		require.Len(t, jobs, 1, name)
+		assert.Equal(t, phase, jobs[0].FirstPhase, name)
+		assert.Equal(t, fsm.JobSucceeded, jobs[0].State, "%s: %s", name, jobs[0].LastError)
+		assert.Equal(t, purge.PhaseDone, jobs[0].Progress.Phase, name)
+	}
 }

@@ -826,6 +826,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 		if cmd.Job, err = s.purgeSpec(r.Context(), p, async, s.principalOf(r)); err != nil {
 			return err
 		}
+		s.stampFirstPhase(cmd.Job, id)
 		cmd.Purge = true
 	}
 	res, err := s.store.Propose(r.Context(), cmd)

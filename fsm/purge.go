@@ -113,8 +113,13 @@ type PurgeJob struct {
 	Progress         PurgeProgress     `json:"progress"`
 	// NotBeforeMs delays the next assignment of a PENDING job (backoff
 	// after a failure), on the leader's clock.
-	NotBeforeMs int64  `json:"not-before-ms,omitempty"`
-	DroppedBy   string `json:"dropped-by"`
+	NotBeforeMs int64 `json:"not-before-ms,omitempty"`
+	// FirstPhase is the first purge phase with files to delete, as the
+	// dropping node judged from the job's metadata file (0: not judged).
+	// No phase before it has a file, so a worker may start there without
+	// first recording it; it checks the claim against the file it reads.
+	FirstPhase int    `json:"first-phase,omitempty"`
+	DroppedBy  string `json:"dropped-by"`
 	// Released marks a FAILED job whose tombstones an operator dropped.
 	Released   bool   `json:"released,omitempty"`
 	ReleasedBy string `json:"released-by,omitempty"`
@@ -151,6 +156,13 @@ type PurgeJobSpec struct {
 	// drop's log index. Empty: the job waits PENDING for the scheduler.
 	LeaseNode      string `json:"lease-node,omitempty"`
 	LeaseExpiresMs int64  `json:"lease-expires-ms,omitempty"`
+	// FirstPhase, when positive, is the first purge phase with files to
+	// delete (purge.FirstPhase), as the proposer judged from the metadata
+	// file FirstPhaseOf. The job takes it only when the dropped table's
+	// metadata location is that file; otherwise (a commit won the race)
+	// the job starts at phase 0 as always.
+	FirstPhase   int    `json:"first-phase,omitempty"`
+	FirstPhaseOf string `json:"first-phase-of,omitempty"`
 }
 
 // AssignPurgeLease leases a job to a node. It is a compare-and-set: the
@@ -452,6 +464,9 @@ func newPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64, index uint64) Pur
 		DroppedBy:        spec.DroppedBy,
 		CreatedMs:        atMs,
 		UpdatedMs:        atMs,
+	}
+	if spec.FirstPhase > 0 && spec.FirstPhaseOf == dropped.MetadataLocation {
+		j.FirstPhase = spec.FirstPhase
 	}
 	if spec.LeaseNode != "" {
 		j.State = JobRunning

@@ -529,3 +529,30 @@ func TestPurgeWorkWakes(t *testing.T) {
 	step(AssignPurgeLease{JobID: "j", Node: "n2"}, 1, "a lease")
 	step(FinishPurgeJob{JobID: "j", Token: p.job("j").Lease.Token, Outcome: OutcomeSucceeded}, 1, "a run ending in success")
 }
+
+// A job takes the proposer's first phase only when the dropped table is
+// still at the metadata file the proposer judged it from; a first phase
+// out of range is refused and nothing is dropped.
+func TestPurgeJobTakesTheFirstPhaseOfItsOwnFile(t *testing.T) {
+	p := newPurgeFSM(t)
+	p.ok(tableAt("t1", "s3://b/wh/a/t1"))
+	p.ok(tableAt("t2", "s3://b/wh/a/t2"))
+
+	d := purgeDrop("t1", "job-1")
+	d.Job.FirstPhase, d.Job.FirstPhaseOf = 5, "s3://b/wh/a/t1/metadata/00000.metadata.json"
+	p.ok(d)
+	assert.Equal(t, 5, p.job("job-1").FirstPhase)
+
+	d = purgeDrop("t2", "job-2")
+	d.Job.FirstPhase, d.Job.FirstPhaseOf = 5, "s3://b/wh/a/t2/metadata/00001.metadata.json"
+	p.ok(d)
+	assert.Equal(t, 0, p.job("job-2").FirstPhase, "judged from another file: a commit came between")
+
+	p.ok(tableAt("t3", "s3://b/wh/a/t3"))
+	for _, bad := range []int{-1, maxPurgePhase + 1} {
+		d = purgeDrop("t3", "job-3")
+		d.Job.FirstPhase, d.Job.FirstPhaseOf = bad, "s3://b/wh/a/t3/metadata/00000.metadata.json"
+		assert.Equal(t, StatusInvalid, p.apply(d).Status, "first phase %d", bad)
+	}
+	assert.Len(t, p.jobs(PurgeJobFilter{}), 2, "t3 is not dropped")
+}

@@ -16,6 +16,10 @@ const (
 	maxLocationBytes = 8 << 10
 	// maxIDBytes bounds Idempotency-Keys, purge job ids and node ids.
 	maxIDBytes = 1 << 10
+	// maxPurgePhase bounds a purge job's first phase. The state machine
+	// does not interpret phases (purge.Phase* does); a number beyond any
+	// phase there is can only be a proposer's mistake.
+	maxPurgePhase = 63
 )
 
 // checker is implemented by commands that can be refused as malformed
@@ -88,6 +92,12 @@ func (c DropTable) check() (Result, bool) {
 	}
 	if c.Job != nil && len(c.Job.ID) > maxIDBytes {
 		return invalid("purge job id is %d bytes long, the limit is %d", len(c.Job.ID), maxIDBytes)
+	}
+	if c.Job != nil && (c.Job.FirstPhase < 0 || c.Job.FirstPhase > maxPurgePhase) {
+		return invalid("purge job first phase %d is outside 0..%d", c.Job.FirstPhase, maxPurgePhase)
+	}
+	if c.Job != nil && len(c.Job.FirstPhaseOf) > maxLocationBytes {
+		return invalid("purge job first-phase-of is over %d bytes", maxLocationBytes)
 	}
 	return Result{}, false
 }

@@ -50,6 +50,29 @@ func PhaseName(p int) string {
 	return fmt.Sprintf("phase-%d", p)
 }
 
+// FirstPhase is the first phase in which a walk of meta can find a file:
+// PhaseData when the table has a snapshot, else the first of statistics,
+// metadata log and root that names a file. It never answers later than the
+// walk's first file, so a job whose checkpoint starts there skips only
+// empty phases. A dropping node stamps it into the job (fsm.PurgeJob's
+// FirstPhase) so that a worker need not record the phase of the first
+// file it deletes.
+func FirstPhase(meta table.Metadata) int {
+	if len(meta.Snapshots()) > 0 {
+		return PhaseData
+	}
+	for range meta.Statistics() {
+		return PhaseStatistics
+	}
+	for range meta.PartitionStatistics() {
+		return PhaseStatistics
+	}
+	for range meta.PreviousFiles() {
+		return PhaseMetadataLog
+	}
+	return PhaseRoot
+}
+
 // Checkpoint is where a walk resumes: every file before Offset in Phase,
 // and every file of earlier phases, has been dealt with.
 type Checkpoint struct {

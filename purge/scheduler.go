@@ -3,7 +3,9 @@ package purge
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/floe-catalog/floe/fsm"
@@ -200,38 +202,38 @@ func (sc *scheduler) tick(ctx context.Context) {
 		}
 		return best
 	}
+	// Plan every lease first, then propose them together: Raft carries
+	// proposals made at once in one batch (one log write and one bbolt
+	// transaction on every replica), where one after another each paid a
+	// round of its own.
+	type lease struct {
+		claim
+		node string
+	}
+	var plan []lease
 	for _, c := range claims {
-		if ctx.Err() != nil {
-			return
-		}
 		node := pick()
 		if node == "" {
 			break
 		}
-		res, err := s.cfg.Store.Propose(ctx, fsm.AssignPurgeLease{
-			JobID: c.job.ID, Node: node, ExpectedToken: c.expected,
-			AtMs: nowMs, ExpiresMs: nowMs + timeout.Milliseconds(),
-		})
-		if err != nil {
-			s.log.Debug("purge lease not assigned", "job_id", c.job.ID, "node", node, "error", err)
-			return
-		}
-		if rerr := res.Err(); rerr != nil {
-			if !errors.Is(rerr, fsm.ErrStaleLease) && !errors.Is(rerr, fsm.ErrNoSuchJob) {
-				s.log.Warn("purge lease refused", "job_id", c.job.ID, "node", node, "error", rerr)
-			}
-			continue // the job moved on since the read
-		}
 		load[node]++
 		if c.expected != 0 {
 			load[c.job.Lease.Node]--
-			s.m.leases.WithLabelValues("reassigned").Inc()
-			s.log.Warn("purge lease reassigned from a silent node", "job_id", c.job.ID, "table", c.job.Ident.String(),
-				"from", c.job.Lease.Node, "old_token", c.expected, "to", node)
-		} else {
-			s.m.leases.WithLabelValues("new").Inc()
-			s.log.Info("purge lease assigned", "job_id", c.job.ID, "table", c.job.Ident.String(), "node", node, "attempts", c.job.Attempts)
 		}
+		plan = append(plan, lease{claim: c, node: node})
+	}
+	refused := make([]bool, len(plan))
+	var wg sync.WaitGroup
+	for i, l := range plan {
+		wg.Go(func() {
+			refused[i] = !sc.assign(ctx, l.claim, l.node, nowMs)
+		})
+	}
+	wg.Wait()
+	if slices.Contains(refused, true) && len(plan) < len(claims) {
+		// A lease refused left its slot free while claims remain: look
+		// again at once rather than at the next poll.
+		s.Wake()
 	}
 
 	if now.Sub(sc.lastPrune) >= s.cfg.PruneInterval {
@@ -241,6 +243,35 @@ func (sc *scheduler) tick(ctx context.Context) {
 			s.log.Info("pruned finished purge jobs", "jobs", res.Count, "retention", s.cfg.Retention)
 		}
 	}
+}
+
+// assign proposes one lease and reports whether it was granted. A refused
+// or failed proposal is logged; the job keeps its state.
+func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int64) bool {
+	s := sc.s
+	res, err := s.cfg.Store.Propose(ctx, fsm.AssignPurgeLease{
+		JobID: c.job.ID, Node: node, ExpectedToken: c.expected,
+		AtMs: nowMs, ExpiresMs: nowMs + s.cfg.HeartbeatTimeout.Milliseconds(),
+	})
+	if err != nil {
+		s.log.Debug("purge lease not assigned", "job_id", c.job.ID, "node", node, "error", err)
+		return false
+	}
+	if rerr := res.Err(); rerr != nil {
+		if !errors.Is(rerr, fsm.ErrStaleLease) && !errors.Is(rerr, fsm.ErrNoSuchJob) {
+			s.log.Warn("purge lease refused", "job_id", c.job.ID, "node", node, "error", rerr)
+		}
+		return false // the job moved on since the read
+	}
+	if c.expected != 0 {
+		s.m.leases.WithLabelValues("reassigned").Inc()
+		s.log.Warn("purge lease reassigned from a silent node", "job_id", c.job.ID, "table", c.job.Ident.String(),
+			"from", c.job.Lease.Node, "old_token", c.expected, "to", node)
+	} else {
+		s.m.leases.WithLabelValues("new").Inc()
+		s.log.Info("purge lease assigned", "job_id", c.job.ID, "table", c.job.Ident.String(), "node", node, "attempts", c.job.Attempts)
+	}
+	return true
 }
 
 // less orders assignment targets: followers before the leader (self), then

@@ -24,6 +24,7 @@ type laggingStore struct {
 	mu       sync.Mutex
 	cur, lag *fsm.FSM
 	i        uint64
+	proposed []fsm.CommandType // every command proposed, in order
 }
 
 func (s *laggingStore) apply(t *testing.T, c fsm.Command, both bool) fsm.Result {
@@ -41,6 +42,7 @@ func (s *laggingStore) propose(c fsm.Command, both bool) (fsm.Result, error) {
 		return fsm.Result{}, err
 	}
 	s.i++
+	s.proposed = append(s.proposed, c.Type())
 	entry := &raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b}
 	res := s.cur.Apply(entry).(fsm.Result)
 	if both {

@@ -254,9 +254,10 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	r.objs, r.ctx = root.objs, ctx
 	meta, err := root.meta, root.metaErr
 	switch {
-	case errors.Is(err, storage.ErrNotFound) && r.job.Progress.Phase >= PhaseRoot:
+	case errors.Is(err, storage.ErrNotFound) && max(r.job.Progress.Phase, r.job.FirstPhase) >= PhaseRoot:
 		// An earlier run deleted the root metadata file (the last one)
 		// and stopped before recording the outcome: nothing is left.
+		// (With FirstPhase at the root, the root was its only file.)
 		return nil
 	case errors.Is(err, storage.ErrNotFound):
 		return fmt.Errorf("%w: metadata file %s is missing, so the table's files cannot be found", errPermanent, r.job.MetadataLocation)
@@ -265,6 +266,7 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	case err != nil:
 		return fmt.Errorf("reading metadata: %w", err)
 	}
+	r.startAtFirstPhase(meta)
 	r.phase = r.committed.Phase
 	r.end = r.committed.Offset
 	r.lastReport = time.Now()
@@ -299,6 +301,30 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
 	return err
+}
+
+// startAtFirstPhase moves a run whose checkpoint lies before the job's
+// FirstPhase to that phase, already recorded: the dropping node saw no file
+// in any earlier phase, so nothing a later owner must read can be deleted
+// before the first phase's record, which the stamp stands for. The claim is
+// checked against the root metadata file itself (it is what every run of
+// the job reads); a file that names more than the stamp said (it was
+// written over after the drop) is walked from the checkpoint as if no
+// stamp were there.
+func (r *jobRun) startAtFirstPhase(meta table.Metadata) {
+	first := r.job.FirstPhase
+	if first <= r.committed.Phase {
+		return
+	}
+	if got := FirstPhase(meta); got < first {
+		r.log.Warn("purge: the job's first phase does not match its metadata file; walking every phase",
+			"first_phase", PhaseName(first), "metadata_first_phase", PhaseName(got))
+		return
+	}
+	r.mu.Lock()
+	r.committed = Checkpoint{Phase: first}
+	r.mu.Unlock()
+	r.reportedPhase = first
 }
 
 // enterPhase finishes the previous phase (every batch done). The new phase

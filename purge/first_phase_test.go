@@ -1,0 +1,185 @@
+package purge
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
+)
+
+// firstPhaseMetadata is a v2 metadata file at location with the given
+// snapshots' manifest lists, statistics files and previous metadata files.
+func firstPhaseMetadata(location string, lists, stats, previous []string) string {
+	var snaps, st, log []string
+	for i, l := range lists {
+		snaps = append(snaps, fmt.Sprintf(`{"snapshot-id": %d, "sequence-number": %d, "timestamp-ms": 1700000000000,
+			"manifest-list": %q, "summary": {"operation": "append"}, "schema-id": 0}`, i+1, i+1, l))
+	}
+	for i, s := range stats {
+		st = append(st, fmt.Sprintf(`{"snapshot-id": %d, "statistics-path": %q, "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1, "blob-metadata": []}`, i+1, s))
+	}
+	for _, p := range previous {
+		log = append(log, fmt.Sprintf(`{"metadata-file": %q, "timestamp-ms": 1700000000000}`, p))
+	}
+	current := ""
+	if len(lists) > 0 {
+		current = fmt.Sprintf(`"current-snapshot-id": %d,`, len(lists))
+	}
+	return fmt.Sprintf(`{
+		"format-version": 2,
+		"table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+		"location": %q,
+		"last-sequence-number": %d,
+		"last-updated-ms": 1700000000000,
+		"last-column-id": 1,
+		"current-schema-id": 0,
+		"schemas": [{"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]}],
+		"default-spec-id": 0,
+		"partition-specs": [{"spec-id": 0, "fields": []}],
+		"last-partition-id": 999,
+		"default-sort-order-id": 0,
+		"sort-orders": [{"order-id": 0, "fields": []}],
+		"properties": {},
+		%s
+		"snapshots": [%s],
+		"statistics": [%s],
+		"metadata-log": [%s]
+	}`, location, len(lists), current, strings.Join(snaps, ","), strings.Join(st, ","), strings.Join(log, ","))
+}
+
+// FirstPhase never answers later than the first phase a walk finds a
+// file in: a job stamped with it skips only empty phases.
+func TestFirstPhaseIsNoLaterThanTheWalksFirstFile(t *testing.T) {
+	const loc = "file:///w/t"
+	cases := []struct {
+		name                  string
+		lists, stats, history []string
+		want                  int
+	}{
+		{"only the root", nil, nil, nil, PhaseRoot},
+		{"previous metadata files", nil, nil, []string{loc + "/metadata/0.json"}, PhaseMetadataLog},
+		{"statistics", nil, []string{loc + "/metadata/s.puffin"}, []string{loc + "/metadata/0.json"}, PhaseStatistics},
+		{"a snapshot", []string{loc + "/metadata/snap-1.avro"}, nil, nil, PhaseData},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			meta, err := table.ParseMetadataBytes([]byte(firstPhaseMetadata(loc, tc.lists, tc.stats, tc.history)))
+			require.NoError(t, err)
+			got := FirstPhase(meta)
+			assert.Equal(t, tc.want, got)
+			walked := PhaseDone
+			w := Walker{Reader: noReader{}, MayRead: func(string) bool { return false }}
+			require.NoError(t, w.Walk(context.Background(), meta, loc+"/metadata/1.json", Checkpoint{}, func(f File) error {
+				walked = min(walked, f.Phase)
+				return nil
+			}))
+			assert.LessOrEqual(t, got, walked, "the walk's first file is in phase %s", PhaseName(walked))
+		})
+	}
+}
+
+type noReader struct{}
+
+func (noReader) Read(context.Context, string) ([]byte, error) { return nil, storage.ErrNotFound }
+
+// runStamped drops a table whose root metadata file is root (written with
+// body unless body is empty), its job stamped with first, runs it on one
+// node and returns the finished job and the commands proposed after the drop.
+func runStamped(t *testing.T, root, body string, first int) (fsm.PurgeJob, []fsm.CommandType) {
+	t.Helper()
+	open := func(name string) *fsm.FSM {
+		f, err := fsm.Open(filepath.Join(t.TempDir(), name), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	st := &laggingStore{cur: open("cur.db"), lag: open("lag.db")}
+	if body != "" {
+		require.NoError(t, os.MkdirAll(filepath.Dir(strings.TrimPrefix(root, "file://")), 0o755))
+		require.NoError(t, os.WriteFile(strings.TrimPrefix(root, "file://"), []byte(body), 0o644))
+	}
+	loc := root[:strings.Index(root, "/metadata/")]
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	require.NoError(t, st.apply(t, fsm.CreateNamespace{Namespace: []string{"db"}}, true).Err())
+	require.NoError(t, st.apply(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: loc, MetadataLocation: root, UUID: "u"}}}, true).Err())
+	require.NoError(t, st.apply(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job", LeaseNode: "n1",
+		FirstPhase: first, FirstPhaseOf: root}}, true).Err())
+	st.mu.Lock()
+	st.proposed = nil
+	st.mu.Unlock()
+
+	objs, err := storage.New(storage.Config{})
+	require.NoError(t, err)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), PollInterval: 20 * time.Millisecond,
+		Storage: func(map[string]string) (Objects, error) { return objs, nil }})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Stop)
+	var job fsm.PurgeJob
+	require.Eventually(t, func() bool {
+		require.NoError(t, st.Read(context.Background(), func(r *fsm.Reader) error {
+			job, _ = r.PurgeJob("job")
+			return nil
+		}))
+		return job.State.Terminal()
+	}, 10*time.Second, 10*time.Millisecond)
+	s.Stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return job, slices.Clone(st.proposed)
+}
+
+// A job stamped at the root phase, whose root metadata file is its only
+// file, deletes it without recording the phase first: one entry (the
+// outcome) instead of two.
+func TestJobStampedAtTheRootRecordsNoPhase(t *testing.T) {
+	dir := filepath.ToSlash(t.TempDir())
+	root := "file://" + dir + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
+	job, proposed := runStamped(t, root, firstPhaseMetadata("file://"+dir+"/db/t", nil, nil, nil), PhaseRoot)
+	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
+	assert.Equal(t, PhaseRoot, job.FirstPhase)
+	assert.Equal(t, int64(1), job.Progress.Deleted)
+	assert.NotContains(t, proposed, fsm.TypeReportPurgeProgress, "no phase record")
+	assert.Contains(t, proposed, fsm.TypeFinishPurgeJob)
+	assert.NoFileExists(t, strings.TrimPrefix(root, "file://"))
+}
+
+// A root file already gone under a root-phase stamp was the job's only
+// file: an earlier run deleted it and stopped before its outcome.
+func TestJobStampedAtTheRootWithItsRootGoneSucceeds(t *testing.T) {
+	dir := filepath.ToSlash(t.TempDir())
+	root := "file://" + dir + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
+	job, _ := runStamped(t, root, "", PhaseRoot)
+	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
+	assert.Equal(t, 0, job.Attempts)
+}
+
+// A stamp the root file contradicts (it names earlier files: written over
+// after the drop) is not trusted: every phase is walked and recorded.
+func TestStampContradictedByTheRootIsIgnored(t *testing.T) {
+	dir := filepath.ToSlash(t.TempDir())
+	loc := "file://" + dir + "/db/t"
+	prev := loc + "/metadata/00000-0190a0a0-0000-7000-8000-00000000000a.metadata.json"
+	root := loc + "/metadata/00001-0190a0a0-0000-7000-8000-00000000000b.metadata.json"
+	require.NoError(t, os.MkdirAll(dir+"/db/t/metadata", 0o755))
+	require.NoError(t, os.WriteFile(strings.TrimPrefix(prev, "file://"), []byte("{}"), 0o644))
+	job, proposed := runStamped(t, root, firstPhaseMetadata(loc, nil, nil, []string{prev}), PhaseRoot)
+	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
+	assert.Equal(t, int64(2), job.Progress.Deleted)
+	assert.NoFileExists(t, strings.TrimPrefix(prev, "file://"), "the previous file the stamp missed")
+	assert.Contains(t, proposed, fsm.TypeReportPurgeProgress, "the root phase is recorded before its delete")
+}
