@@ -226,6 +226,11 @@ func TestSuiteSmoke(t *testing.T) {
 		}
 		require.Equal(t, 2*sizes.StartRounds, len(d.Start))
 		require.Zero(t, d.Tput.Errors)
+		require.GreaterOrEqual(t, d.TputEntries, uint64(d.Tput.OK), "the leader's commit index moved at least one entry per drop")
+		if d.TputDrained > 0 {
+			require.GreaterOrEqual(t, d.EntriesPerPurge(), 1.0, "a purge costs its finish at least")
+			require.Contains(t, md, "per purge after its drop's own entry")
+		}
 	}
 	require.NotNil(t, rep.Stability)
 	require.Len(t, rep.Stability.Nodes, ClusterSize)

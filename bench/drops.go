@@ -124,6 +124,22 @@ type DropsBench struct {
 	TputDrainTime time.Duration
 	// TputDrainSpan is from the first drop to when TputDrained was counted.
 	TputDrainSpan time.Duration
+	// TputEntries is how far the leader's commit index moved from just
+	// before the drops to when TputDrained was counted: the drops, and
+	// every lease, progress record, finish and heartbeat meanwhile.
+	TputEntries uint64
+}
+
+// EntriesPerPurge is the log entries each purge cost after its drop's own
+// entry, from TputEntries: (entries − drops) ÷ purges SUCCEEDED. Jobs
+// leased but not finished and heartbeats make it an upper bound. 0 when
+// nothing drained.
+func (d *DropsBench) EntriesPerPurge() float64 {
+	drops := uint64(d.Tput.OK)
+	if d.TputDrained == 0 || d.TputEntries < drops {
+		return 0
+	}
+	return float64(d.TputEntries-drops) / float64(d.TputDrained)
 }
 
 // LatSize returns the latency distribution at files.
@@ -661,6 +677,9 @@ func dropsThroughput(ctx context.Context, c *Cluster, ns string, db *DropsBench,
 			}
 		})
 	}
+	mcl := harness.NewHTTPClient(1, 0)
+	defer mcl.CloseIdleConnections()
+	ci0, ciErr := metricValue(ctx, mcl, leader, "floe_raft_commit_index")
 	cpu0 := c.clusterCPU()
 	m0 := readMachineCPU()
 	t0 = time.Now()
@@ -694,7 +713,11 @@ func dropsThroughput(ctx context.Context, c *Cluster, ns string, db *DropsBench,
 		time.Sleep(50 * time.Millisecond)
 	}
 	db.TputDrainSpan = time.Since(t0)
-	log.Info("item 9: purge jobs after the drops", "succeeded", db.TputDrained, "of", len(tables), "wait", sz.DropDrainWait)
+	if ci1, err := metricValue(ctx, mcl, leader, "floe_raft_commit_index"); ciErr == nil && err == nil && ci1 > ci0 {
+		db.TputEntries = uint64(ci1 - ci0)
+	}
+	log.Info("item 9: purge jobs after the drops", "succeeded", db.TputDrained, "of", len(tables), "wait", sz.DropDrainWait,
+		"log_entries", db.TputEntries, "entries_per_purge", fmt.Sprintf("%.2f", db.EntriesPerPurge()))
 	return ctx.Err()
 }
 

@@ -336,13 +336,25 @@ func (r *SuiteReport) dropsSection(w func(string, ...any), d *DropsBench) {
 		w("**Aim: at least the seed's design's %d drop+enqueue transactions/s** (quoted, not measured here: one durable Postgres on a 2-core machine) **— %s**: floe did %.0f/s on 3 replicated nodes sharing %d CPUs with the clients, %s that figure. ", seedDropsPerSecond, metText(tp >= seedDropsPerSecond), tp, r.Machine.NumCPU, ratio(tp, seedDropsPerSecond))
 		total := d.TputClients * d.TputPerClient
 		if d.TputDrainTime > 0 || d.TputDrained == total {
-			w("All %d purge jobs had SUCCEEDED %s after the last drop.\n\n", total, d.TputDrainTime.Round(time.Millisecond))
+			w("All %d purge jobs had SUCCEEDED %s after the last drop.", total, d.TputDrainTime.Round(time.Millisecond))
+			writeEntriesPerPurge(w, d)
+			w("\n\n")
 		} else {
 			w("The purges drain far more slowly than the drops arrive: %d of the %d jobs had SUCCEEDED %s after the last drop", d.TputDrained, total, d.TputDrainWait)
 			if rate := float64(d.TputDrained) / d.TputDrainSpan.Seconds(); d.TputDrainSpan > 0 && rate > 0 {
 				w(", about %.1f jobs/s since the first drop (at that rate the %d take %s)", rate, total, time.Duration(float64(total)/rate*float64(time.Second)).Round(time.Second))
 			}
-			w(". Each node runs 2 jobs at a time (`--purge-worker-threads`), and the leader runs its own only when the followers are full. A job, however small, is several round trips to the leader: its lease (proposed by the leader's scheduler, which the end of each run wakes), the linearizable re-read of the job when its run starts, the guard read and phase record before its deletes, and its finish; more worker slots multiply the rate, at the cost of more CPU taken from the drops and commits while the queue drains.\n\n")
+			w(".")
+			writeEntriesPerPurge(w, d)
+			w(" Each node runs 2 jobs at a time (`--purge-worker-threads`), and the leader runs its own only when the followers are full. A job, however small, is several round trips to the leader: its lease (proposed by the leader's scheduler, which the end of each run wakes, together with the other leases it has to hand out), the linearizable re-read of the job when its run starts, the guard read before its deletes (with the record of each phase after the first; the drop stamps the first from the leader's cached metadata, and these empty tables' root file is their only file), and its finish; more worker slots multiply the rate, at the cost of more CPU taken from the drops and commits while the queue drains.\n\n")
 		}
+	}
+}
+
+// writeEntriesPerPurge says how many log entries each drained purge cost
+// after its drop, when the leader's commit index was read.
+func writeEntriesPerPurge(w func(string, ...any), d *DropsBench) {
+	if e := d.EntriesPerPurge(); e > 0 {
+		w(" The leader's commit index moved %d entries from the first drop to that count: %.2f per purge after its drop's own entry (at least its lease and its finish; heartbeats and jobs leased but not yet finished are counted in too).", d.TputEntries, e)
 	}
 }

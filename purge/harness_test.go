@@ -152,6 +152,7 @@ func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 		})
 		require.NoError(t, err)
 		rn.OnLeadership(n.svc.Lead)
+		rn.FSM().OnPurgeWork(n.svc.Wake) // as cmd/node wires it
 		n.svc.Start()
 		srv, err := catalog.New(catalog.Config{Warehouse: uri, Registerer: prometheus.NewRegistry(), Logger: quietLogger(), Purger: n.svc}, rn, mux)
 		require.NoError(t, err)
