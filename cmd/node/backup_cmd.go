@@ -111,6 +111,13 @@ Flags:
 		fmt.Fprintf(stderr, "floe backup: %s\nRun 'floe backup --help' for usage.\n", msg)
 		return backupExitUsage
 	}
+	// A directory cannot take the file's place: say so before the
+	// download rather than fail at the rename after it.
+	if fi, err := os.Stat(to); (err == nil && fi.IsDir()) || strings.HasSuffix(to, "/") || strings.HasSuffix(to, string(filepath.Separator)) {
+		fmt.Fprintf(stderr, "floe backup: --to %s names a directory; give the path of the file to write, such as %s\nRun 'floe backup --help' for usage.\n",
+			to, filepath.Join(to, "floe.backup"))
+		return backupExitUsage
+	}
 	if node == "" {
 		node = os.Getenv("FLOE_NODE")
 	}

@@ -362,6 +362,8 @@ func TestBackupCommandUsage(t *testing.T) {
 		{"backup"},
 		{"backup", "--to", "x", "extra"},
 		{"backup", "--to", "x", "--node", "ftp://host"},
+		{"backup", "--to", t.TempDir()},
+		{"backup", "--to", filepath.Join(t.TempDir(), "new") + "/"},
 		{"restore", "--data-dir", t.TempDir()},
 		{"restore", "--from", "x"},
 		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "nope"},
