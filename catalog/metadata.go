@@ -2,12 +2,10 @@ package catalog
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"regexp"
 	"strconv"
@@ -77,14 +75,8 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	if err != nil {
 		return nil, fmt.Errorf("read metadata %s: %w", loc, err)
 	}
-	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
-		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
-		}
+	if raw, err = storage.Ungzipped(raw); err != nil {
+		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
 	}
 	meta, err := table.ParseMetadataBytes(raw)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -104,21 +105,37 @@ func (s *Server) purgeSpec(ctx context.Context, p Purger, async bool, principal 
 // file parsed in its cache: a small table's purge then skips recording its
 // first phase, one log entry of three. It reads nothing from storage, so a
 // drop costs no more for it; without the file cached the job starts at
-// phase 0 as always. The state machine takes the stamp only if the table
-// is still at that file when the drop applies.
+// phase 0 as always. Only a file named with a UUID (<version>-<uuid>
+// .metadata.json, as floe and the Java, Python and Rust clients name
+// theirs) is judged: such a path is never reused, so the cached parse is
+// the file. The state machine takes the stamp only if the table is still at
+// that file when the drop applies. Nothing is stamped until every node's
+// purge heartbeat announces fsm.PurgeFeatureFirstPhase: a replica on an
+// older binary would keep the job without it.
 func (s *Server) stampFirstPhase(spec *fsm.PurgeJobSpec, id fsm.Ident) {
+	if s.cache.lru == nil {
+		return
+	}
 	var loc string
 	_ = s.store.StaleRead(func(r *fsm.Reader) error {
+		// A node on an older binary would drop the stamp from its copy of
+		// the job: stamp only once every node's heartbeat says it has
+		// the feature.
+		if !fsm.PurgeFeaturesEverywhere(r.PurgeNodes(), fsm.PurgeFeatureFirstPhase) {
+			return nil
+		}
 		if t, ok := r.Table(id); ok {
 			loc = t.MetadataLocation
 		}
 		return nil
 	})
-	if loc == "" {
+	if loc == "" || !metadataFileRE.MatchString(path.Base(loc)) {
 		return
 	}
 	if tm, ok := s.cache.get(loc); ok {
-		spec.FirstPhase, spec.FirstPhaseOf = purge.FirstPhase(tm.meta), loc
+		if first := purge.FirstPhase(tm.meta); first > 0 {
+			spec.FirstPhase, spec.FirstPhaseOf = first, loc
+		}
 	}
 }
 

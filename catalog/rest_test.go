@@ -550,6 +550,12 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 func TestPurgingDropStampsTheFirstPhase(t *testing.T) {
 	ctx := context.Background()
 	n := startNode(t, warehouses()[0])
+	heartbeat := func(node string, features uint64) {
+		res, err := n.raft.Propose(ctx, fsm.PurgeHeartbeat{Node: node, Slots: 1, Features: features})
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+	}
+	heartbeat("n1", fsm.PurgeFeatureFirstPhase) // this test's node runs no purge service of its own
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("empty")).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("changed")).status)
@@ -557,8 +563,21 @@ func TestPurgingDropStampsTheFirstPhase(t *testing.T) {
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("full")).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables/full", snapshotUpdate(7, `"manifest-list":"`+n.warehouse+`/a/full/metadata/snap-7.avro","summary":{"operation":"append"}`)).status)
 
-	want := map[string]int{"empty": purge.PhaseRoot, "changed": purge.PhaseMetadataLog, "full": purge.PhaseData}
-	for name, phase := range want {
+	// A table registered at a file whose name carries no UUID (a legacy
+	// vN.metadata.json, a name another writer may reuse) is not judged.
+	c := n.do(t, "POST", "/v1/namespaces/a/tables", withName("legacy"))
+	require.Equal(t, 200, c.status, "%s", c.body)
+	loc := c.json(t)["metadata-location"].(string)
+	raw, err := n.objects.Read(ctx, loc)
+	require.NoError(t, err)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/legacy", nil).status)
+	legacy := loc[:strings.LastIndex(loc, "/")] + "/v1.metadata.json"
+	require.NoError(t, n.objects.Write(ctx, legacy, raw))
+	r := n.do(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "legacy", "metadata-location": legacy})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	drop := func(name string, phase int) {
+		t.Helper()
 		r := n.do(t, "DELETE", "/v1/namespaces/a/tables/"+name+"?purgeRequested=true", nil)
 		require.Equal(t, 204, r.status, "%s: %s", name, r.body)
 		var jobs []fsm.PurgeJob
@@ -571,4 +590,14 @@ func TestPurgingDropStampsTheFirstPhase(t *testing.T) {
 		assert.Equal(t, fsm.JobSucceeded, jobs[0].State, "%s: %s", name, jobs[0].LastError)
 		assert.Equal(t, purge.PhaseDone, jobs[0].Progress.Phase, name)
 	}
+	want := map[string]int{"empty": purge.PhaseRoot, "changed": purge.PhaseMetadataLog, "full": purge.PhaseData, "legacy": purge.PhaseData}
+	for name, phase := range want {
+		drop(name, phase)
+	}
+
+	// Once a node whose binary lacks the feature heartbeats, nothing is
+	// stamped: its replica would keep the job without the stamp.
+	heartbeat("old", 0)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("late")).status)
+	drop("late", purge.PhaseData)
 }

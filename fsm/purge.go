@@ -141,6 +141,29 @@ type PurgeNode struct {
 	// to tell live nodes from silent ones without comparing clocks.
 	Index uint64 `json:"index"`
 	AtMs  int64  `json:"at-ms"`
+	// Features are the PurgeFeature* bits the node's binary has.
+	Features uint64 `json:"features,omitempty"`
+}
+
+// Purge features a node announces in its heartbeats, so that a change
+// whose entries an older binary would apply differently is used only once
+// every node has it.
+const (
+	// PurgeFeatureFirstPhase: the node applies PurgeJobSpec.FirstPhase and
+	// its workers honour a job's FirstPhase.
+	PurgeFeatureFirstPhase uint64 = 1 << 0
+)
+
+// PurgeFeaturesEverywhere reports whether every node with a heartbeat row
+// announced all of want. With no row at all it is false: no node is known
+// to have them.
+func PurgeFeaturesEverywhere(nodes []PurgeNode, want uint64) bool {
+	for _, n := range nodes {
+		if n.Features&want != want {
+			return false
+		}
+	}
+	return len(nodes) > 0
 }
 
 // PurgeJobSpec is what a purging DropTable stamps into its job. The
@@ -221,6 +244,8 @@ type PurgeHeartbeat struct {
 	Leases    []LeaseRef `json:"leases,omitempty"`
 	AtMs      int64      `json:"at-ms"`
 	ExpiresMs int64      `json:"expires-ms"`
+	// Features are the PurgeFeature* bits this node's binary has.
+	Features uint64 `json:"features,omitempty"`
 }
 
 // RetryPurgeJob puts a FAILED, unreleased job back to PENDING with its
@@ -465,7 +490,7 @@ func newPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64, index uint64) Pur
 		CreatedMs:        atMs,
 		UpdatedMs:        atMs,
 	}
-	if spec.FirstPhase > 0 && spec.FirstPhaseOf == dropped.MetadataLocation {
+	if spec.FirstPhase > 0 && spec.FirstPhaseOf != "" && spec.FirstPhaseOf == dropped.MetadataLocation {
 		j.FirstPhase = spec.FirstPhase
 	}
 	if spec.LeaseNode != "" {
@@ -589,7 +614,7 @@ func applyFinishPurgeJob(t *txn, c Command) Result {
 
 func applyPurgeHeartbeat(t *txn, c Command) Result {
 	cmd := c.(PurgeHeartbeat)
-	t.put(bucketPurgeNodes, []byte(cmd.Node), PurgeNode{Node: cmd.Node, Slots: cmd.Slots, Index: t.index, AtMs: cmd.AtMs})
+	t.put(bucketPurgeNodes, []byte(cmd.Node), PurgeNode{Node: cmd.Node, Slots: cmd.Slots, Index: t.index, AtMs: cmd.AtMs, Features: cmd.Features})
 	for _, l := range cmd.Leases {
 		j, ok := t.purgeJob(l.JobID)
 		if !ok || j.State != JobRunning || j.Lease == nil || j.Lease.Token != l.Token || j.Lease.Node != cmd.Node {

@@ -549,10 +549,30 @@ func TestPurgeJobTakesTheFirstPhaseOfItsOwnFile(t *testing.T) {
 	assert.Equal(t, 0, p.job("job-2").FirstPhase, "judged from another file: a commit came between")
 
 	p.ok(tableAt("t3", "s3://b/wh/a/t3"))
-	for _, bad := range []int{-1, maxPurgePhase + 1} {
+	for _, bad := range []int{-1, MaxPurgeFirstPhase + 1} {
 		d = purgeDrop("t3", "job-3")
 		d.Job.FirstPhase, d.Job.FirstPhaseOf = bad, "s3://b/wh/a/t3/metadata/00000.metadata.json"
 		assert.Equal(t, StatusInvalid, p.apply(d).Status, "first phase %d", bad)
 	}
 	assert.Len(t, p.jobs(PurgeJobFilter{}), 2, "t3 is not dropped")
+}
+
+// A heartbeat's features are kept in the node's row; a feature is
+// everywhere only when every row announces it.
+func TestPurgeFeaturesFromHeartbeats(t *testing.T) {
+	p := newPurgeFSM(t)
+	nodes := func() []PurgeNode {
+		var out []PurgeNode
+		require.NoError(t, p.f.View(func(r *Reader) error { out = r.PurgeNodes(); return nil }))
+		return out
+	}
+	assert.False(t, PurgeFeaturesEverywhere(nodes(), PurgeFeatureFirstPhase), "no node known")
+	p.ok(PurgeHeartbeat{Node: "n1", Slots: 2, Features: PurgeFeatureFirstPhase})
+	p.ok(PurgeHeartbeat{Node: "n2", Slots: 2, Features: PurgeFeatureFirstPhase})
+	assert.Equal(t, PurgeFeatureFirstPhase, nodes()[0].Features)
+	assert.True(t, PurgeFeaturesEverywhere(nodes(), PurgeFeatureFirstPhase))
+	p.ok(PurgeHeartbeat{Node: "n3", Slots: 2}) // an older binary
+	assert.False(t, PurgeFeaturesEverywhere(nodes(), PurgeFeatureFirstPhase))
+	p.ok(PurgeHeartbeat{Node: "n3", Slots: 2, Features: PurgeFeatureFirstPhase}) // upgraded
+	assert.True(t, PurgeFeaturesEverywhere(nodes(), PurgeFeatureFirstPhase))
 }

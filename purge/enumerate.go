@@ -97,6 +97,9 @@ func ReadMetadata(ctx context.Context, rd Reader, metadataLocation string) (tabl
 	if err != nil {
 		return nil, err
 	}
+	if raw, err = storage.Ungzipped(raw); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, metadataLocation, err)
+	}
 	meta, err := table.ParseMetadataBytes(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorruptMetadata, metadataLocation, err)

@@ -1,6 +1,8 @@
 package purge
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,13 +25,22 @@ import (
 // firstPhaseMetadata is a v2 metadata file at location with the given
 // snapshots' manifest lists, statistics files and previous metadata files.
 func firstPhaseMetadata(location string, lists, stats, previous []string) string {
-	var snaps, st, log []string
+	return firstPhaseMetadataWith(location, lists, stats, nil, previous)
+}
+
+// firstPhaseMetadataWith is firstPhaseMetadata with partition statistics
+// files too.
+func firstPhaseMetadataWith(location string, lists, stats, partStats, previous []string) string {
+	var snaps, st, pst, log []string
 	for i, l := range lists {
 		snaps = append(snaps, fmt.Sprintf(`{"snapshot-id": %d, "sequence-number": %d, "timestamp-ms": 1700000000000,
 			"manifest-list": %q, "summary": {"operation": "append"}, "schema-id": 0}`, i+1, i+1, l))
 	}
 	for i, s := range stats {
 		st = append(st, fmt.Sprintf(`{"snapshot-id": %d, "statistics-path": %q, "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1, "blob-metadata": []}`, i+1, s))
+	}
+	for i, s := range partStats {
+		pst = append(pst, fmt.Sprintf(`{"snapshot-id": %d, "statistics-path": %q, "file-size-in-bytes": 1}`, i+1, s))
 	}
 	for _, p := range previous {
 		log = append(log, fmt.Sprintf(`{"metadata-file": %q, "timestamp-ms": 1700000000000}`, p))
@@ -56,8 +67,9 @@ func firstPhaseMetadata(location string, lists, stats, previous []string) string
 		%s
 		"snapshots": [%s],
 		"statistics": [%s],
+		"partition-statistics": [%s],
 		"metadata-log": [%s]
-	}`, location, len(lists), current, strings.Join(snaps, ","), strings.Join(st, ","), strings.Join(log, ","))
+	}`, location, len(lists), current, strings.Join(snaps, ","), strings.Join(st, ","), strings.Join(pst, ","), strings.Join(log, ","))
 }
 
 // FirstPhase never answers later than the first phase a walk finds a
@@ -65,18 +77,19 @@ func firstPhaseMetadata(location string, lists, stats, previous []string) string
 func TestFirstPhaseIsNoLaterThanTheWalksFirstFile(t *testing.T) {
 	const loc = "file:///w/t"
 	cases := []struct {
-		name                  string
-		lists, stats, history []string
-		want                  int
+		name                             string
+		lists, stats, partStats, history []string
+		want                             int
 	}{
-		{"only the root", nil, nil, nil, PhaseRoot},
-		{"previous metadata files", nil, nil, []string{loc + "/metadata/0.json"}, PhaseMetadataLog},
-		{"statistics", nil, []string{loc + "/metadata/s.puffin"}, []string{loc + "/metadata/0.json"}, PhaseStatistics},
-		{"a snapshot", []string{loc + "/metadata/snap-1.avro"}, nil, nil, PhaseData},
+		{"only the root", nil, nil, nil, nil, PhaseRoot},
+		{"previous metadata files", nil, nil, nil, []string{loc + "/metadata/0.json"}, PhaseMetadataLog},
+		{"statistics", nil, []string{loc + "/metadata/s.puffin"}, nil, []string{loc + "/metadata/0.json"}, PhaseStatistics},
+		{"partition statistics", nil, nil, []string{loc + "/metadata/p.parquet"}, []string{loc + "/metadata/0.json"}, PhaseStatistics},
+		{"a snapshot", []string{loc + "/metadata/snap-1.avro"}, nil, nil, nil, PhaseData},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			meta, err := table.ParseMetadataBytes([]byte(firstPhaseMetadata(loc, tc.lists, tc.stats, tc.history)))
+			meta, err := table.ParseMetadataBytes([]byte(firstPhaseMetadataWith(loc, tc.lists, tc.stats, tc.partStats, tc.history)))
 			require.NoError(t, err)
 			got := FirstPhase(meta)
 			assert.Equal(t, tc.want, got)
@@ -182,4 +195,30 @@ func TestStampContradictedByTheRootIsIgnored(t *testing.T) {
 	assert.Equal(t, int64(2), job.Progress.Deleted)
 	assert.NoFileExists(t, strings.TrimPrefix(prev, "file://"), "the previous file the stamp missed")
 	assert.Contains(t, proposed, fsm.TypeReportPurgeProgress, "the root phase is recorded before its delete")
+}
+
+// The state machine bounds a job's first phase by the root's phase.
+func TestMaxFirstPhaseIsTheRoot(t *testing.T) {
+	assert.Equal(t, PhaseRoot, fsm.MaxPurgeFirstPhase)
+}
+
+// A gzipped root metadata file (as Java writes with
+// write.metadata.compression-codec=gzip) is read like a plain one.
+func TestGzippedRootMetadataIsPurged(t *testing.T) {
+	dir := filepath.ToSlash(t.TempDir())
+	loc := "file://" + dir + "/db/t"
+	prev := loc + "/metadata/00000-0190a0a0-0000-7000-8000-00000000000a.gz.metadata.json"
+	root := loc + "/metadata/00001-0190a0a0-0000-7000-8000-00000000000b.gz.metadata.json"
+	require.NoError(t, os.MkdirAll(dir+"/db/t/metadata", 0o755))
+	require.NoError(t, os.WriteFile(strings.TrimPrefix(prev, "file://"), []byte("{}"), 0o644))
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	_, err := zw.Write([]byte(firstPhaseMetadata(loc, nil, nil, []string{prev})))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	job, _ := runStamped(t, root, zb.String(), 0)
+	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
+	assert.Equal(t, int64(2), job.Progress.Deleted)
+	assert.NoFileExists(t, strings.TrimPrefix(prev, "file://"))
+	assert.NoFileExists(t, strings.TrimPrefix(root, "file://"))
 }

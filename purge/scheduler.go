@@ -222,17 +222,19 @@ func (sc *scheduler) tick(ctx context.Context) {
 		}
 		plan = append(plan, lease{claim: c, node: node})
 	}
-	refused := make([]bool, len(plan))
+	outcomes := make([]leaseOutcome, len(plan))
 	var wg sync.WaitGroup
 	for i, l := range plan {
 		wg.Go(func() {
-			refused[i] = !sc.assign(ctx, l.claim, l.node, nowMs)
+			outcomes[i] = sc.assign(ctx, l.claim, l.node, nowMs)
 		})
 	}
 	wg.Wait()
-	if slices.Contains(refused, true) && len(plan) < len(claims) {
-		// A lease refused left its slot free while claims remain: look
-		// again at once rather than at the next poll.
+	if slices.Contains(outcomes, leaseRefused) && len(plan) < len(claims) {
+		// A lease refused as stale left its slot free while claims
+		// remain: look again at once (this replica has applied the
+		// refusal, so the next read is fresh). A proposal that failed
+		// (no leader, shutting down) waits for the next poll instead.
 		s.Wake()
 	}
 
@@ -245,9 +247,18 @@ func (sc *scheduler) tick(ctx context.Context) {
 	}
 }
 
-// assign proposes one lease and reports whether it was granted. A refused
-// or failed proposal is logged; the job keeps its state.
-func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int64) bool {
+// leaseOutcome is what became of one proposed lease.
+type leaseOutcome int
+
+const (
+	leaseGranted leaseOutcome = iota
+	leaseRefused              // the job moved on since the read (stale)
+	leaseFailed               // no answer, or refused for another reason
+)
+
+// assign proposes one lease. A refused or failed proposal is logged; the
+// job keeps its state.
+func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int64) leaseOutcome {
 	s := sc.s
 	res, err := s.cfg.Store.Propose(ctx, fsm.AssignPurgeLease{
 		JobID: c.job.ID, Node: node, ExpectedToken: c.expected,
@@ -255,13 +266,14 @@ func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int
 	})
 	if err != nil {
 		s.log.Debug("purge lease not assigned", "job_id", c.job.ID, "node", node, "error", err)
-		return false
+		return leaseFailed
 	}
 	if rerr := res.Err(); rerr != nil {
-		if !errors.Is(rerr, fsm.ErrStaleLease) && !errors.Is(rerr, fsm.ErrNoSuchJob) {
-			s.log.Warn("purge lease refused", "job_id", c.job.ID, "node", node, "error", rerr)
+		if errors.Is(rerr, fsm.ErrStaleLease) || errors.Is(rerr, fsm.ErrNoSuchJob) {
+			return leaseRefused
 		}
-		return false // the job moved on since the read
+		s.log.Warn("purge lease refused", "job_id", c.job.ID, "node", node, "error", rerr)
+		return leaseFailed
 	}
 	if c.expected != 0 {
 		s.m.leases.WithLabelValues("reassigned").Inc()
@@ -271,7 +283,7 @@ func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int
 		s.m.leases.WithLabelValues("new").Inc()
 		s.log.Info("purge lease assigned", "job_id", c.job.ID, "table", c.job.Ident.String(), "node", node, "attempts", c.job.Attempts)
 	}
-	return true
+	return leaseGranted
 }
 
 // less orders assignment targets: followers before the leader (self), then

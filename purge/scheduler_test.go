@@ -432,3 +432,55 @@ func TestEndedRunNotRestarted(t *testing.T) {
 	assert.Empty(t, s.ended, "job-live's FAILED outcome and job-ended's are both applied")
 	s.mu.Unlock()
 }
+
+// leaseFault answers every lease proposal with a refusal as stale (stale)
+// or an error, without applying it; other commands pass through.
+type leaseFault struct {
+	*fsmStore
+	stale  bool
+	leases int
+}
+
+func (s *leaseFault) Propose(ctx context.Context, c fsm.Command) (fsm.Result, error) {
+	if _, ok := c.(fsm.AssignPurgeLease); ok {
+		s.mu.Lock()
+		s.leases++
+		s.mu.Unlock()
+		if s.stale {
+			return fsm.Result{Status: fsm.StatusStaleLease, Message: "stale"}, nil
+		}
+		return fsm.Result{}, fmt.Errorf("no leader")
+	}
+	return s.fsmStore.Propose(ctx, c)
+}
+
+// A tick proposes all its leases; when one is refused as stale and claims
+// remain, the scheduler looks again at once, but a proposal that failed
+// (no leader) waits for the next poll rather than spinning.
+func TestSchedulerWakesAgainOnlyAfterAStaleRefusal(t *testing.T) {
+	for _, stale := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stale=%v", stale), func(t *testing.T) {
+			st := &leaseFault{fsmStore: newFSMStore(t), stale: stale}
+			clock := time.Unix(1000, 0)
+			s := idleService(t, st, func() time.Time { return clock })
+			st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+			for i := range 6 {
+				ident := fsm.Ident{Namespace: []string{"db"}, Name: fmt.Sprintf("t%d", i)}
+				st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: ident, Location: "s3://b/" + ident.Name, MetadataLocation: "m", UUID: ident.Name}}})
+				st.must(t, fsm.DropTable{Ident: ident, Purge: true, Job: &fsm.PurgeJobSpec{ID: fmt.Sprintf("job-%d", i)}})
+			}
+			sc := &scheduler{s: s, start: clock, seen: map[string]observed{}, lastPrune: clock}
+			st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 2, AtMs: clock.UnixMilli()})
+			sc.tick(context.Background())
+			clock = clock.Add(100 * time.Millisecond)
+			st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 2, AtMs: clock.UnixMilli()})
+			for len(s.wake) > 0 {
+				<-s.wake // the first tick's
+			}
+			st.leases = 0
+			sc.tick(context.Background())
+			assert.Equal(t, 2, st.leases, "both free slots proposed in one tick")
+			assert.Equal(t, stale, len(s.wake) == 1, "a wake pending after the tick")
+		})
+	}
+}

@@ -48,7 +48,8 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	root := <-opened
 	start := time.Now()
 	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
-		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset)
+		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset,
+		"first_phase", PhaseName(job.FirstPhase))
 	jr := &jobRun{s: s, job: job, token: rn.token, log: log, progress: job.Progress,
 		committed: Checkpoint{Phase: job.Progress.Phase, Offset: job.Progress.Offset}, reportedPhase: job.Progress.Phase}
 	err = jr.run(ctx, root)
@@ -254,10 +255,14 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	r.objs, r.ctx = root.objs, ctx
 	meta, err := root.meta, root.metaErr
 	switch {
-	case errors.Is(err, storage.ErrNotFound) && max(r.job.Progress.Phase, r.job.FirstPhase) >= PhaseRoot:
+	case errors.Is(err, storage.ErrNotFound) && r.job.Progress.Phase >= PhaseRoot:
 		// An earlier run deleted the root metadata file (the last one)
 		// and stopped before recording the outcome: nothing is left.
-		// (With FirstPhase at the root, the root was its only file.)
+		return nil
+	case errors.Is(err, storage.ErrNotFound) && r.job.FirstPhase == PhaseRoot:
+		// The drop found the root to be the job's only file, so a run
+		// that deleted it had nothing else to delete.
+		r.log.Warn("purge: root metadata file already gone; the drop found it the table's only file", "metadata_location", r.job.MetadataLocation)
 		return nil
 	case errors.Is(err, storage.ErrNotFound):
 		return fmt.Errorf("%w: metadata file %s is missing, so the table's files cannot be found", errPermanent, r.job.MetadataLocation)

@@ -105,10 +105,13 @@ type PurgeJobView struct {
 	LastError        string            `json:"last-error,omitempty"`
 	Lease            *fsm.PurgeLease   `json:"lease,omitempty"`
 	Progress         fsm.PurgeProgress `json:"progress"`
-	NotBeforeMs      int64             `json:"not-before-ms,omitempty"`
-	DroppedBy        string            `json:"dropped-by"`
-	CreatedMs        int64             `json:"created-ms"`
-	UpdatedMs        int64             `json:"updated-ms"`
+	// FirstPhase is the first purge phase with a file, as the drop found
+	// it (0: not judged); a run starts there.
+	FirstPhase  int    `json:"first-phase,omitempty"`
+	NotBeforeMs int64  `json:"not-before-ms,omitempty"`
+	DroppedBy   string `json:"dropped-by"`
+	CreatedMs   int64  `json:"created-ms"`
+	UpdatedMs   int64  `json:"updated-ms"`
 }
 
 // redacted lists FileIO property name fragments whose values are secrets.
@@ -130,7 +133,7 @@ func viewOf(j fsm.PurgeJob) PurgeJobView {
 		ID: j.ID, Warehouse: j.Warehouse, WarehouseName: whName, Namespace: ns, Table: j.Ident.Name, TableUUID: j.TableUUID,
 		Location: j.Location, MetadataLocation: j.MetadataLocation, FileIO: props, State: string(j.State),
 		Released: j.Released, ReleasedBy: j.ReleasedBy, Attempts: j.Attempts, LastError: j.LastError, Lease: j.Lease,
-		Progress: j.Progress, NotBeforeMs: j.NotBeforeMs, DroppedBy: j.DroppedBy, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
+		Progress: j.Progress, FirstPhase: j.FirstPhase, NotBeforeMs: j.NotBeforeMs, DroppedBy: j.DroppedBy, CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
 	}
 }
 
