@@ -145,6 +145,14 @@ type PurgeNode struct {
 	Features uint64 `json:"features,omitempty"`
 }
 
+// MaxPurgeFirstPhase bounds a purge job's first phase (PurgeJobSpec's
+// FirstPhase): the last phase of a purge, the root metadata file's
+// (purge.PhaseRoot; purge's tests hold the two equal). It is part of the
+// log's meaning: a stamp beyond it is ignored, never refused, so that a
+// later release adding a phase cannot make replicas disagree about a drop;
+// such a release announces a new feature bit instead.
+const MaxPurgeFirstPhase = 5
+
 // Purge features a node announces in its heartbeats, so that a change
 // whose entries an older binary would apply differently is used only once
 // every node has it.
@@ -490,7 +498,7 @@ func newPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64, index uint64) Pur
 		CreatedMs:        atMs,
 		UpdatedMs:        atMs,
 	}
-	if spec.FirstPhase > 0 && spec.FirstPhaseOf != "" && spec.FirstPhaseOf == dropped.MetadataLocation {
+	if spec.FirstPhase > 0 && spec.FirstPhase <= MaxPurgeFirstPhase && spec.FirstPhaseOf != "" && spec.FirstPhaseOf == dropped.MetadataLocation {
 		j.FirstPhase = spec.FirstPhase
 	}
 	if spec.LeaseNode != "" {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -532,7 +533,7 @@ func TestPurgeWorkWakes(t *testing.T) {
 
 // A job takes the proposer's first phase only when the dropped table is
 // still at the metadata file the proposer judged it from; a first phase
-// out of range is refused and nothing is dropped.
+// out of range is ignored, and the drop applies.
 func TestPurgeJobTakesTheFirstPhaseOfItsOwnFile(t *testing.T) {
 	p := newPurgeFSM(t)
 	p.ok(tableAt("t1", "s3://b/wh/a/t1"))
@@ -548,13 +549,14 @@ func TestPurgeJobTakesTheFirstPhaseOfItsOwnFile(t *testing.T) {
 	p.ok(d)
 	assert.Equal(t, 0, p.job("job-2").FirstPhase, "judged from another file: a commit came between")
 
-	p.ok(tableAt("t3", "s3://b/wh/a/t3"))
-	for _, bad := range []int{-1, MaxPurgeFirstPhase + 1} {
-		d = purgeDrop("t3", "job-3")
-		d.Job.FirstPhase, d.Job.FirstPhaseOf = bad, "s3://b/wh/a/t3/metadata/00000.metadata.json"
-		assert.Equal(t, StatusInvalid, p.apply(d).Status, "first phase %d", bad)
+	for i, bad := range []int{-1, MaxPurgeFirstPhase + 1} {
+		name, job := fmt.Sprintf("t%d", 3+i), fmt.Sprintf("job-%d", 3+i)
+		p.ok(tableAt(name, "s3://b/wh/a/"+name))
+		d = purgeDrop(name, job)
+		d.Job.FirstPhase, d.Job.FirstPhaseOf = bad, "s3://b/wh/a/"+name+"/metadata/00000.metadata.json"
+		p.ok(d)
+		assert.Equal(t, 0, p.job(job).FirstPhase, "first phase %d", bad)
 	}
-	assert.Len(t, p.jobs(PurgeJobFilter{}), 2, "t3 is not dropped")
 }
 
 // A heartbeat's features are kept in the node's row; a feature is

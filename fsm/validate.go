@@ -18,11 +18,6 @@ const (
 	maxIDBytes = 1 << 10
 )
 
-// MaxPurgeFirstPhase bounds a purge job's first phase (PurgeJobSpec's
-// FirstPhase): the last phase of a purge, the root metadata file's
-// (purge.PhaseRoot; purge's tests hold the two equal). The state machine
-// does not otherwise interpret phases.
-const MaxPurgeFirstPhase = 5
 
 // checker is implemented by commands that can be refused as malformed
 // before they are applied.
@@ -94,12 +89,6 @@ func (c DropTable) check() (Result, bool) {
 	}
 	if c.Job != nil && len(c.Job.ID) > maxIDBytes {
 		return invalid("purge job id is %d bytes long, the limit is %d", len(c.Job.ID), maxIDBytes)
-	}
-	if c.Job != nil && (c.Job.FirstPhase < 0 || c.Job.FirstPhase > MaxPurgeFirstPhase) {
-		return invalid("purge job first phase %d is outside 0..%d", c.Job.FirstPhase, MaxPurgeFirstPhase)
-	}
-	if c.Job != nil && len(c.Job.FirstPhaseOf) > maxLocationBytes {
-		return invalid("purge job first-phase-of is over %d bytes", maxLocationBytes)
 	}
 	return Result{}, false
 }

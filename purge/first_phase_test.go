@@ -222,3 +222,18 @@ func TestGzippedRootMetadataIsPurged(t *testing.T) {
 	assert.NoFileExists(t, strings.TrimPrefix(prev, "file://"))
 	assert.NoFileExists(t, strings.TrimPrefix(root, "file://"))
 }
+
+// Only a root-phase stamp makes a missing root a finished job: under an
+// earlier stamp, or none, the root was not the only file and its loss
+// fails the job.
+func TestMissingRootFailsUnlessStampedAtTheRoot(t *testing.T) {
+	for _, first := range []int{0, PhaseMetadataLog} {
+		t.Run(PhaseName(first), func(t *testing.T) {
+			dir := filepath.ToSlash(t.TempDir())
+			root := "file://" + dir + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
+			job, _ := runStamped(t, root, "", first)
+			assert.Equal(t, fsm.JobFailed, job.State)
+			assert.Contains(t, job.LastError, "is missing")
+		})
+	}
+}

@@ -118,6 +118,10 @@ Flags:
 			to, filepath.Join(to, "floe.backup"))
 		return backupExitUsage
 	}
+	if fi, err := os.Stat(filepath.Dir(to)); err != nil || !fi.IsDir() {
+		fmt.Fprintf(stderr, "floe backup: cannot write %s: %s is not a directory\n", to, filepath.Dir(to))
+		return backupExitFailed
+	}
 	if node == "" {
 		node = os.Getenv("FLOE_NODE")
 	}

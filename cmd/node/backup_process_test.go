@@ -371,12 +371,17 @@ func TestBackupCommandUsage(t *testing.T) {
 		code, _, stderr := runFloe(t, bin, args...)
 		assert.Equal(t, 2, code, "floe %s: %s", strings.Join(args, " "), stderr)
 	}
+	_, _, stderr := runFloe(t, bin, "backup", "--to", t.TempDir())
+	assert.Contains(t, stderr, "names a directory")
+	code, _, stderr := runFloe(t, bin, "backup", "--to", filepath.Join(t.TempDir(), "missing", "x.backup"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "is not a directory")
 	code, stdout, _ := runFloe(t, bin, "backup", "--help")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stdout, "--to")
 	// A node that is not there: failure, and no file.
 	file := filepath.Join(t.TempDir(), "none.backup")
-	code, _, stderr := runFloe(t, bin, "backup", "--node", "http://"+freeAddr(t), "--to", file, "--timeout", "2s")
+	code, _, stderr = runFloe(t, bin, "backup", "--node", "http://"+freeAddr(t), "--to", file, "--timeout", "2s")
 	assert.Equal(t, 1, code, stderr)
 	_, err := os.Stat(file)
 	assert.True(t, errors.Is(err, os.ErrNotExist))

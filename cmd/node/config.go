@@ -252,7 +252,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.PurgeDeleteBatchSize, "purge-delete-batch-size", purge.DefaultDeleteBatchSize, "files per bulk delete (one S3 DeleteObjects request), 1 to 1000")
 	fs.DurationVar(&c.PurgeHeartbeatTimeout, "purge-heartbeat-timeout", purge.DefaultHeartbeatTimeout, "silence after which the leader reassigns a node's purge jobs (nodes heartbeat every third of it)")
 	fs.IntVar(&c.PurgeMaxAttempts, "purge-max-attempts", purge.DefaultMaxAttempts, "failed runs after which a purge job is FAILED")
-	fs.DurationVar(&c.PurgeRetention, "purge-retention", purge.DefaultRetention, "how long SUCCEEDED and released FAILED purge jobs are kept")
+	fs.DurationVar(&c.PurgeRetention, "purge-retention", purge.DefaultRetention, "how long SUCCEEDED and released FAILED purge jobs, and silent nodes' purge heartbeats, are kept; at least 3 × --purge-heartbeat-timeout")
 	fs.BoolVar(&c.Idempotency, "idempotency", true, "honour the Idempotency-Key header on mutations (--idempotency=false turns it off)")
 	fs.StringVar(&c.IdempotencyLifetime, "idempotency-lifetime", "PT30M", "how long an Idempotency-Key is honoured, as an ISO-8601 duration")
 	return fs
@@ -520,8 +520,10 @@ func (c *config) validate() error {
 	if c.PurgeHeartbeatTimeout < 100*time.Millisecond {
 		return usagef("--purge-heartbeat-timeout %s: want at least 100ms", c.PurgeHeartbeatTimeout)
 	}
-	if c.PurgeRetention <= 0 {
-		return usagef("--purge-retention must be positive")
+	if c.PurgeRetention < 3*c.PurgeHeartbeatTimeout {
+		// The prune drops heartbeat rows older than the retention too; a
+		// live node's row must never be among them.
+		return usagef("--purge-retention %s: want at least 3 × --purge-heartbeat-timeout (%s)", c.PurgeRetention, 3*c.PurgeHeartbeatTimeout)
 	}
 	if c.idempotencyLifetime, err = idempotency.ParseLifetime(c.IdempotencyLifetime); err != nil {
 		return usagef("--idempotency-lifetime: %v", err)

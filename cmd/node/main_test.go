@@ -332,6 +332,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--raft-heartbeat-timeout=10ms"}, want: "--raft-heartbeat-timeout"},
 		{args: []string{"--raft-heartbeat-timeout=2m"}, want: "--raft-heartbeat-timeout"},
 		{args: []string{"--purge-retention=0s"}, want: "--purge-retention"},
+		{args: []string{"--purge-retention=20s", "--purge-heartbeat-timeout=10s"}, want: "at least 3 × --purge-heartbeat-timeout"},
 		{args: []string{"--idempotency-lifetime=30m"}, want: "--idempotency-lifetime"},
 		{args: []string{"--idempotency-lifetime=PT0S"}, want: "--idempotency-lifetime"},
 		{env: []string{"FLOE_IDEMPOTENCY=maybe"}, want: `invalid value "maybe" for FLOE_IDEMPOTENCY`},

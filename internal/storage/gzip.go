@@ -7,23 +7,37 @@ import (
 	"io"
 )
 
+// MaxUngzippedBytes bounds what Ungzipped inflates: gzip expands up to
+// about 1000:1, and a table metadata file is a JSON document far below
+// this (tables with tens of thousands of snapshots stay within tens of
+// MiB).
+const MaxUngzippedBytes = 1 << 30
+
 // Ungzipped returns raw decompressed when it is a gzip stream (it starts
 // with gzip's magic bytes), else raw itself. Iceberg writers may gzip a
 // table metadata file (write.metadata.compression-codec=gzip, named
 // *.gz.metadata.json or, by older Java releases, *.metadata.json.gz);
 // readers tell by the content, as Java's TableMetadataParser does by name.
-// An error means the stream is corrupt.
+// An error means the stream is corrupt or inflates beyond
+// MaxUngzippedBytes.
 func Ungzipped(raw []byte) ([]byte, error) {
+	return ungzipped(raw, MaxUngzippedBytes)
+}
+
+func ungzipped(raw []byte, limit int64) ([]byte, error) {
 	if len(raw) < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
 		return raw, nil
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("gzip: %w", err)
+		return nil, err
 	}
-	out, err := io.ReadAll(zr)
+	out, err := io.ReadAll(io.LimitReader(zr, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("gzip: %w", err)
+		return nil, err
+	}
+	if int64(len(out)) > limit {
+		return nil, fmt.Errorf("gzip stream inflates beyond %d bytes", limit)
 	}
 	return out, nil
 }
