@@ -18,7 +18,6 @@ const (
 	maxIDBytes = 1 << 10
 )
 
-
 // checker is implemented by commands that can be refused as malformed
 // before they are applied.
 type checker interface {
