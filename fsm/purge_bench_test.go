@@ -8,6 +8,37 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// benchFSM opens a state machine for one benchmark, holding namespace
+// nsA, and returns it, a function applying commands as one batch of
+// entries (failing the benchmark on any refusal), and the last index.
+func benchFSM(b *testing.B) (*FSM, func([]Command), *uint64) {
+	b.Helper()
+	f, err := Open(filepath.Join(b.TempDir(), "fsm.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	index := new(uint64)
+	apply := func(cmds []Command) {
+		logs := make([]*raft.Log, len(cmds))
+		for i, c := range cmds {
+			data, err := Encode(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			*index++
+			logs[i] = &raft.Log{Index: *index, Term: 1, Type: raft.LogCommand, Data: data}
+		}
+		for i, r := range f.ApplyBatch(logs) {
+			if res, ok := r.(Result); !ok || res.Err() != nil {
+				b.Fatalf("entry %d: %v", i, r)
+			}
+		}
+	}
+	apply([]Command{CreateNamespace{Namespace: nsA}})
+	return f, apply, index
+}
+
 // BenchmarkDuePendingJobs is the scheduler's read after a mass failure:
 // 10,000 PENDING jobs in backoff ahead of 8 due ones, and a read of the
 // first 4 due. summaries: the state index carries each job's summary and
@@ -18,29 +49,7 @@ import (
 //	go test -run '^$' -bench BenchmarkDuePendingJobs ./fsm
 func BenchmarkDuePendingJobs(b *testing.B) {
 	const backoff, due = 10_000, 8
-	f, err := Open(filepath.Join(b.TempDir(), "fsm.db"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	var index uint64
-	apply := func(cmds []Command) {
-		logs := make([]*raft.Log, len(cmds))
-		for i, c := range cmds {
-			data, err := Encode(c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			index++
-			logs[i] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
-		}
-		for i, r := range f.ApplyBatch(logs) {
-			if res, ok := r.(Result); !ok || res.Err() != nil {
-				b.Fatalf("entry %d: %v", i, r)
-			}
-		}
-	}
-	apply([]Command{CreateNamespace{Namespace: nsA}})
+	f, apply, index := benchFSM(b)
 	for start := 0; start < backoff+due; start += 500 {
 		var drops, leases []Command
 		n := min(500, backoff+due-start)
@@ -55,7 +64,7 @@ func BenchmarkDuePendingJobs(b *testing.B) {
 		if len(leases) == 0 {
 			continue
 		}
-		first := index + 1
+		first := *index + 1
 		apply(leases)
 		var fails []Command
 		for k, l := range leases {

@@ -5,16 +5,13 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/apache/iceberg-go/table"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -113,44 +110,15 @@ func (noReader) Read(context.Context, string) ([]byte, error) { return nil, stor
 // node and returns the finished job and the commands proposed after the drop.
 func runStamped(t *testing.T, root, body string, first int) (fsm.PurgeJob, []fsm.CommandType) {
 	t.Helper()
-	open := func(name string) *fsm.FSM {
-		f, err := fsm.Open(filepath.Join(t.TempDir(), name), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
-	st := &laggingStore{cur: open("cur.db"), lag: open("lag.db")}
 	if body != "" {
 		require.NoError(t, os.MkdirAll(filepath.Dir(strings.TrimPrefix(root, "file://")), 0o755))
 		require.NoError(t, os.WriteFile(strings.TrimPrefix(root, "file://"), []byte(body), 0o644))
 	}
-	loc := root[:strings.Index(root, "/metadata/")]
-	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
-	require.NoError(t, st.apply(t, fsm.CreateNamespace{Namespace: []string{"db"}}, true).Err())
-	require.NoError(t, st.apply(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: loc, MetadataLocation: root, UUID: "u"}}}, true).Err())
-	require.NoError(t, st.apply(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job", LeaseNode: "n1",
-		FirstPhase: first, FirstPhaseOf: root}}, true).Err())
+	st := newLaggingStore(t, root, first)
 	st.mu.Lock()
 	st.proposed = nil
 	st.mu.Unlock()
-
-	objs, err := storage.New(storage.Config{})
-	require.NoError(t, err)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), PollInterval: 20 * time.Millisecond,
-		Storage: func(map[string]string) (Objects, error) { return objs, nil }})
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(s.Stop)
-	var job fsm.PurgeJob
-	require.Eventually(t, func() bool {
-		require.NoError(t, st.Read(context.Background(), func(r *fsm.Reader) error {
-			job, _ = r.PurgeJob("job")
-			return nil
-		}))
-		return job.State.Terminal()
-	}, 10*time.Second, 10*time.Millisecond)
-	s.Stop()
+	job := runToEnd(t, st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return job, slices.Clone(st.proposed)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,52 @@ func (s *laggingStore) Read(_ context.Context, fn func(*fsm.Reader) error) error
 }
 func (s *laggingStore) StaleRead(fn func(*fsm.Reader) error) error { return s.lag.View(fn) }
 
+// newLaggingStore opens its two state machines for one test, and applies
+// to both a table db.t at the file root whose drop with purge adds the
+// job "job", leased to n1 (as a synchronous drop does) and stamped with
+// first as judged from root.
+func newLaggingStore(t *testing.T, root string, first int) *laggingStore {
+	t.Helper()
+	open := func(name string) *fsm.FSM {
+		f, err := fsm.Open(filepath.Join(t.TempDir(), name), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	st := &laggingStore{cur: open("cur.db"), lag: open("lag.db")}
+	loc := root[:strings.Index(root, "/metadata/")]
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	require.NoError(t, st.apply(t, fsm.CreateNamespace{Namespace: []string{"db"}}, true).Err())
+	require.NoError(t, st.apply(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: loc, MetadataLocation: root, UUID: "u"}}}, true).Err())
+	require.NoError(t, st.apply(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job", LeaseNode: "n1",
+		FirstPhase: first, FirstPhaseOf: root}}, true).Err())
+	return st
+}
+
+// runToEnd runs a purge service on n1 over st, with local storage, until
+// the job "job" is SUCCEEDED or FAILED, and returns it.
+func runToEnd(t *testing.T, st *laggingStore) fsm.PurgeJob {
+	t.Helper()
+	objs, err := storage.New(storage.Config{})
+	require.NoError(t, err)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), PollInterval: 20 * time.Millisecond,
+		Storage: func(map[string]string) (Objects, error) { return objs, nil }})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Stop)
+	var job fsm.PurgeJob
+	require.Eventually(t, func() bool {
+		require.NoError(t, st.Read(context.Background(), func(r *fsm.Reader) error {
+			job, _ = r.PurgeJob("job")
+			return nil
+		}))
+		return job.State.Terminal()
+	}, 10*time.Second, 10*time.Millisecond)
+	s.Stop()
+	return job
+}
+
 // TestRestartedNodeResumesFromTheCommittedCheckpoint reproduces the fault
 // harness's "metadata file … is missing" FAILED job whose files were all
 // gone: a node ran a job into the root phase (recorded), deleted the root
@@ -69,42 +116,15 @@ func (s *laggingStore) StaleRead(fn func(*fsm.Reader) error) error { return s.la
 // the missing root looked like lost metadata and the job went FAILED. The
 // run must start from the committed checkpoint (a linearizable read).
 func TestRestartedNodeResumesFromTheCommittedCheckpoint(t *testing.T) {
-	open := func(name string) *fsm.FSM {
-		f, err := fsm.Open(filepath.Join(t.TempDir(), name), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { f.Close() })
-		return f
-	}
-	st := &laggingStore{cur: open("cur.db"), lag: open("lag.db")}
 	dir := t.TempDir()
-	loc := "file://" + filepath.ToSlash(dir) + "/db/t"
-	root := loc + "/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json" // already deleted
-	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
-	require.NoError(t, st.apply(t, fsm.CreateNamespace{Namespace: []string{"db"}}, true).Err())
-	require.NoError(t, st.apply(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: loc, MetadataLocation: root, UUID: "u"}}}, true).Err())
-	require.NoError(t, st.apply(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job", LeaseNode: "n1"}}, true).Err())
+	root := "file://" + filepath.ToSlash(dir) + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json" // already deleted
+	st := newLaggingStore(t, root, 0)
 	token := st.i
 	// The previous incarnation recorded the root phase (then deleted the
 	// root); the local replica has not applied that entry yet.
 	require.NoError(t, st.apply(t, fsm.ReportPurgeProgress{JobID: "job", Token: token, Progress: fsm.PurgeProgress{Phase: PhaseRoot, Deleted: 7}}, false).Err())
 
-	objs, err := storage.New(storage.Config{})
-	require.NoError(t, err)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), PollInterval: 20 * time.Millisecond,
-		Storage: func(map[string]string) (Objects, error) { return objs, nil }})
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(s.Stop)
-
-	var job fsm.PurgeJob
-	require.Eventually(t, func() bool {
-		require.NoError(t, st.Read(context.Background(), func(r *fsm.Reader) error {
-			job, _ = r.PurgeJob("job")
-			return nil
-		}))
-		return job.State == fsm.JobSucceeded || job.State == fsm.JobFailed
-	}, 10*time.Second, 10*time.Millisecond)
+	job := runToEnd(t, st)
 	assert.Equal(t, fsm.JobSucceeded, job.State, "last error: %s", job.LastError)
 	assert.Empty(t, job.LastError)
 	assert.Equal(t, 0, job.Attempts)
