@@ -346,7 +346,7 @@ func (r *SuiteReport) dropsSection(w func(string, ...any), d *DropsBench) {
 			}
 			w(".")
 			writeEntriesPerPurge(w, d)
-			w(" Each node runs 2 jobs at a time (`--purge-worker-threads`), and the leader runs its own only when the followers are full. A job, however small, is several round trips to the leader: its lease (proposed by the leader's scheduler, which the end of each run wakes, together with the other leases it has to hand out), the linearizable re-read of the job when its run starts, the guard read before its deletes (with the record of each phase after the first; the drop stamps the first from the leader's cached metadata, and these empty tables' root file is their only file), and its finish; more worker slots multiply the rate, at the cost of more CPU taken from the drops and commits while the queue drains.\n\n")
+			w(" Each node runs 2 jobs at a time (`--purge-worker-threads`), and the leader runs its own only when the followers are full. A job, however small, is several round trips to the leader: its lease (proposed by the leader's scheduler, which the end of each run wakes, together with the other leases it has to hand out), the linearizable re-read of the job when its run starts, the guard read before its deletes with the record of its phase (an empty table's only file is its root; the record is skipped when the drop stamped the job's first phase, which the node that takes the drop does only for tables whose metadata it has cached, and the leader's cache holds fewer tables than are dropped here, the first dropped evicted first), and its finish; more worker slots multiply the rate, at the cost of more CPU taken from the drops and commits while the queue drains.\n\n")
 		}
 	}
 }
