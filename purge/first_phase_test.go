@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,56 +17,6 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/storage"
 )
-
-// firstPhaseMetadata is a v2 metadata file at location with the given
-// snapshots' manifest lists, statistics files and previous metadata files.
-func firstPhaseMetadata(location string, lists, stats, previous []string) string {
-	return firstPhaseMetadataWith(location, lists, stats, nil, previous)
-}
-
-// firstPhaseMetadataWith is firstPhaseMetadata with partition statistics
-// files too.
-func firstPhaseMetadataWith(location string, lists, stats, partStats, previous []string) string {
-	var snaps, st, pst, log []string
-	for i, l := range lists {
-		snaps = append(snaps, fmt.Sprintf(`{"snapshot-id": %d, "sequence-number": %d, "timestamp-ms": 1700000000000,
-			"manifest-list": %q, "summary": {"operation": "append"}, "schema-id": 0}`, i+1, i+1, l))
-	}
-	for i, s := range stats {
-		st = append(st, fmt.Sprintf(`{"snapshot-id": %d, "statistics-path": %q, "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1, "blob-metadata": []}`, i+1, s))
-	}
-	for i, s := range partStats {
-		pst = append(pst, fmt.Sprintf(`{"snapshot-id": %d, "statistics-path": %q, "file-size-in-bytes": 1}`, i+1, s))
-	}
-	for _, p := range previous {
-		log = append(log, fmt.Sprintf(`{"metadata-file": %q, "timestamp-ms": 1700000000000}`, p))
-	}
-	current := ""
-	if len(lists) > 0 {
-		current = fmt.Sprintf(`"current-snapshot-id": %d,`, len(lists))
-	}
-	return fmt.Sprintf(`{
-		"format-version": 2,
-		"table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
-		"location": %q,
-		"last-sequence-number": %d,
-		"last-updated-ms": 1700000000000,
-		"last-column-id": 1,
-		"current-schema-id": 0,
-		"schemas": [{"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]}],
-		"default-spec-id": 0,
-		"partition-specs": [{"spec-id": 0, "fields": []}],
-		"last-partition-id": 999,
-		"default-sort-order-id": 0,
-		"sort-orders": [{"order-id": 0, "fields": []}],
-		"properties": {},
-		%s
-		"snapshots": [%s],
-		"statistics": [%s],
-		"partition-statistics": [%s],
-		"metadata-log": [%s]
-	}`, location, len(lists), current, strings.Join(snaps, ","), strings.Join(st, ","), strings.Join(pst, ","), strings.Join(log, ","))
-}
 
 // FirstPhase never answers later than the first phase a walk finds a
 // file in: a job stamped with it skips only empty phases.
@@ -86,7 +35,7 @@ func TestFirstPhaseIsNoLaterThanTheWalksFirstFile(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			meta, err := table.ParseMetadataBytes([]byte(firstPhaseMetadataWith(loc, tc.lists, tc.stats, tc.partStats, tc.history)))
+			meta, err := table.ParseMetadataBytes([]byte(FixtureMetadata{Location: loc, Lists: tc.lists, Stats: tc.stats, PartStats: tc.partStats, Previous: tc.history}.JSON()))
 			require.NoError(t, err)
 			got := FirstPhase(meta)
 			assert.Equal(t, tc.want, got)
@@ -130,7 +79,7 @@ func runStamped(t *testing.T, root, body string, first int) (fsm.PurgeJob, []fsm
 func TestJobStampedAtTheRootRecordsNoPhase(t *testing.T) {
 	dir := filepath.ToSlash(t.TempDir())
 	root := "file://" + dir + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
-	job, proposed := runStamped(t, root, firstPhaseMetadata("file://"+dir+"/db/t", nil, nil, nil), PhaseRoot)
+	job, proposed := runStamped(t, root, FixtureMetadata{Location: "file://" + dir + "/db/t"}.JSON(), PhaseRoot)
 	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
 	assert.Equal(t, PhaseRoot, job.FirstPhase)
 	assert.Equal(t, int64(1), job.Progress.Deleted)
@@ -158,7 +107,7 @@ func TestStampContradictedByTheRootIsIgnored(t *testing.T) {
 	root := loc + "/metadata/00001-0190a0a0-0000-7000-8000-00000000000b.metadata.json"
 	require.NoError(t, os.MkdirAll(dir+"/db/t/metadata", 0o755))
 	require.NoError(t, os.WriteFile(strings.TrimPrefix(prev, "file://"), []byte("{}"), 0o644))
-	job, proposed := runStamped(t, root, firstPhaseMetadata(loc, nil, nil, []string{prev}), PhaseRoot)
+	job, proposed := runStamped(t, root, FixtureMetadata{Location: loc, Previous: []string{prev}}.JSON(), PhaseRoot)
 	assert.Equal(t, fsm.JobSucceeded, job.State, job.LastError)
 	assert.Equal(t, int64(2), job.Progress.Deleted)
 	assert.NoFileExists(t, strings.TrimPrefix(prev, "file://"), "the previous file the stamp missed")
@@ -181,7 +130,7 @@ func TestGzippedRootMetadataIsPurged(t *testing.T) {
 	require.NoError(t, os.WriteFile(strings.TrimPrefix(prev, "file://"), []byte("{}"), 0o644))
 	var zb bytes.Buffer
 	zw := gzip.NewWriter(&zb)
-	_, err := zw.Write([]byte(firstPhaseMetadata(loc, nil, nil, []string{prev})))
+	_, err := zw.Write([]byte(FixtureMetadata{Location: loc, Previous: []string{prev}}.JSON()))
 	require.NoError(t, err)
 	require.NoError(t, zw.Close())
 	job, _ := runStamped(t, root, zb.String(), 0)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 
@@ -177,34 +176,7 @@ func writeManifestList(t testing.TB, store *memReader, uri string, snapID int64,
 // 1..n have the manifest lists named in lists, in order.
 func streamMetadata(t testing.TB, location string, props map[string]string, lists ...string) table.Metadata {
 	t.Helper()
-	var snaps []string
-	for i, l := range lists {
-		snaps = append(snaps, fmt.Sprintf(`{"snapshot-id": %d, "sequence-number": %d, "timestamp-ms": %d,
-			"manifest-list": %q, "summary": {"operation": "append"}, "schema-id": 0}`, i+1, i+1, 1700000000000+i, l))
-	}
-	var kv []string
-	for k, v := range props {
-		kv = append(kv, fmt.Sprintf("%q: %q", k, v))
-	}
-	raw := fmt.Sprintf(`{
-		"format-version": 2,
-		"table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
-		"location": %q,
-		"last-sequence-number": %d,
-		"last-updated-ms": 1700000000000,
-		"last-column-id": 1,
-		"current-schema-id": 0,
-		"schemas": [{"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]}],
-		"default-spec-id": 0,
-		"partition-specs": [{"spec-id": 0, "fields": []}],
-		"last-partition-id": 999,
-		"default-sort-order-id": 0,
-		"sort-orders": [{"order-id": 0, "fields": []}],
-		"properties": {%s},
-		"current-snapshot-id": %d,
-		"snapshots": [%s]
-	}`, location, len(lists), strings.Join(kv, ","), len(lists), strings.Join(snaps, ","))
-	meta, err := table.ParseMetadataBytes([]byte(raw))
+	meta, err := table.ParseMetadataBytes([]byte(purge.FixtureMetadata{Location: location, Props: props, Lists: lists}.JSON()))
 	require.NoError(t, err)
 	return meta
 }
