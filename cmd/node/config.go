@@ -310,6 +310,7 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 	}
 	onCommandLine := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	c.notices = append(c.notices, commandLineSecrets(onCommandLine, c.Warehouses)...)
 	vars := envMap(env)
 	path := c.Config
 	if !onCommandLine[configFlag] {
@@ -355,6 +356,28 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 		return c, file.annotate(err)
 	}
 	return c, nil
+}
+
+// commandLineSecrets warns when a secret was given on the command line,
+// where every user of the machine may read it (ps, /proc/PID/cmdline) and
+// shells keep it in their history.
+func commandLineSecrets(onCommandLine map[string]bool, warehouses string) []notice {
+	var secrets []string
+	for _, name := range secretFlags {
+		if onCommandLine[name] {
+			secrets = append(secrets, name)
+		}
+	}
+	if onCommandLine[warehousesFlag] && strings.Contains(warehouses, `"s3-secret-access-key"`) {
+		secrets = append(secrets, warehousesFlag)
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	return []notice{{
+		msg:   "secrets given on the command line can be read by every user of this machine: set them through the environment or a configuration file only their owner may read",
+		attrs: []any{"flags", secrets},
+	}}
 }
 
 // unwrapParse drops strconv's function-name prefix from a flag.Set error.

@@ -392,3 +392,37 @@ log-level: debug
 	assert.Contains(t, logs, "http_advertise="+advertise)
 	assert.FileExists(t, filepath.Join(dataDir, "raft.db"), "the environment wins over the file")
 }
+
+// TestSecretsOnCommandLineWarn: a secret given as a flag draws one warning
+// naming the flag, never the secret; from the environment it draws none.
+func TestSecretsOnCommandLineWarn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   []string
+		flags string
+	}{
+		{name: "root token flag", args: []string{"--auth=on", "--auth-root-token=" + testRootToken}, flags: "[auth-root-token]"},
+		{name: "s3 secret flag", args: []string{"--s3-access-key-id=AK", "--s3-secret-access-key=SKSECRET"}, flags: "[s3-secret-access-key]"},
+		{name: "warehouse secret flag", args: []string{`--warehouses={"w2":{"location":"file:///tmp/w2","s3-access-key-id":"AK","s3-secret-access-key":"SKSECRET"}}`}, flags: "[warehouses]"},
+		{name: "environment", args: []string{"--auth=on"}, env: []string{"FLOE_AUTH_ROOT_TOKEN=" + testRootToken, "FLOE_S3_ACCESS_KEY_ID=AK", "FLOE_S3_SECRET_ACCESS_KEY=SKSECRET"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseConfig(tc.args, tc.env, io.Discard)
+			require.NoError(t, err)
+			var logs bytes.Buffer
+			c.logNotices(newLogger(c, &logs))
+			if tc.flags == "" {
+				assert.Empty(t, logs.String())
+				return
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			require.Len(t, lines, 1, "one warning line")
+			assert.Contains(t, lines[0], "level=WARN")
+			assert.Contains(t, lines[0], "secrets given on the command line")
+			assert.Contains(t, lines[0], "flags="+tc.flags)
+			assert.NotContains(t, lines[0], testRootToken)
+			assert.NotContains(t, lines[0], "SKSECRET")
+		})
+	}
+}
