@@ -324,6 +324,34 @@ func TestAuthProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("a replayed keyed rotation names the key the first one added", func(t *testing.T) {
+		type rotated struct {
+			ID        string `json:"id"`
+			CreatedMs int64  `json:"created-ms"`
+		}
+		const key = "01937a5e-0000-7000-8000-0000000000a3"
+		var answers []rotated
+		for _, p := range []*clusterProc{n1, n2} {
+			code, out := c.call(t, p, testRootToken, "POST", "/management/v1/auth/keys/rotate", "", "Idempotency-Key", key)
+			require.Equal(t, http.StatusOK, code, "%s", out)
+			var a rotated
+			require.NoError(t, json.Unmarshal(out, &a))
+			answers = append(answers, a)
+		}
+		assert.Equal(t, answers[0], answers[1])
+		var keys struct {
+			Keys []struct {
+				ID string `json:"id"`
+			} `json:"keys"`
+		}
+		require.NoError(t, json.Unmarshal(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/keys", "", http.StatusOK), &keys))
+		var ids []string
+		for _, k := range keys.Keys {
+			ids = append(ids, k.ID)
+		}
+		assert.Contains(t, ids, answers[0].ID)
+	})
+
 	t.Run("a client id is never replaced, with or without an Idempotency-Key", func(t *testing.T) {
 		body := `{"id":"fixed-client","principal":"carol"}`
 		first := c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/clients", body, http.StatusCreated)

@@ -452,12 +452,38 @@ func RotateCommand(now time.Time, window time.Duration) (fsm.AddSigningKey, erro
 }
 
 func (a *authAPI) rotate(w http.ResponseWriter, r *http.Request) error {
+	hasKey := func(rd *fsm.Reader, id string) bool {
+		return slices.ContainsFunc(rd.SigningKeys(), func(k fsm.SigningKey) bool { return k.ID == id })
+	}
+	derived, err := a.keyedID(r, "signing-key", hasKey)
+	if err != nil {
+		return err
+	}
 	cmd, err := RotateCommand(a.now(), a.cfg.KeyWindow)
 	if err != nil {
 		return err
 	}
+	if derived.use {
+		cmd.Key.ID = derived.id
+	}
 	return a.run(w, r, "rotateSigningKey", nil, nil, cmd, func(replayed bool) error {
-		writeJSON(w, http.StatusOK, map[string]any{"id": cmd.Key.ID, "created-ms": cmd.Key.CreatedMs})
+		id, created := cmd.Key.ID, cmd.Key.CreatedMs
+		if replayed {
+			// The key the first request added, named by the id derived
+			// from the key: this request's own key was never added.
+			id, created = derived.id, 0
+			if err := a.read(r.Context(), func(rd *fsm.Reader) error {
+				for _, k := range rd.SigningKeys() {
+					if k.ID == derived.id {
+						created = k.CreatedMs
+					}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "created-ms": created})
 		return nil
 	})
 }
