@@ -19,6 +19,9 @@ const (
 	TypeKeyed            CommandType = 20
 	TypeRecordOutcome    CommandType = 21
 	TypePruneIdempotency CommandType = 22
+	// TypeReleaseClaim is ignorable: a replica that skips it keeps the
+	// claim until it expires, as binaries before it did.
+	TypeReleaseClaim CommandType = 23 | IgnorableFlag
 )
 
 // Idempotency buckets (see DESIGN.md, "Idempotency records"; values in
@@ -77,6 +80,7 @@ func init() {
 	register(TypeKeyed, registration{1, jsonCodec[Keyed](1), applyKeyed})
 	register(TypeRecordOutcome, registration{1, jsonCodec[RecordOutcome](1), applyRecordOutcome})
 	register(TypePruneIdempotency, registration{1, jsonCodec[PruneIdempotency](1), applyPruneIdempotency})
+	register(TypeReleaseClaim, registration{1, jsonCodec[ReleaseClaim](1), applyReleaseClaim})
 }
 
 // Binding ties a key to the request it was first used with: the operation,
@@ -225,6 +229,34 @@ type PruneIdempotency struct {
 	NowMs int64 `json:"now-ms"`
 	// Limit bounds the records deleted by one entry; 0 means 10000.
 	Limit int `json:"limit,omitempty"`
+}
+
+// ReleaseClaim removes the record under Key when it is the claim taken at
+// ClaimedAtMs for Binding (a record RecordOutcome stored with an OK result),
+// so that a retry may take the key at once. The change the claim guarded
+// failed, and running it again is harmless (package idempotency's Once).
+// Any other record under Key is left alone. Result.Count is 1 when the
+// claim was removed, else 0.
+type ReleaseClaim struct {
+	Key         string  `json:"key"`
+	Binding     Binding `json:"binding"`
+	ClaimedAtMs int64   `json:"claimed-at-ms"`
+}
+
+func (ReleaseClaim) Type() CommandType { return TypeReleaseClaim }
+
+func applyReleaseClaim(t *txn, c Command) Result {
+	cmd := c.(ReleaseClaim)
+	b := idemBucketsOf(t.tx)
+	rec, e, ok := b.find(cmd.Key)
+	if !ok || rec.CreatedMs != cmd.ClaimedAtMs || !rec.Binds(cmd.Binding) {
+		return Result{}
+	}
+	if res, ok := rec.Outcome(cmd.Binding); !ok || res.Status != StatusOK {
+		return Result{}
+	}
+	b.del(e)
+	return Result{Count: 1}
 }
 
 func (Keyed) Type() CommandType            { return TypeKeyed }

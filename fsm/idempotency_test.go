@@ -671,3 +671,55 @@ func TestIdempotencyRootsInterned(t *testing.T) {
 	require.NoError(t, one.Close())
 	assert.Equal(t, roots, check(mustOpen(t, filepath.Join(dir, "one.db"))))
 }
+
+// TestReleaseClaim: ReleaseClaim removes a claim only when it is the one
+// taken at ClaimedAtMs for the same binding, with an OK result; anything
+// else under the key stays. A key whose claim was removed can be claimed
+// again at once.
+func TestReleaseClaim(t *testing.T) {
+	f := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
+	var i uint64
+	apply := func(c Command) Result { i++; return result(t, f.Apply(entry(t, i, c))) }
+	live := func(key string) bool {
+		var ok bool
+		require.NoError(t, f.View(func(r *Reader) error {
+			var rec IdempotencyRecord
+			rec, ok = r.IdempotencyRecord(key)
+			ok = ok && rec.Live(150)
+			return nil
+		}))
+		return ok
+	}
+	b := Binding{Operation: "removeMember", Route: "b", Principal: "root", BodyDigest: "d1"}
+	other := b
+	other.Route = "c"
+	const claim = "membership-claim/0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6e"
+	require.True(t, apply(RecordOutcome{Key: claim, Binding: b, AtMs: 100, ExpiresMs: 200}).Recorded)
+
+	for _, tc := range []struct {
+		name string
+		cmd  ReleaseClaim
+	}{
+		{"another claim time", ReleaseClaim{Key: claim, Binding: b, ClaimedAtMs: 99}},
+		{"another binding", ReleaseClaim{Key: claim, Binding: other, ClaimedAtMs: 100}},
+		{"another key", ReleaseClaim{Key: claim + "x", Binding: b, ClaimedAtMs: 100}},
+	} {
+		assert.Zero(t, apply(tc.cmd).Count, tc.name)
+		assert.True(t, live(claim), "%s: the claim stays", tc.name)
+	}
+
+	// A recorded failure is an outcome, never a claim: it stays.
+	const failed = "0190f0a4-7b1c-7cc0-8d2e-1f2a3b4c5d6f"
+	apply(RecordOutcome{Key: failed, Binding: b, AtMs: 100, ExpiresMs: 200, Result: Result{Status: StatusNoSuchTable}})
+	assert.Zero(t, apply(ReleaseClaim{Key: failed, Binding: b, ClaimedAtMs: 100}).Count)
+	assert.True(t, live(failed))
+
+	assert.Equal(t, 1, apply(ReleaseClaim{Key: claim, Binding: b, ClaimedAtMs: 100}).Count)
+	assert.False(t, live(claim))
+	again := apply(RecordOutcome{Key: claim, Binding: b, AtMs: 120, ExpiresMs: 220})
+	assert.True(t, again.Recorded, "the key is free to claim again")
+	assert.False(t, again.Replayed)
+
+	// An invalid release is refused before it is applied.
+	assert.ErrorIs(t, apply(ReleaseClaim{Binding: b, ClaimedAtMs: 120}).Err(), ErrInvalidCommand)
+}

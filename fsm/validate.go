@@ -102,3 +102,4 @@ func (c RenameTable) check() (Result, bool) {
 func (c PurgeHeartbeat) check() (Result, bool) { return checkID("node id", c.Node) }
 func (c Keyed) check() (Result, bool)          { return checkID("Idempotency-Key", c.Key) }
 func (c RecordOutcome) check() (Result, bool)  { return checkID("Idempotency-Key", c.Key) }
+func (c ReleaseClaim) check() (Result, bool)   { return checkID("Idempotency-Key", c.Key) }

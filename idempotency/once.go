@@ -22,11 +22,12 @@ import (
 // request holding it gives the look-up and the change changeTimeout and the
 // outcome's record recordTimeout, whether or not its client is still there;
 // the rest of the lease absorbs clock skew between nodes (a lease's expiry
-// is judged by the clock of the node proposing the next claim). If the node
-// crashes after claiming, or the change fails, no outcome is stored:
-// waiting duplicates and retries take the claim over once it expired and
-// run the change again. Use Once only for changes for which that is
-// harmless.
+// is judged by the clock of the node proposing the next claim). If the
+// change fails, no outcome is stored and the claim is released
+// (fsm.ReleaseClaim): the next retry, or a waiting duplicate, runs the
+// change again at once. If the node crashes after claiming, waiting
+// duplicates and retries take the claim over once it expired and run the
+// change again. Use Once only for changes for which that is harmless.
 const (
 	changeTimeout = 20 * time.Second
 	recordTimeout = 5 * time.Second
@@ -71,8 +72,7 @@ func (k *Keys) lookup(ctx context.Context, key string) (keyState, error) {
 // the claim cannot be proposed (nothing ran), or when ctx ends while
 // another request holds the claim (the change may still happen; a retry
 // gets its outcome); the change's own error when this request ran it and it
-// failed (nothing is stored, and a retry runs the change again once the
-// claim expired).
+// failed (nothing is stored, and a retry runs the change again).
 func (k *Keys) Once(ctx context.Context, key *Key, change func(ctx context.Context) error) (replayed bool, err error) {
 	b := key.Binding
 	wait := pollMinInterval
@@ -140,11 +140,17 @@ func (k *Keys) runClaimed(ctx context.Context, key string, b fsm.Binding, at tim
 		}
 		return true, nil
 	}
-	if err := change(changeCtx); err != nil {
-		return false, err
-	}
 	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancelRecord()
+	if err := change(changeCtx); err != nil {
+		// Nothing is stored for a failure: release the claim so that a
+		// retry runs the change at once rather than when the claim
+		// expires. A release that does not land leaves that wait.
+		if _, rerr := k.store.Propose(recordCtx, fsm.ReleaseClaim{Key: claimKey(key), Binding: b, ClaimedAtMs: at.UnixMilli()}); rerr != nil {
+			k.log.Warn("could not release the Idempotency-Key claim of a failed change", "key", key, "op", b.Operation, "error", rerr)
+		}
+		return false, err
+	}
 	res, err := k.store.Propose(recordCtx, fsm.RecordOutcome{
 		Key: key, Binding: b,
 		AtMs: at.UnixMilli(), ExpiresMs: at.Add(k.lifetime + Grace).UnixMilli(),

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -226,16 +227,58 @@ func TestConcurrentDuplicateMembershipChangesRunOnce(t *testing.T) {
 	assert.Equal(t, 1, fresh, "every request but the one that ran the change is a replay")
 }
 
+// noRelease drops every fsm.ReleaseClaim, as when the node that claimed a
+// key crashed before it could record or release anything.
+type noRelease struct{ *fsmStore }
+
+func (s noRelease) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	if _, ok := cmd.(fsm.ReleaseClaim); ok {
+		return fsm.Result{}, errors.New("node crashed")
+	}
+	return s.fsmStore.Propose(ctx, cmd)
+}
+
+// TestFailedChangeReleasesItsClaim: a keyed membership change that fails
+// stores nothing and releases its claim, so the client's retry runs the
+// change at once instead of waiting for the claim to expire.
+func TestFailedChangeReleasesItsClaim(t *testing.T) {
+	clock := newFakeClock(1_000_000)
+	fc := &fakeCluster{}
+	h := New(fc, newPurgeStore(t), Config{Now: clock.Now}).Handler()
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"
+	const path = "/management/v1/cluster/members/b"
+
+	fc.setErr(fmt.Errorf("%w: no leader", raftnode.ErrUnavailable))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, "", key))
+	require.Equal(t, 503, rec.Code, rec.Body.String())
+	fc.setErr(nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, "", key).WithContext(ctx))
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+	assert.Empty(t, rec.Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, []string{"remove b", "remove b"}, fc.Calls())
+
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("DELETE", path, "", key))
+	require.Equal(t, 204, rec.Code, rec.Body.String())
+	assert.Equal(t, "true", rec.Header().Get("Idempotent-Replayed"))
+	assert.Equal(t, []string{"remove b", "remove b"}, fc.Calls(), "the replay runs nothing")
+}
+
 func TestDuplicateWaitsForTheClaimThenTakesOverWhenItExpires(t *testing.T) {
 	clock := newFakeClock(1_000_000)
 	fc := &fakeCluster{}
-	st := newPurgeStore(t)
+	st := noRelease{newPurgeStore(t)}
 	h := New(fc, st, Config{Now: clock.Now}).Handler()
 	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8e"
 	const path, body = "/management/v1/cluster/members/b", ""
 
-	// The first request claims the key; its change fails, so nothing is
-	// recorded (as when its node crashes after claiming).
+	// The first request claims the key; its change fails and its node
+	// "crashes" before releasing the claim, so nothing is recorded.
 	fc.setErr(fmt.Errorf("%w: no leader", raftnode.ErrUnavailable))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, keyedRequest("DELETE", path, body, key))
