@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -431,13 +432,56 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 		return commitTableRequest{}, badRequest("commit must have requirements and updates")
 	}
 	req := commitTableRequest{Identifier: probe.Identifier}
-	if err := json.Unmarshal(probe.Requirements, &req.Requirements); err != nil {
+	reqs, err := nullMissingRefSnapshotIDs(probe.Requirements)
+	if err != nil {
+		return commitTableRequest{}, badRequest("invalid commit: %v", err)
+	}
+	if err := json.Unmarshal(reqs, &req.Requirements); err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
 	}
 	if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
 	}
 	return req, nil
+}
+
+// nullMissingRefSnapshotIDs gives every assert-ref-snapshot-id requirement
+// without a snapshot-id an explicit null one ("the ref must not exist"), as
+// the reference implementation reads it: serialisers that drop null fields
+// send it so when a commit creates a branch. iceberg-go's parser insists on
+// the field. Anything else is passed on unchanged, for that parser to judge.
+func nullMissingRefSnapshotIDs(raw json.RawMessage) (json.RawMessage, error) {
+	if !bytes.Contains(raw, []byte("assert-ref-snapshot-id")) {
+		return raw, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return raw, nil // not a list: the parser says why
+	}
+	changed := false
+	for i, item := range list {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(item, &fields) != nil {
+			continue
+		}
+		var typ string
+		if json.Unmarshal(fields["type"], &typ) != nil || typ != "assert-ref-snapshot-id" {
+			continue
+		}
+		if _, ok := fields["snapshot-id"]; ok {
+			continue
+		}
+		fields["snapshot-id"] = json.RawMessage("null")
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return nil, err
+		}
+		list[i], changed = b, true
+	}
+	if !changed {
+		return raw, nil
+	}
+	return json.Marshal(list)
 }
 
 func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
