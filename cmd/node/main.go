@@ -361,9 +361,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // refuseDotSegments answers 400, in the Iceberg error model, a request
-// whose path has a "." or ".." segment. Go's ServeMux would redirect it to
-// the cleaned path with a 307, which keeps the method: a DELETE of
-// ".../tables/.." followed there would drop the namespace. No object is
+// whose path has a "." or ".." segment, or an empty one ("a//b"). Go's
+// ServeMux would redirect it to the cleaned path with a 307, which keeps
+// the method: a DELETE of ".../tables/.." followed there would drop the
+// namespace, one of "namespaces/db//tables/t" would drop db.t. No object is
 // named "." or ".." (the catalog refuses such names); an escaped segment
 // (%2E%2E) is a name, not a dot segment, and passes.
 func refuseDotSegments(h http.Handler) http.Handler {
@@ -375,11 +376,21 @@ func refuseDotSegments(h http.Handler) http.Handler {
 			// into a redirect to another route.
 			path = r.URL.Path
 		}
-		for seg := range strings.SplitSeq(path, "/") {
-			if seg == "." || seg == ".." {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
-					"message": fmt.Sprintf("path %q has a %q segment", r.URL.EscapedPath(), seg),
-					"type":    "BadRequestException", "code": http.StatusBadRequest}})
+		refuse := func(what string) {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+				"message": fmt.Sprintf("path %q has %s", r.URL.EscapedPath(), what),
+				"type":    "BadRequestException", "code": http.StatusBadRequest}})
+		}
+		// Leading slashes are collapsed (collapseLeadingSlashes); a trailing
+		// one is no redirect.
+		segs := strings.Split(strings.TrimLeft(path, "/"), "/")
+		for i, seg := range segs {
+			switch {
+			case seg == "." || seg == "..":
+				refuse(fmt.Sprintf("a %q segment", seg))
+				return
+			case seg == "" && i < len(segs)-1:
+				refuse("an empty segment")
 				return
 			}
 		}

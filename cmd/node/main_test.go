@@ -435,7 +435,7 @@ func TestRunInProcess(t *testing.T) {
 	assert.Contains(t, logs.String(), `"msg":"floe stopped"`)
 }
 
-// A path with a dot segment is refused in the Iceberg error model, never
+// A path with a dot or empty segment is refused in the Iceberg error model, never
 // redirected (a redirect keeps a DELETE's method and lands on the parent);
 // escaped dots are names and pass.
 func TestDotSegmentsAreRefusedNotRedirected(t *testing.T) {
@@ -448,6 +448,8 @@ func TestDotSegmentsAreRefusedNotRedirected(t *testing.T) {
 	defer srv.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, path := range []string{"/v1/namespaces/x9/tables/..", "/v1/namespaces/x9/tables/t1/..", "/v1/./config", "/v1/namespaces/../namespaces/x",
+		// Empty segments: cleaned, they name another object.
+		"/v1/namespaces/x9//tables/t1", "/v1/namespaces//tables", "/v1//namespaces/x9", "/management/v1/purge-jobs//x",
 		// The operator API's router reads the decoded path.
 		"/management/v1/purge-jobs/..%2F..%2Fv1%2Fcluster", "/management/v1/purge-jobs/%2e%2e/%2e%2e/cluster/leadership-transfer"} {
 		req, err := http.NewRequest(http.MethodDelete, srv.URL+path, nil)
