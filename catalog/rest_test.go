@@ -333,6 +333,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty transaction", "POST", "/v1/transactions/commit", `{"table-changes": []}`, 400, "BadRequestException"},
 		{"commit identifier mismatch", "POST", "/v1/namespaces/a/tables/t", `{"identifier": {"namespace": ["a"], "name": "other"}, "requirements": [], "updates": []}`, 400, "BadRequestException"},
 		{"snapshot without a manifest list", "POST", "/v1/namespaces/a/tables/t", snapshotUpdate(7, `"summary":{"operation":"append"}`), 400, "BadRequestException"},
+		{"branch keeping 0 snapshots", "POST", "/v1/namespaces/a/tables/t", refUpdate(`"type":"branch","min-snapshots-to-keep":0`), 400, "BadRequestException"},
+		{"branch with a negative snapshot age", "POST", "/v1/namespaces/a/tables/t", refUpdate(`"type":"branch","max-snapshot-age-ms":-1`), 400, "BadRequestException"},
+		{"ref with a negative age", "POST", "/v1/namespaces/a/tables/t", refUpdate(`"type":"tag","max-ref-age-ms":-1`), 400, "BadRequestException"},
+		{"tag keeping snapshots", "POST", "/v1/namespaces/a/tables/t", refUpdate(`"type":"tag","min-snapshots-to-keep":2`), 400, "BadRequestException"},
 		{"statistics without path or blobs", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-statistics","statistics":{"snapshot-id":1}}]}`, 400, "BadRequestException"},
 		{"field id beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":3000000000,"name":"big","type":"long","required":false}`), 400, "BadRequestException"},
 		{"fixed length beyond 32 bits", "POST", "/v1/namespaces/a/tables/t", addSchema(`{"id":9,"name":"big","type":"fixed[3000000000]","required":false}`), 400, "BadRequestException"},
@@ -465,6 +469,13 @@ func TestStagedCreateFormatVersion(t *testing.T) {
 func snapshotUpdate(id int, fields string) string {
 	return fmt.Sprintf(`{"requirements":[],"updates":[{"action":"add-snapshot","snapshot":{"snapshot-id":%d,"sequence-number":1,"timestamp-ms":%d,%s}}]}`,
 		id, time.Now().UnixMilli(), fields)
+}
+
+// refUpdate is a commit adding a snapshot and a ref to it with fields.
+func refUpdate(fields string) string {
+	return fmt.Sprintf(`{"requirements":[],"updates":[{"action":"add-snapshot","snapshot":{"snapshot-id":8,"sequence-number":1,"timestamp-ms":%d,`+
+		`"manifest-list":"file:///tmp/snap-8.avro","summary":{"operation":"append"}}},{"action":"set-snapshot-ref","ref-name":"r","snapshot-id":8,%s}]}`,
+		time.Now().UnixMilli(), fields)
 }
 
 // addSchema is a commit adding a schema of the columns withName creates

@@ -442,7 +442,53 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
 	}
+	if err := checkRefRetention(probe.Updates); err != nil {
+		return commitTableRequest{}, err
+	}
 	return req, nil
+}
+
+// checkRefRetention refuses a set-snapshot-ref whose retention the
+// reference implementation's SnapshotRef builder refuses: a value not
+// above 0, or a branch-only one on a tag. iceberg-go would drop such a
+// value and answer success without it. null clears a value and passes.
+func checkRefRetention(updates json.RawMessage) error {
+	if !bytes.Contains(updates, []byte("set-snapshot-ref")) {
+		return nil
+	}
+	var list []struct {
+		Action             string `json:"action"`
+		RefName            string `json:"ref-name"`
+		Type               string `json:"type"`
+		MinSnapshotsToKeep *int64 `json:"min-snapshots-to-keep"`
+		MaxSnapshotAgeMs   *int64 `json:"max-snapshot-age-ms"`
+		MaxRefAgeMs        *int64 `json:"max-ref-age-ms"`
+	}
+	if json.Unmarshal(updates, &list) != nil {
+		return nil // the updates decoded: iceberg-go judged the types
+	}
+	for _, u := range list {
+		if u.Action != "set-snapshot-ref" {
+			continue
+		}
+		for _, f := range []struct {
+			v         *int64
+			msg, name string
+		}{
+			{u.MinSnapshotsToKeep, "Min snapshots to keep must be greater than 0", "minSnapshotsToKeep"},
+			{u.MaxSnapshotAgeMs, "Max snapshot age must be greater than 0 ms", "maxSnapshotAgeMs"},
+			{u.MaxRefAgeMs, "Max reference age must be greater than 0", ""},
+		} {
+			switch {
+			case f.v == nil:
+			case f.name != "" && strings.EqualFold(u.Type, "tag"):
+				return badRequest("ref %q: Tags do not support setting %s", u.RefName, f.name)
+			case *f.v <= 0:
+				return badRequest("ref %q: %s", u.RefName, f.msg)
+			}
+		}
+	}
+	return nil
 }
 
 // nullMissingRefSnapshotIDs gives every assert-ref-snapshot-id requirement
