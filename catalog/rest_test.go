@@ -287,6 +287,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"over-long name", "POST", "/v1/namespaces", `{"namespace": ["` + long + `"]}`, 400, "BadRequestException"},
 		{"separator in name", "POST", "/v1/namespaces", `{"namespace": ["a.b"]}`, 400, "BadRequestException"},
 		{"control character", "POST", "/v1/namespaces", `{"namespace": ["a\u0001b"]}`, 400, "BadRequestException"},
+		{"invalid UTF-8", "POST", "/v1/namespaces", "{\"namespace\": [\"\xff\xfe\"]}", 400, "BadRequestException"},
 		{"unit separator", "POST", "/v1/namespaces", `{"namespace": ["a\u001fb"]}`, 400, "BadRequestException"},
 		{"empty table name", "POST", "/v1/namespaces/a/tables", withName(""), 400, "BadRequestException"},
 		{"control char table", "POST", "/v1/namespaces/a/tables", withName("t\nx"), 400, "BadRequestException"},

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -452,6 +453,11 @@ func readBody(r *http.Request) ([]byte, error) {
 	}
 	if jsonDepthOver(body, maxBodyDepth) {
 		return nil, badRequest("request body nests deeper than %d levels", maxBodyDepth)
+	}
+	// encoding/json would read each invalid byte as U+FFFD: two different
+	// names would become one. JSON text is UTF-8 (RFC 8259).
+	if !utf8.Valid(body) {
+		return nil, badRequest("request body is not valid UTF-8")
 	}
 	return body, nil
 }
