@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/apache/iceberg-go"
@@ -466,10 +467,8 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 	if err != nil {
 		return fsm.ReplaceView{}, nil, err
 	}
-	for _, u := range req.Updates {
-		if err := u.Apply(builder); err != nil {
-			return fsm.ReplaceView{}, nil, badRequest("cannot apply %s to view %s: %v", u.Action(), id, err)
-		}
+	if err := applyViewUpdates(builder, before.meta, req.Updates); err != nil {
+		return fsm.ReplaceView{}, nil, badRequest("cannot apply updates to view %s: %v", id, err)
 	}
 	meta, err := builder.Build()
 	if err != nil {
@@ -505,6 +504,48 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		AtMs: s.cfg.Now().UnixMilli(),
 	}
 	return cmd, after, nil
+}
+
+// applyViewUpdates applies updates to builder (built from base) as the
+// reference implementation's ViewMetadata.Builder does: an add-view-version
+// of a version base already has (same schema, summary, representations and
+// defaults) adds nothing and names that version, and a set-current-view-
+// version of -1 right after it is refused, since nothing was added.
+// iceberg-go would add the version a second time, which its own
+// validation then refuses as a duplicate version-id.
+func applyViewUpdates(builder *view.MetadataBuilder, base view.Metadata, updates view.Updates) error {
+	reused := false // the last add-view-version added nothing
+	for _, u := range updates {
+		switch u.Action() {
+		case view.UpdateAddViewVersion:
+			if v := viewUpdateField(u).Version; v != nil && v.SchemaID != view.LastAddedID &&
+				slices.ContainsFunc(base.Versions(), v.Equals) {
+				reused = true
+				continue
+			}
+			reused = false
+		case view.UpdateSetCurrentViewVersion:
+			if id := viewUpdateField(u).VersionID; reused && id != nil && *id == view.LastAddedID {
+				return fmt.Errorf("%s: cannot set the last added view version: the version added is one the view already has, under its own id", u.Action())
+			}
+		}
+		if err := u.Apply(builder); err != nil {
+			return fmt.Errorf("%s: %w", u.Action(), err)
+		}
+	}
+	return nil
+}
+
+// viewUpdateField reads the version or version id a view update carries
+// (iceberg-go's update types are unexported).
+func viewUpdateField(u view.Update) (f struct {
+	Version   *view.Version `json:"view-version"`
+	VersionID *int64        `json:"view-version-id"`
+}) {
+	if b, err := json.Marshal(u); err == nil {
+		_ = json.Unmarshal(b, &f)
+	}
+	return f
 }
 
 // dropView removes the view's entry; its metadata files stay where they

@@ -271,6 +271,31 @@ func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
 	assert.ErrorIs(t, err, icecatalog.ErrNoSuchView)
 	assert.Equal(t, before, f.viewsState(t, "vs", "vs2"))
 
+	// Back to the first version's definition, as the reference
+	// implementation does it: the version is the one the view has, so
+	// nothing is added and it is named by its own id. Setting "the last
+	// added" after it is refused, since nothing was added.
+	again := created.CurrentVersion().Clone()
+	again.VersionID, again.TimestampMS = 3, time.Now().UnixMilli()
+	_, err = cat.UpdateView(ctx, id, nil, []view.Update{
+		view.NewAddViewVersionUpdate(again),
+		view.NewSetCurrentVersionUpdate(view.LastAddedID),
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the version added is one the view already has")
+	assert.Equal(t, before, f.viewsState(t, "vs", "vs2"))
+	reverted, err := cat.UpdateView(ctx, id, nil, []view.Update{
+		view.NewAddViewVersionUpdate(again),
+		view.NewSetCurrentVersionUpdate(1),
+	})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), reverted.CurrentVersion().VersionID)
+	assert.Len(t, reverted.Versions(), 2, "no version added")
+	reverted, err = cat.UpdateView(ctx, id, nil, []view.Update{view.NewSetCurrentVersionUpdate(2)})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), reverted.CurrentVersion().VersionID)
+	second = reverted.MetadataLocation()
+
 	// List, a page at a time.
 	for _, name := range []string{"c", "a", "b", "d"} {
 		_, err := cat.CreateView(ctx, table.Identifier{"vs", name}, sqlVersion(t, 1, "select '"+name+"'", "vs"), viewSchema)
