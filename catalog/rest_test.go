@@ -366,6 +366,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 	assert.Equal(t, "BadRequestException", r.errorType(t))
 	r = n.doRaw(t, "PUT", "/v1/namespaces", `{}`)
 	assert.Equal(t, 405, r.status)
+	assert.Equal(t, "GET, POST", r.header.Get("Allow"))
+	r = n.doRaw(t, "PATCH", "/v1/namespaces/a/tables/t", `{}`)
+	assert.Equal(t, 405, r.status)
+	assert.Equal(t, "DELETE, GET, HEAD, POST", r.header.Get("Allow"))
 	for _, enc := range []string{"gzip", "br", "identity, deflate"} {
 		r = n.doRaw(t, "POST", "/v1/namespaces", `{"namespace": ["enc"]}`, "Content-Encoding", enc)
 		assert.Equal(t, 415, r.status, enc)
