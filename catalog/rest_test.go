@@ -360,6 +360,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 			assert.Equal(t, c.typ, r.errorType(t))
 		})
 	}
+	// Registering into a missing namespace names the namespace, even for a
+	// file of a location another table owns.
+	owned := n.do(t, "GET", "/v1/namespaces/a/tables/t", nil).json(t)["metadata-location"].(string)
+	reg := n.do(t, "POST", "/v1/namespaces/zz/register", map[string]any{"name": "r", "metadata-location": owned})
+	assert.Equal(t, 404, reg.status, "%s", reg.body)
+	assert.Equal(t, "NoSuchNamespaceException", reg.errorType(t))
 	// Answers the spec does not list for these routes.
 	r := n.doRaw(t, "POST", "/v1/namespaces", `{"namespace": ["big"], "properties": {"k": "`+strings.Repeat("v", 2<<20)+`"}}`)
 	assert.Equal(t, 413, r.status)

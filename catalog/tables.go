@@ -1017,7 +1017,15 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	setAuditTarget(r, id.String())
-	if err := s.checkOwner(r.Context(), id, tm.meta.Location()); err != nil {
+	// A missing namespace is named first, as the reference implementation
+	// does, before who owns the location (the state machine decides both
+	// again when the registration applies).
+	if err := s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(id.Namespace); !ok {
+			return notFoundNamespace("namespace does not exist: %s", nsString(id.Namespace))
+		}
+		return rd.CheckClaim(id, tm.meta.Location())
+	}); err != nil {
 		return err
 	}
 	// The file must still be there after that check. The location was
