@@ -88,7 +88,9 @@ waits until it has applied every write acknowledged before the request,
 then streams its state. The file carries a header (format version, the
 cluster's member IDs, the log index the copy reflects, creation time, the
 node's ID) and SHA-256 checksums; it is verified as it downloads and only
-renamed to FILE once whole and sound. Progress goes to stderr.
+renamed to FILE once whole and sound, replacing a regular file of that name
+(anything else there, a device, a pipe or a link, is refused). Progress goes
+to stderr.
 
 Flags:
 `)
@@ -116,6 +118,13 @@ Flags:
 	if fi, err := os.Stat(to); (err == nil && fi.IsDir()) || strings.HasSuffix(to, "/") || strings.HasSuffix(to, string(filepath.Separator)) {
 		fmt.Fprintf(stderr, "floe backup: --to %s names a directory; give the path of the file to write, such as %s\nRun 'floe backup --help' for usage.\n",
 			to, filepath.Join(to, "floe.backup"))
+		return backupExitUsage
+	}
+	// The file is written beside FILE and renamed over it: that would
+	// replace a device, a pipe or a link with a regular file.
+	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
+		fmt.Fprintf(stderr, "floe backup: --to %s exists and is not a regular file (%s); give the path of a regular file to write or replace\nRun 'floe backup --help' for usage.\n",
+			to, fileKind(fi.Mode()))
 		return backupExitUsage
 	}
 	if fi, err := os.Stat(filepath.Dir(to)); err != nil || !fi.IsDir() {
@@ -162,6 +171,21 @@ Flags:
 	fmt.Fprintf(stdout, "wrote %s: %d bytes, log index %d, taken on %s at %s (members %s), sha256 %s\n",
 		sum.File, sum.Bytes, sum.Index, sum.NodeID, sum.Created.Format(time.RFC3339), strings.Join(sum.Members, ","), sum.SHA256)
 	return backupExitOK
+}
+
+// fileKind names what a non-regular file is, for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a regular file"
 }
 
 // downloadBackup fetches a backup from the node into to.tmp, verifying it

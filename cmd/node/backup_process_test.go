@@ -373,6 +373,20 @@ func TestBackupCommandUsage(t *testing.T) {
 	}
 	_, _, stderr := runFloe(t, bin, "backup", "--to", t.TempDir())
 	assert.Contains(t, stderr, "names a directory")
+	// A device, or a link, is never replaced by the backup file.
+	link := filepath.Join(t.TempDir(), "link.backup")
+	require.NoError(t, os.Symlink(filepath.Join(t.TempDir(), "target"), link))
+	for _, to := range []string{os.DevNull, link} {
+		code, _, stderr := runFloe(t, bin, "backup", "--to", to, "--node", "http://"+freeAddr(t), "--timeout", "2s")
+		assert.Equal(t, 2, code, "%s: %s", to, stderr)
+		assert.Contains(t, stderr, "is not a regular file", to)
+	}
+	fi, err := os.Lstat(os.DevNull)
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeDevice, "%s is still a device", os.DevNull)
+	fi, err = os.Lstat(link)
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the link is still a link")
 	code, _, stderr := runFloe(t, bin, "backup", "--to", filepath.Join(t.TempDir(), "missing", "x.backup"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "is not a directory")
@@ -383,7 +397,7 @@ func TestBackupCommandUsage(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "none.backup")
 	code, _, stderr = runFloe(t, bin, "backup", "--node", "http://"+freeAddr(t), "--to", file, "--timeout", "2s")
 	assert.Equal(t, 1, code, stderr)
-	_, err := os.Stat(file)
+	_, err = os.Stat(file)
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 }
 
