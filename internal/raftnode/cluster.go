@@ -553,7 +553,8 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // up by the leader). A member holding the address under another ID is
 // removed first, once the node at the address has answered as id (so that
 // member is no longer there); a member with the ID under another address is
-// re-addressed. A change that makes id a voter at addr is made only once
+// re-addressed. A voter is never turned into a non-voter (ErrInvalidMember).
+// A change that makes id a voter at addr is made only once
 // the node there has answered as id (checkAnswersAs).
 func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
 	if id == "" || addr == "" {
@@ -580,6 +581,11 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter {
 			return nil
+		}
+		// Raft's AddNonvoter keeps a voter a voter and only moves its
+		// address, which would skip the check a voter's address gets.
+		if !voter && string(s.ID) == id && s.Suffrage == raft.Voter {
+			return fmt.Errorf("%w: %s is a voter; a voter cannot be made a non-voter (remove it, then add it back as a non-voter)", ErrInvalidMember, id)
 		}
 	}
 	// Another member holding addr is removed below: only once addr answers

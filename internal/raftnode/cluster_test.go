@@ -417,6 +417,24 @@ func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
 	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
 	assert.NotContains(t, suffrages(t, n), "imposter")
 
+	// A voter is not made a non-voter, at its address or another: Raft
+	// would keep it a voter and move it where nothing may answer.
+	addrs := func() map[string]string {
+		out := map[string]string{}
+		for _, s := range n.raft.GetConfiguration().Configuration().Servers {
+			out[string(s.ID)] = string(s.Address)
+		}
+		return out
+	}
+	beforeAddrs := addrs()
+	for _, addr := range []string{other.Addr(), freeAddr(t)} {
+		err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), "other", addr)
+		require.ErrorIs(t, err, ErrInvalidMember, addr)
+		assert.Contains(t, err.Error(), "is a voter")
+	}
+	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
+	assert.Equal(t, beforeAddrs, addrs())
+
 	// Ids a member could not be managed by.
 	for _, id := range []string{"a/b", "a b", "x\x1b[2J", strings.Repeat("i", 256), ".."} {
 		err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), id, freeAddr(t))
