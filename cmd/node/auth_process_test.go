@@ -352,6 +352,36 @@ func TestAuthProcesses(t *testing.T) {
 		assert.Contains(t, ids, answers[0].ID)
 	})
 
+	t.Run("operator requests that would not do what they say are refused", func(t *testing.T) {
+		before := c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/grants", "", http.StatusOK)
+		beforeRoles := c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/principals", "", http.StatusOK)
+		for _, tc := range []struct{ method, path, body, want string }{
+			// An empty namespace list would widen the grant to everything.
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:alice","namespace":[],"privilege":"admin"}`, "empty list"},
+			// A missing roles field would clear every role.
+			{"PUT", "/management/v1/auth/principals/alice/roles", `{}`, "roles is required"},
+			{"PUT", "/management/v1/auth/principals/alice/roles", `{"roles":null}`, "roles is required"},
+			// Only the root token is root.
+			{"POST", "/management/v1/auth/clients", `{"principal":"root"}`, "reserved for the root token"},
+			{"POST", "/management/v1/auth/tokens", `{"principal":"root"}`, "reserved for the root token"},
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:root","privilege":"read"}`, "reserved for the root token"},
+			// A field the API does not have was never set.
+			{"POST", "/management/v1/auth/tokens", `{"principal":"svc","id":"mine"}`, "unknown field"},
+			{"POST", "/management/v1/auth/clients", `{"principal":"svc","secret":"mine"}`, "unknown field"},
+			{"POST", "/management/v1/cluster/voters", `{"id":"x","address":"127.0.0.1:1","bogus":1}`, "unknown field"},
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:alice","privilege":"read"} {}`, "after the JSON value"},
+		} {
+			code, out := c.call(t, n1, testRootToken, tc.method, tc.path, tc.body)
+			assert.Equal(t, http.StatusBadRequest, code, "%s %s %s: %s", tc.method, tc.path, tc.body, out)
+			assert.Contains(t, string(out), tc.want, "%s %s", tc.method, tc.path)
+		}
+		assert.Equal(t, string(before), string(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/grants", "", http.StatusOK)))
+		assert.Equal(t, string(beforeRoles), string(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/principals", "", http.StatusOK)))
+		code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/clients", "")
+		require.Equal(t, http.StatusOK, code)
+		assert.NotContains(t, string(out), `"principal":"root"`)
+	})
+
 	t.Run("a client id is never replaced, with or without an Idempotency-Key", func(t *testing.T) {
 		body := `{"id":"fixed-client","principal":"carol"}`
 		first := c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/clients", body, http.StatusCreated)

@@ -261,14 +261,29 @@ type memberRequest struct {
 	Address string `json:"address"`
 }
 
+// decodeStrict decodes the JSON body into v: ErrBadRequest when it does
+// not parse, holds a field v does not have (an operator who sends one
+// believes it set something), or has data after the value.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: malformed body: data after the JSON value", ErrBadRequest)
+	}
+	return nil
+}
+
 func decodeMember(r *http.Request) (memberRequest, error) {
 	var req memberRequest
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return req, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return req, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
+	if err := decodeStrict(body, &req); err != nil {
+		return req, err
 	}
 	if strings.TrimSpace(req.ID) == "" || strings.TrimSpace(req.Address) == "" {
 		return req, fmt.Errorf("%w: id and address are required", ErrBadRequest)
@@ -324,8 +339,8 @@ func (s *Server) transfer(r *http.Request) (memberChange, error) {
 		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
+		if err := decodeStrict(body, &req); err != nil {
+			return nil, err
 		}
 	}
 	return func(ctx context.Context) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -92,7 +91,17 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,255}$`)
 
 func checkName(what, v string) error {
 	if !nameRE.MatchString(v) {
-		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, v)
+		shown := v
+		if len(shown) > 64 {
+			shown = shown[:64] + "…"
+		}
+		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, shown)
+	}
+	if what == "principal" && v == auth.RootPrincipal {
+		// Only the root token authenticates as root; a client, token,
+		// grant or role for that name would read as root's in the audit
+		// log while holding none of its power.
+		return fmt.Errorf("%w: principal %q is reserved for the root token", ErrBadRequest, v)
 	}
 	if v == "." || v == ".." {
 		// A path segment of the operator API that could never be
@@ -109,8 +118,8 @@ func readBody(r *http.Request, v any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return nil, fmt.Errorf("%w: malformed body: %v", ErrBadRequest, err)
+	if err := decodeStrict(body, v); err != nil {
+		return nil, err
 	}
 	return body, nil
 }
@@ -540,6 +549,11 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 		if !slices.Contains(privileges, req.Privilege) {
 			return fmt.Errorf("%w: privilege %q must be one of %v", ErrBadRequest, req.Privilege, privileges)
 		}
+		if req.Namespace != nil && len(req.Namespace) == 0 {
+			// Left out, the grant covers everything: an empty list is
+			// more likely a mistake than a way to say so.
+			return fmt.Errorf("%w: namespace is an empty list; leave it out for a grant on the whole catalog (or the whole warehouse)", ErrBadRequest)
+		}
 		for _, l := range req.Namespace {
 			if l == "" {
 				return fmt.Errorf("%w: namespace has an empty level", ErrBadRequest)
@@ -589,18 +603,21 @@ func (a *authAPI) setRoles(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req struct {
-		Roles []string `json:"roles"`
+		Roles *[]string `json:"roles"`
 	}
 	body, err := readBody(r, &req)
 	if err != nil {
 		return err
 	}
-	for _, role := range req.Roles {
+	if req.Roles == nil {
+		return fmt.Errorf("%w: roles is required (an empty list removes every role)", ErrBadRequest)
+	}
+	for _, role := range *req.Roles {
 		if err := checkName("role", role); err != nil {
 			return err
 		}
 	}
-	return a.run(w, r, "setPrincipalRoles", []string{name}, body, fsm.SetPrincipalRoles{Principal: name, Roles: req.Roles}, func(bool) error {
+	return a.run(w, r, "setPrincipalRoles", []string{name}, body, fsm.SetPrincipalRoles{Principal: name, Roles: *req.Roles}, func(bool) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	})
