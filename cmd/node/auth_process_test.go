@@ -449,11 +449,12 @@ func TestAuthProcesses(t *testing.T) {
 			"a read allowed but of a missing table is not a refusal")
 		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")
 		assert.True(t, find(func(m map[string]any) bool {
-			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusUnauthorized) && m["remote"] != ""
-		}), "a token request with a wrong secret")
+			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusUnauthorized) && m["remote"] != "" &&
+				m["target"] == "client:"+aliceID
+		}), "a token request with a wrong secret, naming the client it tried")
 		assert.True(t, find(func(m map[string]any) bool {
-			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusOK)
-		}), "a token issued")
+			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusOK) && m["target"] == "client:"+aliceID
+		}), "a token issued, naming the client")
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != ""
 		}), "root's grant")
