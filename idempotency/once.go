@@ -140,17 +140,21 @@ func (k *Keys) runClaimed(ctx context.Context, key string, b fsm.Binding, at tim
 		}
 		return true, nil
 	}
-	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancelRecord()
 	if err := change(changeCtx); err != nil {
 		// Nothing is stored for a failure: release the claim so that a
 		// retry runs the change at once rather than when the claim
 		// expires. A release that does not land leaves that wait.
-		if _, rerr := k.store.Propose(recordCtx, fsm.ReleaseClaim{Key: claimKey(key), Binding: b, ClaimedAtMs: at.UnixMilli()}); rerr != nil {
+		releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancelRelease()
+		if _, rerr := k.store.Propose(releaseCtx, fsm.ReleaseClaim{Key: claimKey(key), Binding: b, ClaimedAtMs: at.UnixMilli()}); rerr != nil {
 			k.log.Warn("could not release the Idempotency-Key claim of a failed change", "key", key, "op", b.Operation, "error", rerr)
 		}
 		return false, err
 	}
+	// The record's time starts once the change is done, however long it
+	// took within changeTimeout.
+	recordCtx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
 	res, err := k.store.Propose(recordCtx, fsm.RecordOutcome{
 		Key: key, Binding: b,
 		AtMs: at.UnixMilli(), ExpiresMs: at.Add(k.lifetime + Grace).UnixMilli(),

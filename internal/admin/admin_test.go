@@ -364,3 +364,60 @@ func TestMalformedQueryAndOversizedBody(t *testing.T) {
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/voters", `{"id":"b","address":"`+strings.Repeat("x", 2<<20)+`"}`)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
 }
+
+// deadlineStore remembers, for the outcome record of a keyed change (a
+// RecordOutcome not under a claim key) and for a claim's release, the
+// deadline of the context it was proposed under.
+type deadlineStore struct {
+	*fsmStore
+	mu        sync.Mutex
+	deadlines map[string]time.Time
+}
+
+func (s *deadlineStore) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	kind := ""
+	switch c := cmd.(type) {
+	case fsm.RecordOutcome:
+		if !strings.HasPrefix(c.Key, "membership-claim/") {
+			kind = "record"
+		}
+	case fsm.ReleaseClaim:
+		kind = "release"
+	}
+	if d, ok := ctx.Deadline(); ok && kind != "" {
+		s.mu.Lock()
+		s.deadlines[kind] = d
+		s.mu.Unlock()
+	}
+	return s.fsmStore.Propose(ctx, cmd)
+}
+
+// TestSlowChangeStillGetsItsRecord: the time a keyed membership change's
+// outcome (or release) has to be proposed starts when the change is done,
+// however long the change took; a record whose time ran out while the
+// change ran would let the client's retry run the change again.
+func TestSlowChangeStillGetsItsRecord(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		st := &deadlineStore{fsmStore: newPurgeStore(t), deadlines: map[string]time.Time{}}
+		var changeDone time.Time
+		fc := &fakeCluster{hold: func() {
+			time.Sleep(20 * time.Millisecond) // a change that takes a while
+			changeDone = time.Now()
+		}}
+		want, kind := 204, "record"
+		if fail {
+			fc.setErr(fmt.Errorf("%w: no leader", raftnode.ErrUnavailable))
+			want, kind = 503, "release"
+		}
+		h := New(fc, st, Config{}).Handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c81"))
+		require.Equal(t, want, rec.Code, rec.Body.String())
+		st.mu.Lock()
+		d, ok := st.deadlines[kind]
+		st.mu.Unlock()
+		require.True(t, ok, "the %s was proposed", kind)
+		// 5 s: the record's time (idempotency's recordTimeout).
+		assert.False(t, d.Before(changeDone.Add(5*time.Second)), "the %s's time starts after the change, not before it", kind)
+	}
+}
