@@ -226,13 +226,13 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		// audited.
 		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") ||
 			statusPage && r.Method == http.MethodPost || r.URL.Path == tokenPath {
-			target := ""
+			id := ""
 			if r.URL.Path == tokenPath {
-				r, target = tokenClientID(r)
+				r, id = tokenClientID(r)
 			}
 			rec := &statusWriter{ResponseWriter: w}
 			h.ServeHTTP(rec, r)
-			s.record(r, opOf(r), target, rec.status)
+			s.record(r, opOf(r), s.clientTarget(id, rec.status), rec.status)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -243,13 +243,17 @@ func (s *security) wrap(h http.Handler) http.Handler {
 // client id; the token endpoint refuses larger ones anyway.
 const maxAuditedTokenRequest = 64 << 10
 
-// tokenClientID names the client a token request authenticates as (HTTP
-// Basic, else the form's client_id), for its audit line, and returns r
-// with its body intact for the token endpoint. "" when it names none.
+// tokenClientID returns the client id a token request names (HTTP Basic,
+// else the form's client_id), unverified, for its audit line (see
+// clientTarget), and r with its body intact for the token endpoint. ""
+// when it names none.
 func tokenClientID(r *http.Request) (*http.Request, string) {
 	id := ""
 	if user, _, ok := r.BasicAuth(); ok {
-		id = user
+		// Form-encoded, as the token endpoint reads it (RFC 6749, 2.3.1).
+		if u, err := url.QueryUnescape(user); err == nil {
+			id = u
+		}
 	} else if r.Body != nil {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxAuditedTokenRequest+1))
 		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
@@ -259,13 +263,28 @@ func tokenClientID(r *http.Request) (*http.Request, string) {
 			}
 		}
 	}
-	if len(id) > 255 || strings.ContainsFunc(id, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
-		id = "(malformed client id)"
-	}
-	if id != "" {
-		id = "client:" + id
-	}
 	return r, id
+}
+
+// clientTarget is the audit target of a token request naming client id
+// (answered status): the client when the token was issued or the client
+// exists, else "client:(unknown)". An id no client has is never written:
+// it may be a secret sent in the wrong field.
+func (s *security) clientTarget(id string, status int) string {
+	if id == "" {
+		return ""
+	}
+	known := status == http.StatusOK
+	if !known && s.store != nil && len(id) <= 255 {
+		_ = s.store.StaleRead(func(rd *fsm.Reader) error {
+			_, known = rd.AuthClient(id)
+			return nil
+		})
+	}
+	if !known {
+		return "client:(unknown)"
+	}
+	return "client:" + id
 }
 
 // verifyToken checks a token exactly as wrap checks a bearer token, for

@@ -155,6 +155,14 @@ func TestAuthProcesses(t *testing.T) {
 		c.mustCall(t, p, alice, "GET", "/v1/namespaces/sales/tables/orders", "", http.StatusOK)
 	}
 
+	t.Run("a secret sent as a client id stays out of the audit log", func(t *testing.T) {
+		form := url.Values{"grant_type": {"client_credentials"}, "client_id": {"swapped-secret-0123456789"}, "client_secret": {aliceID}}
+		resp, err := c.client.PostForm("http://"+n2.httpAddr+"/v1/oauth/tokens", form)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	})
+
 	t.Run("wrong secret and unknown client are refused", func(t *testing.T) {
 		form := url.Values{"grant_type": {"client_credentials"}, "client_id": {aliceID}, "client_secret": {"wrong"}}
 		resp, err := c.client.PostForm("http://"+n2.httpAddr+"/v1/oauth/tokens", form)
@@ -413,11 +421,13 @@ func TestAuthProcesses(t *testing.T) {
 
 	t.Run("the audit log names who did what", func(t *testing.T) {
 		var lines []map[string]any
+		var all strings.Builder
 		for _, p := range c.procs {
 			f, err := os.Open(filepath.Join(c.auditDir, p.id+".log"))
 			require.NoError(t, err)
 			sc := bufio.NewScanner(f)
 			for sc.Scan() {
+				all.Write(sc.Bytes())
 				var m map[string]any
 				require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
 				lines = append(lines, m)
@@ -455,6 +465,10 @@ func TestAuthProcesses(t *testing.T) {
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusOK) && m["target"] == "client:"+aliceID
 		}), "a token issued, naming the client")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusUnauthorized) && m["target"] == "client:(unknown)"
+		}), "a token request for no known client")
+		assert.NotContains(t, all.String(), "swapped-secret-0123456789", "an unknown client id is not written")
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != ""
 		}), "root's grant")
