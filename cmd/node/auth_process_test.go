@@ -373,6 +373,7 @@ func TestAuthProcesses(t *testing.T) {
 			{"POST", "/management/v1/auth/clients", `{"principal":"root"}`, "reserved for the root token"},
 			{"POST", "/management/v1/auth/tokens", `{"principal":"root"}`, "reserved for the root token"},
 			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:root","privilege":"read"}`, "reserved for the root token"},
+			{"PUT", "/management/v1/auth/principals/root/roles", `{"roles":["etl"]}`, "reserved for the root token"},
 			// A field the API does not have was never set.
 			{"POST", "/management/v1/auth/tokens", `{"principal":"svc","id":"mine"}`, "unknown field"},
 			{"POST", "/management/v1/auth/clients", `{"principal":"svc","secret":"mine"}`, "unknown field"},
@@ -388,6 +389,9 @@ func TestAuthProcesses(t *testing.T) {
 		code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/clients", "")
 		require.Equal(t, http.StatusOK, code)
 		assert.NotContains(t, string(out), `"principal":"root"`)
+		// What an earlier release let through can still be removed.
+		c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/grants/revoke", `{"grantee":"principal:root","privilege":"read"}`, http.StatusNoContent)
+		c.mustCall(t, n1, testRootToken, "PUT", "/management/v1/auth/principals/root/roles", `{"roles":[]}`, http.StatusNoContent)
 	})
 
 	t.Run("a client id is never replaced, with or without an Idempotency-Key", func(t *testing.T) {

@@ -89,6 +89,18 @@ var privileges = []string{"read", "write", "drop", "purge", "admin"}
 // nameRE is what principal, role and client names may be.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,255}$`)
 
+// refuseRoot refuses to create anything (a client, a token, a grant, a
+// role) for the root principal: only the root token authenticates as
+// root, and such a thing would read as root's in the audit log while
+// holding none of its power. Revoking and clearing stay allowed, for what
+// an earlier release let through.
+func refuseRoot(principal string) error {
+	if principal == auth.RootPrincipal {
+		return fmt.Errorf("%w: principal %q is reserved for the root token", ErrBadRequest, principal)
+	}
+	return nil
+}
+
 func checkName(what, v string) error {
 	if !nameRE.MatchString(v) {
 		shown := v
@@ -97,12 +109,7 @@ func checkName(what, v string) error {
 		}
 		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, shown)
 	}
-	if what == "principal" && v == auth.RootPrincipal {
-		// Only the root token authenticates as root; a client, token,
-		// grant or role for that name would read as root's in the audit
-		// log while holding none of its power.
-		return fmt.Errorf("%w: principal %q is reserved for the root token", ErrBadRequest, v)
-	}
+
 	if v == "." || v == ".." {
 		// A path segment of the operator API that could never be
 		// addressed (.../clients/..).
@@ -268,6 +275,9 @@ func (a *authAPI) createClient(w http.ResponseWriter, r *http.Request) error {
 	if err := checkName("principal", req.Principal); err != nil {
 		return err
 	}
+	if err := refuseRoot(req.Principal); err != nil {
+		return err
+	}
 	for _, role := range req.Roles {
 		if err := checkName("role", role); err != nil {
 			return err
@@ -367,6 +377,9 @@ func (a *authAPI) createToken(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := checkName("principal", req.Principal); err != nil {
+		return err
+	}
+	if err := refuseRoot(req.Principal); err != nil {
 		return err
 	}
 	if req.ExpiresIn < 0 || req.ExpiresIn > maxTokenLifetimeSeconds {
@@ -546,6 +559,11 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 		if err := checkName(kind, name); err != nil {
 			return err
 		}
+		if kind == "principal" && !revoke {
+			if err := refuseRoot(name); err != nil {
+				return err
+			}
+		}
 		if !slices.Contains(privileges, req.Privilege) {
 			return fmt.Errorf("%w: privilege %q must be one of %v", ErrBadRequest, req.Privilege, privileges)
 		}
@@ -611,6 +629,11 @@ func (a *authAPI) setRoles(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Roles == nil {
 		return fmt.Errorf("%w: roles is required (an empty list removes every role)", ErrBadRequest)
+	}
+	if len(*req.Roles) > 0 {
+		if err := refuseRoot(name); err != nil {
+			return err
+		}
 	}
 	for _, role := range *req.Roles {
 		if err := checkName("role", role); err != nil {
