@@ -553,8 +553,9 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // up by the leader). A member holding the address under another ID is
 // removed first, once the node at the address has answered as id (so that
 // member is no longer there); a member with the ID under another address is
-// re-addressed. A voter is never turned into a non-voter (ErrInvalidMember).
-// A change that makes id a voter at addr is made only once
+// re-addressed. A voter is never turned into a non-voter (ErrInvalidMember
+// at its own address; at another, it is re-addressed as a voter). A change
+// that makes id a voter at addr is made only once
 // the node there has answered as id (checkAnswersAs).
 func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
 	if id == "" || addr == "" {
@@ -582,10 +583,18 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter {
 			return nil
 		}
-		// Raft's AddNonvoter keeps a voter a voter and only moves its
-		// address, which would skip the check a voter's address gets.
+	}
+	// Raft's AddNonvoter keeps a voter a voter and only moves its address.
+	// A voter is never made a non-voter here; one at another address (a
+	// node re-addressing itself whose replica has not yet applied its
+	// promotion asks as a non-voter) is re-addressed as the voter it is,
+	// after the check a voter's address gets.
+	for _, s := range cf.Configuration().Servers {
 		if !voter && string(s.ID) == id && s.Suffrage == raft.Voter {
-			return fmt.Errorf("%w: %s is a voter; a voter cannot be made a non-voter (remove it, then add it back as a non-voter)", ErrInvalidMember, id)
+			if string(s.Address) == addr {
+				return fmt.Errorf("%w: %s is a voter; a voter cannot be made a non-voter (remove it, then add it back as a non-voter)", ErrInvalidMember, id)
+			}
+			voter = true
 		}
 	}
 	// Another member holding addr is removed below: only once addr answers
