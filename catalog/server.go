@@ -487,7 +487,65 @@ func readBody(r *http.Request) ([]byte, error) {
 	if !utf8.Valid(body) {
 		return nil, badRequest("request body is not valid UTF-8")
 	}
+	// So would it read a \u escape of half a UTF-16 surrogate pair.
+	if loneSurrogate(body) {
+		return nil, badRequest("request body escapes half of a UTF-16 surrogate pair (\\uD800-\\uDFFF without its other half)")
+	}
 	return body, nil
+}
+
+// loneSurrogate reports whether the JSON text body holds a \u escape of a
+// UTF-16 surrogate that is not half of a pair. Backslashes occur only in
+// strings, so the text is scanned escape by escape; malformed escapes are
+// left to the decoder.
+func loneSurrogate(body []byte) bool {
+	esc := func(i int) (rune, bool) { // the \uXXXX escape at i
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range body[i+2 : i+6] {
+			var d byte
+			switch {
+			case c >= '0' && c <= '9':
+				d = c - '0'
+			case c >= 'a' && c <= 'f':
+				d = c - 'a' + 10
+			case c >= 'A' && c <= 'F':
+				d = c - 'A' + 10
+			default:
+				return 0, false
+			}
+			r = r<<4 | rune(d)
+		}
+		return r, true
+	}
+	for i := bytes.IndexByte(body, '\\'); i >= 0 && i < len(body); {
+		r, ok := esc(i)
+		switch {
+		case !ok:
+			i += 2 // another escape (\n, \\, ...): skip both bytes
+		case r >= 0xD800 && r < 0xDC00:
+			lo, ok := esc(i + 6)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 12
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		default:
+			i += 6
+		}
+		if i >= len(body) {
+			break
+		}
+		next := bytes.IndexByte(body[i:], '\\')
+		if next < 0 {
+			break
+		}
+		i += next
+	}
+	return false
 }
 
 // jsonDepthOver reports whether the JSON text body nests arrays and
