@@ -456,19 +456,27 @@ func checkRefRetention(updates json.RawMessage) error {
 	if !bytes.Contains(updates, []byte("set-snapshot-ref")) {
 		return nil
 	}
-	var list []struct {
-		Action             string `json:"action"`
-		RefName            string `json:"ref-name"`
-		Type               string `json:"type"`
-		MinSnapshotsToKeep *int64 `json:"min-snapshots-to-keep"`
-		MaxSnapshotAgeMs   *int64 `json:"max-snapshot-age-ms"`
-		MaxRefAgeMs        *int64 `json:"max-ref-age-ms"`
-	}
+	// Split first: only the few updates that name the action are decoded
+	// (an append's add-snapshot, schemas and the like are not).
+	var list []json.RawMessage
 	if json.Unmarshal(updates, &list) != nil {
-		return nil // the updates decoded: iceberg-go judged the types
+		return nil // iceberg-go decoded the updates: cannot happen
 	}
-	for _, u := range list {
-		if u.Action != "set-snapshot-ref" {
+	for _, raw := range list {
+		if !bytes.Contains(raw, []byte("set-snapshot-ref")) {
+			continue
+		}
+		var u struct {
+			Action             string `json:"action"`
+			RefName            string `json:"ref-name"`
+			Type               string `json:"type"`
+			MinSnapshotsToKeep *int64 `json:"min-snapshots-to-keep"`
+			MaxSnapshotAgeMs   *int64 `json:"max-snapshot-age-ms"`
+			MaxRefAgeMs        *int64 `json:"max-ref-age-ms"`
+		}
+		// iceberg-go decoded every set-snapshot-ref already; an update of
+		// another action whose fields do not fit u is not one.
+		if json.Unmarshal(raw, &u) != nil || u.Action != "set-snapshot-ref" {
 			continue
 		}
 		for _, f := range []struct {
