@@ -205,7 +205,17 @@ func downloadBackup(ctx context.Context, api *apiClient, to string, stderr io.Wr
 // it to to. On failure the temp file is removed and to is untouched.
 func saveBackup(ctx context.Context, body io.Reader, size int64, to string, stderr io.Writer) (backupSummary, error) {
 	tmp := to + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// A stale temp file (an interrupted run) is removed, never written
+	// through: were it a link, its target would be truncated.
+	if fi, err := os.Lstat(tmp); err == nil {
+		if fi.IsDir() {
+			return backupSummary{}, fmt.Errorf("cannot write %s: %s is a directory", to, tmp)
+		}
+		if err := os.Remove(tmp); err != nil {
+			return backupSummary{}, err
+		}
+	}
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return backupSummary{}, err
 	}

@@ -204,6 +204,11 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "writes did not start")
 
 	file := filepath.Join(t.TempDir(), "cluster.backup")
+	// A link left at the temp file's name is replaced, never written
+	// through.
+	victim := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
+	require.NoError(t, os.Symlink(victim, file+".tmp"))
 	backupStart := time.Now()
 	code, stdout, stderr := runFloe(t, bin, "backup", "--node", "http://"+follower.httpAddr, "--to", file, "--json")
 	require.Equal(t, 0, code, "floe backup: stdout %s\nstderr %s", stdout, stderr)
@@ -211,8 +216,11 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // writes after the backup, which it must not need
 	stopWriters()
 	assert.Contains(t, stderr, "floe backup: ", "progress on stderr")
-	_, err := os.Stat(file + ".tmp")
+	_, err := os.Lstat(file + ".tmp")
 	assert.True(t, errors.Is(err, os.ErrNotExist), "temp file left behind")
+	kept, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	assert.Equal(t, "keep", string(kept), "the link's target is untouched")
 
 	var summary backupSummary
 	require.NoError(t, json.Unmarshal([]byte(stdout), &summary), stdout)
