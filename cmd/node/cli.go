@@ -52,6 +52,16 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) (i
 	return cmd.run(ctx, args[1:], stdout, stderr), true
 }
 
+// commandNames lists the commands, sorted, for messages.
+func commandNames() string {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
 func init() {
 	commands["help"] = command{summary: "this help, or a command's: floe help purge wait", run: runHelp}
 	commands["status"] = command{summary: "the leader, term, indexes, and every member with its health", run: runStatusCommand}

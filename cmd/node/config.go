@@ -306,6 +306,10 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 		return c, usageError{err}
 	}
 	if fs.NArg() > 0 {
+		if len(args) > 0 && args[0] == fs.Arg(0) {
+			// The first word, not a flag: a mistyped command.
+			return c, usagef("unknown command %q (commands: %s; 'floe help' says more); a node takes flags only", fs.Arg(0), commandNames())
+		}
 		return c, usagef("unexpected argument %q (flags only; see --help)", fs.Arg(0))
 	}
 	onCommandLine := map[string]bool{}

@@ -426,3 +426,15 @@ func TestSecretsOnCommandLineWarn(t *testing.T) {
 		})
 	}
 }
+
+// TestMistypedCommand: a first word that is no command is named as such,
+// with the commands there are; a stray word after flags is an argument.
+func TestMistypedCommand(t *testing.T) {
+	_, err := parseConfig([]string{"stauts"}, nil, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown command "stauts"`)
+	assert.Contains(t, err.Error(), "status")
+	_, err = parseConfig([]string{"--data-dir", t.TempDir(), "extra"}, nil, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unexpected argument "extra"`)
+}
