@@ -385,6 +385,10 @@ func TestAuthProcesses(t *testing.T) {
 			assert.Contains(t, string(out), tc.want, "%s %s", tc.method, tc.path)
 		}
 		assert.Equal(t, string(before), string(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/grants", "", http.StatusOK)))
+		for _, g := range []string{"alice", "bogus:x", "principal:a/b"} {
+			code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/grants?grantee="+url.QueryEscape(g), "")
+			assert.Equal(t, http.StatusBadRequest, code, "a grantee filter of no grantee's form (%s): %s", g, out)
+		}
 		assert.Equal(t, string(beforeRoles), string(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/principals", "", http.StatusOK)))
 		code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/clients", "")
 		require.Equal(t, http.StatusOK, code)

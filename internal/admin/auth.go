@@ -525,6 +525,11 @@ type grantBody struct {
 func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
 	var grantees []string
 	if g := r.URL.Query().Get("grantee"); g != "" {
+		// The form a grant names its grantee in: any other matches
+		// nothing, which would read as "no grants".
+		if kind, name, ok := cut(g); !ok || (kind != "principal" && kind != "role") || checkName(kind, name) != nil {
+			return fmt.Errorf("%w: grantee %q must be principal:NAME or role:NAME", ErrBadRequest, g)
+		}
 		grantees = append(grantees, g)
 	}
 	out := []grantBody{}
