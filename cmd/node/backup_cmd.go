@@ -113,6 +113,12 @@ Flags:
 		fmt.Fprintf(stderr, "floe backup: %s\nRun 'floe backup --help' for usage.\n", msg)
 		return backupExitUsage
 	}
+	if to == "-" {
+		// The file is verified whole before it is given its name; a
+		// stream to standard output could not be taken back.
+		fmt.Fprintf(stderr, "floe backup: --to - (standard output) is not supported: give the path of the file to write\nRun 'floe backup --help' for usage.\n")
+		return backupExitUsage
+	}
 	// A directory cannot take the file's place: say so before the
 	// download rather than fail at the rename after it.
 	if fi, err := os.Stat(to); (err == nil && fi.IsDir()) || strings.HasSuffix(to, "/") || strings.HasSuffix(to, string(filepath.Separator)) {

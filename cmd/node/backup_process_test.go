@@ -371,6 +371,7 @@ func TestBackupCommandUsage(t *testing.T) {
 		{"backup", "--to", "x", "extra"},
 		{"backup", "--to", "x", "--node", "ftp://host"},
 		{"backup", "--to", t.TempDir()},
+		{"backup", "--to", "-"},
 		{"backup", "--to", filepath.Join(t.TempDir(), "new") + "/"},
 		{"restore", "--data-dir", t.TempDir()},
 		{"restore", "--from", "x"},
