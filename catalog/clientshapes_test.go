@@ -931,7 +931,7 @@ var icebergJSShapes = []shape{
 	// "remote-signing"].
 	{call: "createTableResult", method: "POST", target: "/v1/floe/namespaces/jsdb/tables",
 		headers: with(jsMutation(5), "X-Iceberg-Access-Delegation", "vended-credentials,remote-signing"),
-		body:    jsCreateTable, status: 200, checks: []check{save("uuid", "metadata", "table-uuid"), save("mdloc", "metadata-location")}},
+		body:    jsCreateTable, status: 200, checks: []check{save("uuid", "metadata", "table-uuid"), save("mdloc", "metadata-location"), saveHeader("create-etag", "ETag")}},
 	// A name with a space: encodeURIComponent sends %20.
 	{call: "createTable", method: "POST", target: "/v1/floe/namespaces/jsdb%1Fsub/tables", headers: jsMutation(6),
 		body:   strings.Replace(jsCreateTable, `"name":"events"`, `"name":"page views"`, 1),
@@ -949,9 +949,15 @@ var icebergJSShapes = []shape{
 	// updateTable: the caller's { requirements, updates }, no identifier.
 	{call: "updateTable", method: "POST", target: "/v1/floe/namespaces/jsdb/tables/events", headers: jsMutation(7),
 		body:   `{"requirements":[],"updates":[{"action":"set-properties","updates":{"read.split.target-size":"134217728"}}]}`,
-		status: 200, checks: []check{present("metadata-location"), save("mdloc", "metadata-location")}},
+		status: 200, checks: []check{present("metadata-location"), save("mdloc", "metadata-location"), saveHeader("commit-etag", "ETag")}},
 	{call: "loadTableResult", method: "GET", target: "/v1/floe/namespaces/jsdb/tables/events?snapshots=refs",
 		headers: with(jsHeaders, "If-None-Match", "{{etag}}"), status: 200},
+	// The commit's answer is tagged as a load of the whole metadata is:
+	// the next load with it is a 304 (the spec's etag on CommitTableResponse).
+	{call: "loadTableResult", method: "GET", target: "/v1/floe/namespaces/jsdb/tables/events",
+		headers: with(jsHeaders, "If-None-Match", "{{commit-etag}}"), status: 304},
+	{call: "loadTableResult", method: "GET", target: "/v1/floe/namespaces/jsdb/tables/events?snapshots=all",
+		headers: with(jsHeaders, "If-None-Match", "{{commit-etag}}"), status: 304},
 	{call: "listTables", method: "GET", target: "/v1/floe/namespaces/jsdb/tables?pageSize=1", headers: jsHeaders,
 		status: 200, checks: []check{is("events", "identifiers", "0", "name"), absent("next-page-token")}},
 	{call: "renameTable", method: "POST", target: "/v1/floe/tables/rename", headers: jsMutation(8),

@@ -47,6 +47,9 @@ func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.I
 	res := loadTableResult{Metadata: tm.raw, Config: s.whOf(r.Context()).objects.ClientConfig(tm.meta.Location())}
 	if !staged {
 		res.MetadataLocation = tm.location
+		if w.Header().Get("ETag") == "" { // loadTable sets its mode's
+			setETag(w, tm.location)
+		}
 	}
 	s.addVendedCredentials(r, id, vc, &res)
 	if len(res.StorageCredentials) > 0 {
@@ -340,9 +343,23 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 
 // etagFor names one version of a loadTable answer: the metadata file is
 // immutable, so its location (and the snapshots mode) determines the body.
+// No mode and "all" give the same body, so the same tag.
 func etagFor(metadataLocation, mode string) string {
+	if mode == "" {
+		mode = "all"
+	}
 	sum := sha256.Sum256([]byte(mode + "\x00" + metadataLocation))
 	return `"` + hex.EncodeToString(sum[:16]) + `"`
+}
+
+// setETag tags a create, register or commit answer, whose metadata is the
+// whole file at metadataLocation, as loadTable would tag that version
+// (the spec's etag header on CreateTableResponse and CommitTableResponse):
+// a client may send it as If-None-Match on its next load.
+func setETag(w http.ResponseWriter, metadataLocation string) {
+	if metadataLocation != "" {
+		w.Header().Set("ETag", etagFor(metadataLocation, "all"))
+	}
 }
 
 func etagMatches(header, etag string) bool {
@@ -570,6 +587,7 @@ func (s *Server) updateTable(w http.ResponseWriter, r *http.Request) error {
 // they are, not copied and checked once more by an encoder. The body is
 // the one writeJSON would write.
 func writeCommitResult(w http.ResponseWriter, tm *tableMetadata) {
+	setETag(w, tm.location)
 	if reencodeMetadata.Load() {
 		writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
 		return
