@@ -952,6 +952,11 @@ var icebergJSShapes = []shape{
 		status: 200, checks: []check{present("metadata-location"), save("mdloc", "metadata-location"), saveHeader("commit-etag", "ETag")}},
 	{call: "loadTableResult", method: "GET", target: "/v1/floe/namespaces/jsdb/tables/events?snapshots=refs",
 		headers: with(jsHeaders, "If-None-Match", "{{etag}}"), status: 200},
+	// iceberg-js documents requirements as optional; Java's parser reads
+	// an absent list as empty.
+	{call: "updateTable", method: "POST", target: "/v1/floe/namespaces/jsdb/tables/events", headers: jsMutation(40),
+		body:   `{"updates":[{"action":"set-properties","updates":{"no-requirements":"1"}}]}`,
+		status: 200, checks: []check{is("1", "metadata", "properties", "no-requirements"), saveHeader("commit-etag", "ETag")}},
 	// The commit's answer is tagged as a load of the whole metadata is:
 	// the next load with it is a 304 (the spec's etag on CommitTableResponse).
 	{call: "loadTableResult", method: "GET", target: "/v1/floe/namespaces/jsdb/tables/events",

@@ -434,7 +434,7 @@ type commitTableResponse struct {
 
 // decodeCommit parses a CommitTableRequest; an unknown requirement or update
 // type, or a field of the wrong type, is a 400. The body is decoded once at
-// the top level: requirements and updates are kept raw, checked present,
+// the top level: requirements and updates are kept raw (absent: empty),
 // then each decoded into its type.
 func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	var probe struct {
@@ -445,8 +445,13 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitTableRequest{}, badRequest("malformed commit: %v", err)
 	}
-	if probe.Requirements == nil || probe.Updates == nil {
-		return commitTableRequest{}, badRequest("commit must have requirements and updates")
+	// Absent lists are empty, as Java's UpdateTableRequestParser reads
+	// them (iceberg-js documents requirements as optional).
+	if probe.Requirements == nil {
+		probe.Requirements = json.RawMessage("[]")
+	}
+	if probe.Updates == nil {
+		probe.Updates = json.RawMessage("[]")
 	}
 	req := commitTableRequest{Identifier: probe.Identifier}
 	reqs, err := nullMissingRefSnapshotIDs(probe.Requirements)
