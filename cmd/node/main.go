@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/admin"
 	"github.com/floe-catalog/floe/internal/httpserve"
 	"github.com/floe-catalog/floe/internal/raftnode"
@@ -209,7 +210,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	defer stopStreams()
 	handler := withStatusPage(statusPage.Handler(), routes(catalogHandler, managementRoutes(management.Handler(), purgeJobs,
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
-		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done()}),
+		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done(),
+			Linearize: func(ctx context.Context) error { return node.Read(ctx, func(*fsm.Reader) error { return nil }) }}),
 		management.Backup(node, reg)), sec.tokens, node, reg))
 	srv, err := httpserve.New(refuseDotSegments(collapseLeadingSlashes(sec.wrap(handler))), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,7 +56,16 @@ type EventsConfig struct {
 	// Registerer receives floe_change_feed_clients and
 	// floe_change_feed_events_sent_total; nil: none.
 	Registerer prometheus.Registerer
+	// Linearize, when set, returns once this node's replica has applied
+	// every entry the cluster had committed when it was called (a
+	// linearizable read's barrier). A stream asked to start after an index
+	// the replica has not reached then tells a lagging replica (it waits)
+	// from a cursor this cluster never issued (410). Nil: it always waits.
+	Linearize func(ctx context.Context) error
 }
+
+// linearizeTimeout bounds the barrier a stream with a cursor takes.
+const linearizeTimeout = 5 * time.Second
 
 type eventsAPI struct {
 	src     EventSource
@@ -80,8 +90,9 @@ type eventsAPI struct {
 // with neither, the stream starts at the oldest event kept. limit (default
 // 100, at most 1000) bounds the events of one write; a write always ends
 // on an entry boundary. An idle stream gets a comment line every
-// Heartbeat. A cursor older than the events kept is answered 410 Gone in
-// the error model; if retention overtakes a slow stream, it gets a "gone"
+// Heartbeat. A cursor older than the events kept, or past every entry the
+// cluster has committed (with Linearize), is answered 410 Gone in the
+// error model; if retention overtakes a slow stream, it gets a "gone"
 // event (data: the same error body) and ends. Either way the client must
 // resync from the catalog and follow from a newer index.
 func (s *Server) Events(src EventSource, cfg EventsConfig) http.Handler {
@@ -169,6 +180,33 @@ func (e *eventsAPI) read(cur feedCursor, limit int) (page []fsm.Event, more bool
 	return page, more, cur, nil
 }
 
+// checkCursor refuses (410) a cursor past every entry the cluster has
+// committed: it comes from another history of the log (a cluster restored
+// from a backup older than the cursor, or another cluster), and waiting
+// for the index would skip the new history's events below it. A cursor
+// past only what this replica has applied is fine: the stream waits. When
+// the barrier cannot be taken (no leader), the cursor is not judged.
+func (e *eventsAPI) checkCursor(ctx context.Context, cur feedCursor) error {
+	if cur.fromStart || e.cfg.Linearize == nil {
+		return nil
+	}
+	var applied uint64
+	if err := e.src.View(func(r *fsm.Reader) error { applied = r.AppliedIndex(); return nil }); err != nil || cur.after <= applied {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, linearizeTimeout)
+	defer cancel()
+	if err := e.cfg.Linearize(lctx); err != nil {
+		return nil
+	}
+	if err := e.src.View(func(r *fsm.Reader) error { applied = r.AppliedIndex(); return nil }); err != nil || cur.after <= applied {
+		return nil
+	}
+	return &statusError{http.StatusGone, "GoneException", fmt.Sprintf(
+		"the cursor (after %d) is past every entry this cluster has committed (%d): it comes from another history of the log, such as a cluster restored from an older backup; resync from the catalog and follow from a newer index",
+		cur.after, applied)}
+}
+
 func goneError(err error) *statusError {
 	return &statusError{http.StatusGone, "GoneException", err.Error()}
 }
@@ -176,6 +214,9 @@ func goneError(err error) *statusError {
 func (e *eventsAPI) stream(w http.ResponseWriter, r *http.Request) error {
 	cur, limit, err := parseFeedRequest(r)
 	if err != nil {
+		return err
+	}
+	if err := e.checkCursor(r.Context(), cur); err != nil {
 		return err
 	}
 	// Taken before each read: an apply after the read closes it.

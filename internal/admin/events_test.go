@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,4 +374,41 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestFeedAnswersGoneForACursorPastTheLog: with a barrier, a cursor past
+// every committed entry (a history restored from an older backup, another
+// cluster) is a 410; one this replica merely has not reached yet waits.
+func TestFeedAnswersGoneForACursorPastTheLog(t *testing.T) {
+	f := openFSM(t)
+	store := &fsmStore{f: f}
+	store.must(t, ns("a")) // 1
+	store.must(t, ns("b")) // 2
+	var barriers atomic.Int32
+	h := newServer(nil, nil, Config{}).Events(f, EventsConfig{Heartbeat: time.Hour,
+		Linearize: func(context.Context) error { barriers.Add(1); return nil }})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	url := srv.URL + "/management/v1/events"
+
+	resp, err := http.Get(url + "?after=9")
+	require.NoError(t, err)
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusGone, resp.StatusCode)
+	assert.Equal(t, "GoneException", body.Error.Type)
+	assert.Contains(t, body.Error.Message, "after 9")
+	assert.Equal(t, int32(1), barriers.Load())
+
+	// A cursor within the log streams, with no barrier taken.
+	fd := openFeed(t, url+"?after=1", nil)
+	e, _ := fd.event()
+	assert.Equal(t, uint64(2), e.Index)
+	assert.Equal(t, int32(1), barriers.Load())
 }
