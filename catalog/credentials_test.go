@@ -134,11 +134,13 @@ func TestVendedCredentialsAreScopedAndOnlyWhenAsked(t *testing.T) {
 	assert.NotContains(t, string(plain.body), "s3.session-token", "not asked: not given")
 	assert.Nil(t, plain.json(t)["storage-credentials"])
 	assert.Empty(t, plain.header.Get("Cache-Control"))
+	assert.NotEmpty(t, plain.header.Get("ETag"))
 
 	for _, h := range []string{"vended-credentials", "remote-signing, Vended-Credentials"} {
 		r := n.do(t, "GET", path, nil, "X-Iceberg-Access-Delegation", h)
 		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 		assert.Equal(t, "no-store", r.header.Get("Cache-Control"))
+		assert.Empty(t, r.header.Get("ETag"), "an answer with credentials is never revalidated")
 		var res struct {
 			Config             map[string]string `json:"config"`
 			StorageCredentials []struct {
@@ -163,6 +165,15 @@ func TestVendedCredentialsAreScopedAndOnlyWhenAsked(t *testing.T) {
 	prefix := strings.TrimPrefix(loc, "s3://"+strings.SplitN(strings.TrimPrefix(loc, "s3://"), "/", 2)[0]+"/")
 	assert.Contains(t, last.Policy, prefix+"/*")
 	assert.True(t, last.Signed)
+
+	// A table created with credentials asked for: its answer carries
+	// them and no tag.
+	created := n.do(t, "POST", "/v1/floe/namespaces/db%1Fsub/tables", map[string]any{"name": "vended", "schema": map[string]any{
+		"type": "struct", "fields": []any{map[string]any{"id": 1, "name": "id", "type": "long", "required": true}}}},
+		"X-Iceberg-Access-Delegation", "vended-credentials")
+	require.Equal(t, http.StatusOK, created.status, "%s", created.body)
+	assert.NotNil(t, created.json(t)["storage-credentials"])
+	assert.Empty(t, created.header.Get("ETag"), "an answer with credentials is never revalidated")
 
 	// loadCredentials, as the clients' refresh calls it.
 	creds := n.do(t, "GET", "/v1/floe/namespaces/db%1Fsub/tables/t/credentials", nil)

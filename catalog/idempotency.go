@@ -155,7 +155,9 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 		if err != nil {
 			return err
 		}
-		setETag(w, tm.location)
+		if op == "updateTable" { // as the first answer: an unregister's has none
+			setETag(w, tm.location)
+		}
 		writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
 	case "createView", "registerView", "replaceView":
 		if len(res.Views) == 0 {

@@ -53,7 +53,10 @@ func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.I
 	}
 	s.addVendedCredentials(r, id, vc, &res)
 	if len(res.StorageCredentials) > 0 {
+		// Never revalidated: a 304 would let a client keep credentials
+		// that may have expired, or that a later request did not ask for.
 		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Del("ETag")
 	}
 	return res
 }
@@ -444,6 +447,9 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitTableRequest{}, badRequest("malformed commit: %v", err)
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return commitTableRequest{}, badRequest("a commit must be a JSON object")
 	}
 	// Absent lists are empty, as Java's UpdateTableRequestParser reads
 	// them (iceberg-js documents requirements as optional).

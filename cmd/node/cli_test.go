@@ -730,8 +730,8 @@ func TestBinaryRunsANodeWithFlagsAndCommands(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "floe COMMAND [arguments]")
 	code, _, errOut := run("nosuchcommand")
-	assert.Equal(t, 2, code, "a word that names no command is the node's unexpected argument")
-	assert.Contains(t, errOut, `unexpected argument "nosuchcommand"`)
+	assert.Equal(t, 2, code, "a word that names no command is a usage error")
+	assert.Contains(t, errOut, `unknown command "nosuchcommand"`)
 
 	dataDir := filepath.Join(t.TempDir(), "data")
 	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)

@@ -306,7 +306,7 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 		return c, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		if len(args) > 0 && args[0] == fs.Arg(0) {
+		if fs.NArg() == len(args) {
 			// The first word, not a flag: a mistyped command.
 			return c, usagef("unknown command %q (commands: %s; 'floe help' says more); a node takes flags only", fs.Arg(0), commandNames())
 		}
