@@ -310,6 +310,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"negative bucket", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"p","transform":"bucket[-3]"}`), 400, "BadRequestException"},
 		{"partition named as another column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":1,"field-id":1000,"name":"s","transform":"bucket[4]"}`), 400, "BadRequestException"},
 		{"partition of a missing column", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":42,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
+		{"partition of two columns", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-ids":[1,2],"field-id":1000,"name":"p","transform":"bucket[4]"}`), 400, "BadRequestException"},
+		{"add-spec of two columns", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"add-spec","spec":{"spec-id":1,"fields":[{"source-ids":[1,1],"field-id":1001,"name":"q","transform":"bucket[8]"}]}}]}`, 400, "BadRequestException"},
 		{"partition of a struct", "POST", "/v1/namespaces/a/tables", withSchemaAndSpec(``, `{"source-id":6,"field-id":1000,"name":"p","transform":"identity"}`), 400, "BadRequestException"},
 		{"staged create completed as dot-dot", "POST", "/v1/transactions/commit", `{"table-changes":[{"identifier":{"namespace":["a"],"name":".."},"requirements":[{"type":"assert-create"}],"updates":[` +
 			`{"action":"upgrade-format-version","format-version":2},{"action":"add-schema","schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","type":"long","required":true}]}},` +

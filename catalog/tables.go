@@ -219,6 +219,13 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := validateProperties(req.Properties); err != nil {
 		return err
 	}
+	if req.PartitionSpec != nil {
+		for _, f := range req.PartitionSpec.Fields() {
+			if err := checkSourceIDs(f.Name, f.SourceIDs); err != nil {
+				return err
+			}
+		}
+	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	setAuditTarget(r, id.String())
 	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
@@ -473,7 +480,55 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if err := checkRefRetention(probe.Updates); err != nil {
 		return commitTableRequest{}, err
 	}
+	if err := checkAddedSpecSources(probe.Updates); err != nil {
+		return commitTableRequest{}, err
+	}
 	return req, nil
+}
+
+// checkSourceIDs refuses a partition field with several source columns
+// (a multi-argument transform, format version 3): iceberg-go, which builds
+// the metadata, would keep only the first and answer success.
+func checkSourceIDs(field string, ids []int) error {
+	if len(ids) > 1 {
+		return badRequest("partition field %q has %d source-ids: multi-argument transforms are not supported (only the first source column would be kept)", field, len(ids))
+	}
+	return nil
+}
+
+// checkAddedSpecSources applies checkSourceIDs to the specs add-spec
+// updates add. Only the updates that name source-ids are decoded again.
+func checkAddedSpecSources(updates json.RawMessage) error {
+	if !bytes.Contains(updates, []byte("source-ids")) {
+		return nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(updates, &list) != nil {
+		return nil // iceberg-go decoded the updates: cannot happen
+	}
+	for _, raw := range list {
+		if !bytes.Contains(raw, []byte("source-ids")) {
+			continue
+		}
+		var u struct {
+			Action string `json:"action"`
+			Spec   struct {
+				Fields []struct {
+					Name      string `json:"name"`
+					SourceIDs []int  `json:"source-ids"`
+				} `json:"fields"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(raw, &u) != nil || u.Action != "add-spec" {
+			continue
+		}
+		for _, f := range u.Spec.Fields {
+			if err := checkSourceIDs(f.Name, f.SourceIDs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkRefRetention refuses a set-snapshot-ref whose retention the
