@@ -1,13 +1,10 @@
 package catalog
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -88,14 +85,10 @@ func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadat
 	if err != nil {
 		return nil, fmt.Errorf("read view metadata %s: %w", loc, err)
 	}
-	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
-		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
-		}
+	// Bounded, as a table's: a small file must not inflate to exhaust
+	// the node's memory on every load.
+	if raw, err = storage.Ungzipped(raw); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errCorruptViewMetadata, loc, err)
 	}
 	meta, err := view.ParseMetadataBytes(raw)
 	if err != nil {

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -573,6 +574,30 @@ func testRegisterView(t *testing.T, f *node) {
 	r = f.vdo(t, "GET", "/v1/namespaces/rg/views/b", nil)
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, loc, r.json(t)["metadata-location"])
+
+	// A gzipped metadata file (write.metadata.compression-codec=gzip)
+	// registers and loads; a corrupt one is refused.
+	require.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/rg/views/b", nil).status)
+	raw, err := f.objects.Read(context.Background(), loc)
+	require.NoError(t, err)
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, err = zw.Write(raw)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	dir := loc[:strings.LastIndex(loc, "/")]
+	gz := dir + "/00009-01937a5e-0000-7000-8000-00000000009a.gz.metadata.json"
+	require.NoError(t, f.objects.Write(context.Background(), gz, zipped.Bytes()))
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "g", "metadata-location": gz})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = f.vdo(t, "GET", "/v1/namespaces/rg/views/g", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, gz, r.json(t)["metadata-location"])
+	require.Equal(t, 204, f.vdo(t, "DELETE", "/v1/namespaces/rg/views/g", nil).status)
+	bad := dir + "/00010-01937a5e-0000-7000-8000-00000000009b.gz.metadata.json"
+	require.NoError(t, f.objects.Write(context.Background(), bad, append([]byte{0x1f, 0x8b}, "not gzip"...)))
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "h", "metadata-location": bad})
+	assert.Equal(t, 400, r.status, "%s", r.body)
 
 	r = f.vdo(t, "POST", "/v1/namespaces/nope/register-view", map[string]any{"name": "c", "metadata-location": loc})
 	assert.Equal(t, 404, r.status, "%s", r.body)
