@@ -35,7 +35,7 @@ var layers = map[string][]string{
 	"internal/vending":            {"internal/location"},
 	"internal/vending/ststest":    nil,
 	"internal/httpserve":          nil,
-	"internal/ui":                 {"fsm", "idempotency", "internal/raftnode", "purge"},
+	"internal/ui":                 {"fsm", "idempotency", "internal/raftnode", "purge", "internal/storage"},
 }
 
 // testOnly are packages no non-test code may import.

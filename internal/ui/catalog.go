@@ -1,11 +1,8 @@
 package ui
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -18,6 +15,7 @@ import (
 	"github.com/apache/iceberg-go/view"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // link is a name and where it leads.
@@ -389,14 +387,10 @@ func readMetadataFile(ctx context.Context, objects Objects, loc string) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("cannot read metadata file %s: %w", loc, err)
 	}
-	if len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
-		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
-		}
+	// Bounded, as the catalog's: a small file must not inflate to
+	// exhaust the node's memory on every page view.
+	if raw, err = storage.Ungzipped(raw); err != nil {
+		return nil, fmt.Errorf("unreadable metadata file %s: %w", loc, err)
 	}
 	return raw, nil
 }

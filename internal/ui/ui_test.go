@@ -1,6 +1,8 @@
 package ui
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -995,4 +997,27 @@ func TestNamedWarehouseAuthorization(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, code)
 	assert.Contains(t, body, "may not read namespace db in warehouse lake")
 	assert.NotContains(t, body, "\x1e")
+}
+
+// A gzipped metadata file is shown as the catalog reads it; a corrupt
+// gzip stream is reported unreadable, the page still rendered.
+func TestTableWithGzippedMetadata(t *testing.T) {
+	f := newFixture(t, nil)
+	const loc = "s3://bucket/db/events/metadata/00001.metadata.json"
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	_, err := zw.Write(f.objects[loc])
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	plainCode, plain := f.get(t, "/ui/table?ns=db&name=events")
+	require.Equal(t, http.StatusOK, plainCode)
+	f.objects[loc] = zipped.Bytes()
+	code, body := f.get(t, "/ui/table?ns=db&name=events")
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "unreadable metadata file")
+	assert.Equal(t, strings.Count(plain, "<tr"), strings.Count(body, "<tr"), "the same rows as from the plain file")
+	f.objects[loc] = append([]byte{0x1f, 0x8b}, "not gzip"...)
+	code, body = f.get(t, "/ui/table?ns=db&name=events")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "unreadable metadata file "+loc)
 }
