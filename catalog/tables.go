@@ -486,6 +486,28 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	return req, nil
 }
 
+// updatesNaming returns the raw updates of a commit's update list whose
+// text contains needle, for checks that decode only those again (an
+// append's add-snapshot, schemas and the like are not). None when the
+// list does not mention needle at all, the common case, at the cost of
+// one scan. iceberg-go has decoded the list already, so it splits.
+func updatesNaming(updates json.RawMessage, needle string) []json.RawMessage {
+	if !bytes.Contains(updates, []byte(needle)) {
+		return nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(updates, &list) != nil {
+		return nil
+	}
+	out := list[:0]
+	for _, raw := range list {
+		if bytes.Contains(raw, []byte(needle)) {
+			out = append(out, raw)
+		}
+	}
+	return out
+}
+
 // checkSourceIDs refuses a partition field with several source columns
 // (a multi-argument transform, format version 3): iceberg-go, which builds
 // the metadata, would keep only the first and answer success.
@@ -497,19 +519,9 @@ func checkSourceIDs(field string, ids []int) error {
 }
 
 // checkAddedSpecSources applies checkSourceIDs to the specs add-spec
-// updates add. Only the updates that name source-ids are decoded again.
+// updates add.
 func checkAddedSpecSources(updates json.RawMessage) error {
-	if !bytes.Contains(updates, []byte("source-ids")) {
-		return nil
-	}
-	var list []json.RawMessage
-	if json.Unmarshal(updates, &list) != nil {
-		return nil // iceberg-go decoded the updates: cannot happen
-	}
-	for _, raw := range list {
-		if !bytes.Contains(raw, []byte("source-ids")) {
-			continue
-		}
+	for _, raw := range updatesNaming(updates, "source-ids") {
 		var u struct {
 			Action string `json:"action"`
 			Spec   struct {
@@ -536,19 +548,7 @@ func checkAddedSpecSources(updates json.RawMessage) error {
 // above 0, or a branch-only one on a tag. iceberg-go would drop such a
 // value and answer success without it. null clears a value and passes.
 func checkRefRetention(updates json.RawMessage) error {
-	if !bytes.Contains(updates, []byte("set-snapshot-ref")) {
-		return nil
-	}
-	// Split first: only the few updates that name the action are decoded
-	// (an append's add-snapshot, schemas and the like are not).
-	var list []json.RawMessage
-	if json.Unmarshal(updates, &list) != nil {
-		return nil // iceberg-go decoded the updates: cannot happen
-	}
-	for _, raw := range list {
-		if !bytes.Contains(raw, []byte("set-snapshot-ref")) {
-			continue
-		}
+	for _, raw := range updatesNaming(updates, "set-snapshot-ref") {
 		var u struct {
 			Action             string `json:"action"`
 			RefName            string `json:"ref-name"`
