@@ -109,7 +109,6 @@ func checkName(what, v string) error {
 		}
 		return fmt.Errorf("%w: %s %q must be 1 to 255 letters, digits or . _ @ -", ErrBadRequest, what, shown)
 	}
-
 	if v == "." || v == ".." {
 		// A path segment of the operator API that could never be
 		// addressed (.../clients/..).

@@ -393,6 +393,9 @@ func assertGone(t *testing.T, url, want string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	require.NoError(t, err)
+	defer resp.Body.Close()
+	// The status first: a stream that was not refused would never end.
+	require.Equal(t, http.StatusGone, resp.StatusCode)
 	var body struct {
 		Error struct {
 			Message string `json:"message"`
@@ -401,8 +404,6 @@ func assertGone(t *testing.T, url, want string) {
 		} `json:"error"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-	resp.Body.Close()
-	assert.Equal(t, http.StatusGone, resp.StatusCode)
 	assert.Equal(t, "GoneException", body.Error.Type)
 	assert.Equal(t, http.StatusGone, body.Error.Code)
 	assert.Contains(t, body.Error.Message, want)
