@@ -118,6 +118,46 @@ func TestOverlappingLocationsAreRefused(t *testing.T) {
 	assert.Equal(t, 400, r.status, "%s", r.body)
 }
 
+// A table moved by set-location keeps the location it left: its snapshots
+// may still reference files there, so a table registered from its old
+// metadata file (or created there) would share them, and purging that
+// table would delete them.
+func TestMovedTableKeepsTheLocationItLeft(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("x"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	first := r.json(t)["metadata-location"].(string)
+	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/x", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": old + "2"}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	before, files := n.state(t), n.listFiles(t, old)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
+	assert.Contains(t, string(r.body), "ns.x")
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("t", old))
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, before, n.state(t))
+	assert.Equal(t, files, n.listFiles(t, old), "nothing written")
+
+	// Moving back is the table's own business; dropping it frees both.
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/x", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": old}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/floe/namespaces/ns/tables/x", nil).status)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
+	require.Equal(t, 200, r.status, "a dropped table owns nothing: %s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("t", old+"2"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+}
+
 func TestRegisteredMetadataMustLieInItsLocation(t *testing.T) {
 	n := startNode(t, warehouses()[0])
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)

@@ -195,11 +195,20 @@ func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Loc
 // a view holds is StatusAlreadyExists. Body version 1 entries, written before
 // ownership was enforced, replay without that check so that every replica
 // reaches the state they made when they were first applied.
+//
+// From body version 3, an update that moves a table (set-location) keeps
+// the location it leaves as one of the table's FormerLocations: its
+// snapshots may still reference files there, so no other table may claim
+// it (and a purge of that table delete them) until this one is dropped or
+// replaced. Earlier versions freed it, and replay as they were applied.
 type CommitTables struct {
 	Changes []TableChange `json:"changes"`
 	AtMs    int64         `json:"at-ms"`
 	// legacy marks a command decoded from a version-1 body.
 	legacy bool
+	// freesMoved marks a command decoded from a body before version 3: an
+	// update that moves a table frees the location it leaves.
+	freesMoved bool
 }
 
 // DropTable removes a table's catalog entry. Result.Tables holds the removed
@@ -240,21 +249,23 @@ func init() {
 	register(TypeCreateNamespace, registration{1, jsonCodec[CreateNamespace](1), applyCreateNamespace})
 	register(TypeDropNamespace, registration{1, jsonCodec[DropNamespace](1), applyDropNamespace})
 	register(TypeUpdateNamespace, registration{1, jsonCodec[UpdateNamespace](1), applyUpdateNamespace})
-	register(TypeCommitTables, registration{2, decodeCommitTables, applyCommitTables})
+	register(TypeCommitTables, registration{3, decodeCommitTables, applyCommitTables})
 	register(TypeDropTable, registration{1, jsonCodec[DropTable](1), applyDropTable})
 	register(TypeRenameTable, registration{1, jsonCodec[RenameTable](1), applyRenameTable})
 	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
 }
 
-// decodeCommitTables reads body versions 1 and 2; version 1 entries replay
-// without the location-ownership check (see CommitTables).
+// decodeCommitTables reads body versions 1 to 3; version 1 entries replay
+// without the location-ownership check, versions 1 and 2 free the location
+// a moved table leaves (see CommitTables).
 func decodeCommitTables(v uint8, body []byte) (Command, error) {
-	c, err := jsonCodec[CommitTables](2)(v, body)
+	c, err := jsonCodec[CommitTables](3)(v, body)
 	if err != nil {
 		return nil, err
 	}
 	ct := c.(CommitTables)
 	ct.legacy = v < 2
+	ct.freesMoved = v < 3
 	return ct, nil
 }
 
@@ -403,6 +414,10 @@ func applyCommitTables(t *txn, c Command) Result {
 				}
 			}
 			tb.CreatedMs = cur.CreatedMs
+			tb.FormerLocations = cur.FormerLocations
+			if !cmd.freesMoved && ch.locKey() != cur.locKey() {
+				tb.FormerLocations = movedFrom(cur, ch.locKey())
+			}
 		default:
 			return fail(StatusCommitFailed, "unknown change kind %q", ch.Kind)
 		}
@@ -427,6 +442,9 @@ func applyCommitTables(t *txn, c Command) Result {
 		}
 		t.put(bucketTables, tableKey(tb.Ident()), tb)
 		t.indexTable(tb)
+	}
+	for i := range next {
+		next[i] = next[i].answer()
 	}
 	return Result{Tables: next}
 }
@@ -472,7 +490,7 @@ func applyDropTable(t *txn, c Command) Result {
 	if cmd.Purge && cmd.Job != nil {
 		t.addPurgeJob(cur, *cmd.Job, cmd.AtMs)
 	}
-	return Result{Tables: []Table{cur}}
+	return Result{Tables: []Table{cur.answer()}}
 }
 
 func applyRenameTable(t *txn, c Command) Result {
@@ -498,5 +516,5 @@ func applyRenameTable(t *txn, c Command) Result {
 	cur.Namespace, cur.Name, cur.UpdatedMs = cmd.To.Namespace, cmd.To.Name, cmd.AtMs
 	t.put(bucketTables, tableKey(cmd.To), cur)
 	t.indexTable(cur)
-	return Result{Tables: []Table{cur}}
+	return Result{Tables: []Table{cur.answer()}}
 }

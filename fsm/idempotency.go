@@ -150,13 +150,13 @@ func (r IdempotencyRecord) Outcome(b Binding) (Result, bool) {
 	}
 	res.Tables, res.Views = slices.Clone(res.Tables), slices.Clone(res.Views)
 	for _, e := range r.routed {
-		var t *Table
 		if e.view {
-			t = (*Table)(&res.Views[e.i])
+			t := res.Views[e.i].asTable()
+			e.complete(&t, slices.Clone(ns), name)
+			res.Views[e.i] = t.asView()
 		} else {
-			t = &res.Tables[e.i]
+			e.complete(&res.Tables[e.i], slices.Clone(ns), name)
 		}
-		e.complete(t, slices.Clone(ns), name)
 	}
 	return res, true
 }

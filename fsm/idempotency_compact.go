@@ -421,7 +421,7 @@ func (w *recWriter) result(res Result, atMs int64) {
 	if flags&outViews != 0 {
 		w.uvarint(uint64(len(res.Views)))
 		for _, v := range res.Views {
-			w.entry(Table(v), atMs)
+			w.entry(v.asTable(), atMs)
 		}
 	}
 }
@@ -670,7 +670,7 @@ func (r *recReader) result(atMs int64) Result {
 		n := r.nonZeroCount()
 		res.Views = make([]View, 0, n)
 		for i := 0; i < n && r.err == nil; i++ {
-			res.Views = append(res.Views, View(r.entry(atMs, true, i)))
+			res.Views = append(res.Views, r.entry(atMs, true, i).asView())
 		}
 	}
 	return res

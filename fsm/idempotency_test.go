@@ -154,7 +154,7 @@ func compactResults() []Result {
 		{},
 		{Status: StatusOK, Tables: []Table{tbl}},
 		{Status: StatusOK, Tables: []Table{tbl, custom, odd, unstamped, padded}},
-		{Status: StatusOK, Views: []View{View(tbl), View(odd)}},
+		{Status: StatusOK, Views: []View{tbl.asView(), odd.asView()}},
 		{Status: StatusOK, Tables: []Table{{}}, Views: []View{{Namespace: []string{"a"}}}},
 		{Status: StatusNoSuchTable, Message: "table does not exist: db.t"},
 		{Status: StatusOK, Properties: &PropertiesOutcome{Updated: []string{"a", ""}, Removed: []string{}, Missing: nil}},

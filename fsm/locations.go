@@ -73,20 +73,56 @@ func ownerKey(norm string, id Ident) []byte {
 	return append([]byte(norm+"\x00"), tableKey(id)...)
 }
 
-func (t *txn) indexTable(tb Table) {
-	if tb.locKey() == "" {
-		return
+// ownedKeys are the location keys a table holds in the index: its
+// location's and its former locations'.
+func (tb Table) ownedKeys() []string {
+	var keys []string
+	if k := tb.locKey(); k != "" {
+		keys = append(keys, k)
 	}
-	if err := t.tx.Bucket(bucketTableLocs).Put(ownerKey(tb.locKey(), tb.Ident()), tableKey(tb.Ident())); err != nil {
-		panic(fmt.Sprintf("fsm: put location index: %v", err))
+	for _, f := range tb.FormerLocations {
+		if f.Key != "" {
+			keys = append(keys, f.Key)
+		}
+	}
+	return keys
+}
+
+func (t *txn) indexTable(tb Table) {
+	for _, k := range tb.ownedKeys() {
+		if err := t.tx.Bucket(bucketTableLocs).Put(ownerKey(k, tb.Ident()), tableKey(tb.Ident())); err != nil {
+			panic(fmt.Sprintf("fsm: put location index: %v", err))
+		}
 	}
 }
 
 func (t *txn) unindexTable(tb Table) {
-	if tb.locKey() == "" {
-		return
+	for _, k := range tb.ownedKeys() {
+		t.del(bucketTableLocs, ownerKey(k, tb.Ident()))
 	}
-	t.del(bucketTableLocs, ownerKey(tb.locKey(), tb.Ident()))
+}
+
+// movedFrom returns the former locations of a table that moves from cur's
+// location to the location keyed next: cur's, plus the one it leaves,
+// less the one it moves to (a table moving back owns it as its location).
+func movedFrom(cur Table, next string) []FormerLocation {
+	var out []FormerLocation
+	add := func(f FormerLocation) {
+		if f.Key == "" || f.Key == next {
+			return
+		}
+		for _, o := range out {
+			if o.Key == f.Key {
+				return
+			}
+		}
+		out = append(out, f)
+	}
+	for _, f := range cur.FormerLocations {
+		add(f)
+	}
+	add(FormerLocation{Location: cur.Location, Key: cur.locKey()})
+	return out
 }
 
 // scanOverlaps calls visit with every key and value of a location-prefixed
@@ -124,6 +160,9 @@ func scanOverlaps(c *bolt.Cursor, n string, visit func(k, v []byte) bool) {
 type locHolder struct {
 	table *Table
 	view  *View
+	// key is the index entry's location key: the holder's location's, or
+	// one of a table's former locations'.
+	key string
 }
 
 // asTable is the holder as a Table value; a view keeps its identifier,
@@ -132,9 +171,7 @@ func (h locHolder) asTable() Table {
 	if h.table != nil {
 		return *h.table
 	}
-	v := h.view
-	return Table{Namespace: v.Namespace, Name: v.Name, UUID: v.UUID, Location: v.Location, LocationKey: v.LocationKey,
-		MetadataLocation: v.MetadataLocation, CreatedMs: v.CreatedMs, UpdatedMs: v.UpdatedMs}
+	return h.view.asTable()
 }
 
 // isTable matches the holder that is the table at id.
@@ -177,8 +214,8 @@ func locationOwner(tx *bolt.Tx, n string, skip func(locHolder) bool) (locHolder,
 		found bool
 	)
 	tables := tx.Bucket(bucketTables)
-	scanOverlaps(tx.Bucket(bucketTableLocs).Cursor(), n, func(_, v []byte) bool {
-		var h locHolder
+	scanOverlaps(tx.Bucket(bucketTableLocs).Cursor(), n, func(k, v []byte) bool {
+		h := locHolder{key: string(k[:bytes.IndexByte(k, 0)])}
 		if isViewEntry(v) {
 			vw := indexedView(tx, v)
 			h.view = &vw
@@ -204,6 +241,12 @@ func locationTaken(loc string, owner locHolder) Result {
 	if owner.view != nil {
 		return fail(StatusLocationInUse, "location %s overlaps %s, the location of view %s; a location belongs to one table or view",
 			loc, owner.view.Location, owner.view.Ident())
+	}
+	for _, f := range owner.table.FormerLocations {
+		if f.Key == owner.key && f.Key != owner.table.locKey() {
+			return fail(StatusLocationInUse, "location %s overlaps %s, a location table %s moved away from and whose files its snapshots may still reference; a location belongs to one table until it is dropped",
+				loc, f.Location, owner.table.Ident())
+		}
 	}
 	return fail(StatusLocationInUse, "location %s overlaps %s, the location of table %s; a location belongs to one table",
 		loc, owner.table.Location, owner.table.Ident())
@@ -358,6 +401,9 @@ func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool
 		if len(stack) > 0 {
 			inner := load(v)
 			for _, e := range stack {
+				if bytes.Equal(e.tk, v) {
+					continue // a table moved inside a location it left
+				}
 				if limit > 0 && len(out) == limit {
 					return out, true
 				}

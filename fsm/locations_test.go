@@ -121,12 +121,98 @@ func TestLocationBelongsToOneTable(t *testing.T) {
 	stay.ExpectedMetadataLocation, stay.ExpectedUUID = cur.MetadataLocation, cur.UUID
 	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{stay}}).Err())
 
-	// Moving a table frees its old location.
-	cur, _ = o.table("ab")
-	away := change(ChangeUpdate, "ab", "s3://b/w/ab2")
-	away.ExpectedMetadataLocation, away.ExpectedUUID = cur.MetadataLocation, cur.UUID
-	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{away}}).Err())
-	require.NoError(t, o.create("ab-again", "s3://b/w/ab").Err())
+}
+
+// move commits a set-location of table name to loc.
+func (o *ownFSM) move(name, loc string) Result {
+	cur, ok := o.table(name)
+	require.True(o.t, ok, name)
+	ch := change(ChangeUpdate, name, loc)
+	ch.ExpectedMetadataLocation, ch.ExpectedUUID, ch.UUID = cur.MetadataLocation, cur.UUID, cur.UUID
+	return o.apply(CommitTables{Changes: []TableChange{ch}})
+}
+
+// A table that moves (set-location) keeps the location it leaves until it
+// is dropped: its snapshots may still reference files there, and another
+// table there could be purged with them.
+func TestMovedTableKeepsItsFormerLocation(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("x", "s3://b/w/x").Err())
+	res := o.move("x", "s3://b/w/x2")
+	require.NoError(t, res.Err())
+	assert.Empty(t, res.Tables[0].FormerLocations, "results carry no bookkeeping")
+
+	for _, loc := range []string{"s3://b/w/x", "s3a://b/w/x/", "s3://b/w/x/data", "s3://b/w"} {
+		res := o.create("n", loc)
+		require.ErrorIs(t, res.Err(), ErrLocationInUse, loc)
+		assert.Contains(t, res.Message, "moved away from", loc)
+		assert.Contains(t, res.Message, "a.x", loc)
+	}
+	reg := change(ChangeRegister, "c", "s3://b/w/x")
+	require.ErrorIs(t, o.apply(CommitTables{Changes: []TableChange{reg}}).Err(), ErrLocationInUse)
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		owner, ok := r.LocationOwner("s3://b/w/x/data/f.parquet")
+		assert.True(t, ok, "the purge worker's guard sees the former location as the table's")
+		assert.Equal(t, "x", owner.Name)
+		require.NoError(t, r.CheckClaim(Ident{Namespace: nsA, Name: "x"}, "s3://b/w/x"), "a table may move back")
+		assert.ErrorIs(t, r.CheckClaim(Ident{Namespace: nsA, Name: "n"}, "s3://b/w/x"), ErrLocationInUse)
+		return nil
+	}))
+
+	// Moving inside a location it left, then back: still one table's.
+	require.NoError(t, o.move("x", "s3://b/w/x/inner").Err())
+	require.NoError(t, o.move("x", "s3://b/w/x").Err())
+	tb, _ := o.table("x")
+	assert.Equal(t, []string{"s3://b/w/x2/", "s3://b/w/x/inner/"}, formerKeys(tb))
+	require.ErrorIs(t, o.create("n", "s3://b/w/x2").Err(), ErrLocationInUse)
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		conflicts, _ := r.LocationConflicts(0)
+		assert.Empty(t, conflicts, "a table never conflicts with itself")
+		return nil
+	}))
+
+	// A rename carries them; a drop frees every one.
+	require.NoError(t, o.apply(RenameTable{From: Ident{Namespace: nsA, Name: "x"}, To: Ident{Namespace: nsA, Name: "y"}}).Err())
+	res = o.create("n", "s3://b/w/x2")
+	require.ErrorIs(t, res.Err(), ErrLocationInUse)
+	assert.Contains(t, res.Message, "a.y")
+	require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "y"}}).Err())
+	for _, loc := range []string{"s3://b/w/x", "s3://b/w/x2", "s3://b/w/x/inner"} {
+		require.NoError(t, o.create("n-"+loc[len("s3://b/w/"):], loc).Err(), loc)
+		require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "n-" + loc[len("s3://b/w/"):]}}).Err())
+	}
+
+	// Replacing a table by register-overwrite frees its former locations
+	// with its old location: the catalog no longer references its files.
+	require.NoError(t, o.create("z", "s3://b/w/z").Err())
+	require.NoError(t, o.move("z", "s3://b/w/z2").Err())
+	over := change(ChangeRegister, "z", "s3://b/w/z3")
+	over.Overwrite = true
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{over}}).Err())
+	require.NoError(t, o.create("zz", "s3://b/w/z").Err())
+}
+
+func formerKeys(tb Table) []string {
+	var out []string
+	for _, f := range tb.FormerLocations {
+		out = append(out, f.Key)
+	}
+	return out
+}
+
+// A version-2 CommitTables entry, written before moved tables kept their
+// former locations, replays as it was applied: the move frees it.
+func TestVersion2MovesFreeTheLocationTheyLeave(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("x", "s3://b/w/x").Err())
+	cur, _ := o.table("x")
+	body := fmt.Sprintf(`{"changes":[{"kind":"update","ident":{"namespace":["a"],"name":"x"},"metadata-location":"s3://b/w/x2/metadata/1.json","location":"s3://b/w/x2","location-key":"s3://b/w/x2/","uuid":%q,"expected-metadata-location":%q,"expected-uuid":%q}],"at-ms":1}`,
+		cur.UUID, cur.MetadataLocation, cur.UUID)
+	require.NoError(t, o.applyRaw(append([]byte{byte(TypeCommitTables), 2}, body...)).Err())
+	tb, _ := o.table("x")
+	require.Equal(t, "s3://b/w/x2", tb.Location)
+	assert.Empty(t, tb.FormerLocations)
+	require.NoError(t, o.create("n", "s3://b/w/x").Err())
 }
 
 func TestOwnershipFollowsRenameAndDrop(t *testing.T) {

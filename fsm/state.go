@@ -95,10 +95,30 @@ type Table struct {
 	MetadataLocation string `json:"metadata-location"`
 	CreatedMs        int64  `json:"created-ms"`
 	UpdatedMs        int64  `json:"updated-ms"`
+	// FormerLocations are the locations the table moved away from
+	// (set-location) and has not moved back to. Its snapshots may still
+	// reference files there, so they stay the table's own in the location
+	// index until it is dropped or replaced (CommitTables body version 3).
+	FormerLocations []FormerLocation `json:"former-locations,omitempty"`
+}
+
+// FormerLocation is a location a table moved away from, with the key it is
+// indexed under.
+type FormerLocation struct {
+	Location string `json:"location"`
+	Key      string `json:"key"`
 }
 
 // Ident returns the table's identifier.
 func (t Table) Ident() Ident { return Ident{Namespace: t.Namespace, Name: t.Name} }
+
+// answer is the table as a command's Result carries it: without its former
+// locations, which are the state machine's own bookkeeping (an idempotency
+// record does not keep them, so a replayed answer equals the first).
+func (t Table) answer() Table {
+	t.FormerLocations = nil
+	return t
+}
 
 func namespaceKey(levels []string) []byte { return []byte(strings.Join(levels, levelSep)) }
 

@@ -58,6 +58,19 @@ type View struct {
 // Ident returns the view's identifier.
 func (v View) Ident() Ident { return Ident{Namespace: v.Namespace, Name: v.Name} }
 
+// asTable is the view as a Table value (identifier, UUID, locations and
+// times), the shape idempotency records store both in.
+func (v View) asTable() Table {
+	return Table{Namespace: v.Namespace, Name: v.Name, UUID: v.UUID, Location: v.Location, LocationKey: v.LocationKey,
+		MetadataLocation: v.MetadataLocation, CreatedMs: v.CreatedMs, UpdatedMs: v.UpdatedMs}
+}
+
+// asView is the inverse of View.asTable.
+func (t Table) asView() View {
+	return View{Namespace: t.Namespace, Name: t.Name, UUID: t.UUID, Location: t.Location, LocationKey: t.LocationKey,
+		MetadataLocation: t.MetadataLocation, CreatedMs: t.CreatedMs, UpdatedMs: t.UpdatedMs}
+}
+
 func (v View) locKey() string { return stampedKey(v.LocationKey, v.Location) }
 
 // CreateView adds a view whose metadata file the proposer wrote (a create)
