@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "floe_catalog_orphaned_metadata_files_total", Help: "Metadata files of losing attempts that could not be deleted.",
 		}),
 		metricsReports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floe_catalog_metrics_reports_total", Help: "Client metrics reports accepted, by report type.",
+			Name: "floe_catalog_metrics_reports_total", Help: "Client metrics reports accepted, by report type (scan-report, commit-report, unknown).",
 		}, []string{"report_type"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_catalog_metadata_cache_hits_total", Help: "Metadata files served from the in-memory cache.",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/gorilla/mux"
@@ -310,6 +311,14 @@ func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error 
 			return unprocessable("property %q is both set and removed", k)
 		}
 	}
+	// A key removed twice is removed once, as Java's reference server reads
+	// the removals as a set: it is not also reported missing.
+	seen := make(map[string]bool, len(req.Removals))
+	req.Removals = slices.DeleteFunc(req.Removals, func(k string) bool {
+		dup := seen[k]
+		seen[k] = true
+		return dup
+	})
 	res, err := s.apply(r.Context(), fsm.UpdateNamespace{
 		Namespace: levels, Set: req.Updates, Remove: req.Removals, AtMs: s.cfg.Now().UnixMilli(),
 	})

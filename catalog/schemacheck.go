@@ -209,6 +209,12 @@ func checkWritePaths(before, after table.Metadata) error {
 		if !ok || (before != nil && before.Properties()[k] == v) {
 			continue
 		}
+		// As for a location: an escape some clients decode and others do
+		// not (t/..%2F..%2Fu) lies inside the table for one, elsewhere for
+		// the other.
+		if err := checkNewLocationSpelling(v); err != nil {
+			return err
+		}
 		if fsm.LocationKey(v) == fsm.LocationKey(after.Location()) || storage.IsWithin(after.Location(), v) {
 			continue
 		}

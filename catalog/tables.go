@@ -1182,6 +1182,15 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	}); err != nil {
 		return err
 	}
+	if sameIdent(from, to) {
+		// Renaming a table onto its own name changes nothing, as in Java's
+		// reference catalog; only a missing table is an error.
+		if _, err := s.lookupTable(r, from); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	_, err = s.apply(r.Context(), fsm.RenameTable{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
 	if err != nil {
 		return err
@@ -1195,20 +1204,27 @@ type reportMetricsRequest struct {
 	TableName  string `json:"table-name"`
 }
 
+// reportMetrics accepts a client's metrics report, as Java's reference
+// server does: whatever its report type (a type this release does not know
+// is counted as "unknown"), and whether or not the table exists yet. Java
+// reports the commits of a table staged in a create transaction before the
+// transaction creates it (Spark's CREATE TABLE AS SELECT), and logs every
+// refused report as a warning with its stack. So a report costs no read of
+// the catalog. A body without a report-type is still a 400.
 func (s *Server) reportMetrics(w http.ResponseWriter, r *http.Request) error {
-	id, err := tableVar(r)
-	if err != nil {
+	if _, err := tableVar(r); err != nil {
 		return err
 	}
 	var req reportMetricsRequest
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	if req.ReportType != "scan-report" && req.ReportType != "commit-report" {
-		return badRequest("report-type must be scan-report or commit-report, got %q", req.ReportType)
-	}
-	if _, err := s.lookupTable(r, id); err != nil {
-		return err
+	switch req.ReportType {
+	case "":
+		return badRequest("report-type is required")
+	case "scan-report", "commit-report":
+	default:
+		req.ReportType = "unknown"
 	}
 	s.metrics.metricsReports.WithLabelValues(req.ReportType).Inc()
 	w.WriteHeader(http.StatusNoContent)

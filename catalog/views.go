@@ -589,6 +589,14 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 	}); err != nil {
 		return err
 	}
+	if sameIdent(from, to) {
+		// Onto its own name: nothing changes, as in Java's reference catalog.
+		if _, err := s.lookupView(r, from); err != nil {
+			return err
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	res, err := s.store.Propose(r.Context(), fsm.RenameView{From: from, To: to, AtMs: s.cfg.Now().UnixMilli()})
 	if err != nil {
 		return err

@@ -462,6 +462,17 @@ func testViewTableNames(t *testing.T, f *node) {
 	assert.Equal(t, 409, r.status, "%s", r.body)
 	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
 
+	// Onto its own name: nothing changes (Java's reference catalog); a
+	// missing source is still a 404, and a view is no table.
+	for _, c := range []struct {
+		path, name string
+		status     int
+	}{{"/v1/tables/rename", "t", 204}, {"/v1/views/rename", "v", 204}, {"/v1/tables/rename", "v", 404}, {"/v1/views/rename", "t", 404}, {"/v1/tables/rename", "gone", 404}} {
+		self := map[string]any{"namespace": []string{"nm"}, "name": c.name}
+		r = f.vdo(t, "POST", c.path, map[string]any{"source": self, "destination": self})
+		assert.Equal(t, c.status, r.status, "%s %s: %s", c.path, c.name, r.body)
+	}
+
 	assert.Equal(t, before, f.viewsState(t, "nm"))
 
 	// A view may lie inside a table's location (Iceberg's reference
