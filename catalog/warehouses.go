@@ -151,11 +151,20 @@ func newWarehouses(cfg Config, objects Objects) ([]*warehouse, error) {
 }
 
 // warehouseNamed finds the warehouse a client's warehouse property names:
-// its prefix, or its location (a trailing slash names the same one).
+// its prefix, or its location in any spelling of it that names the same
+// place (s3a:// or s3n:// for s3://, file:/x for file:///x, a trailing
+// slash), as Spark and Hadoop configurations often spell it.
 func (s *Server) warehouseNamed(v string) (*warehouse, bool) {
 	for _, w := range s.warehouses {
 		if v == w.prefix || strings.TrimRight(v, "/") == w.location {
 			return w, true
+		}
+	}
+	if key := fsm.LocationKey(v); key != "" && !strings.HasPrefix(key, "raw:") {
+		for _, w := range s.warehouses {
+			if fsm.LocationKey(w.location) == key {
+				return w, true
+			}
 		}
 	}
 	return nil, false

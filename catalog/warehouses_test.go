@@ -3,6 +3,8 @@ package catalog_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/apache/iceberg-go"
@@ -41,6 +43,11 @@ func TestWarehouses(t *testing.T) {
 		assert.Equal(t, root+"-sales", over["warehouse"])
 		cfg = f.do(t, "GET", "/v1/config?warehouse="+root+"-sales/", nil)
 		assert.Equal(t, "sales", cfg.json(t)["overrides"].(map[string]any)["prefix"], "a warehouse named by its location")
+		respelled := strings.NewReplacer("s3://", "s3a://", "file:///", "file:/").Replace(root)
+		require.NotEqual(t, root, respelled)
+		cfg = f.do(t, "GET", "/v1/config?warehouse="+url.QueryEscape(respelled+"-sales"), nil)
+		require.Equal(t, 200, cfg.status, string(cfg.body))
+		assert.Equal(t, "sales", cfg.json(t)["overrides"].(map[string]any)["prefix"], "a warehouse named by another spelling of its location")
 		cfg = f.do(t, "GET", "/v1/config", nil)
 		assert.Equal(t, "floe", cfg.json(t)["overrides"].(map[string]any)["prefix"], "no warehouse: the default one")
 		for _, path := range []string{"/v1/config?warehouse=nope", "/v1/nope/namespaces"} {
