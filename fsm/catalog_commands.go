@@ -414,12 +414,22 @@ func applyCommitTables(t *txn, c Command) Result {
 				}
 			}
 			tb.CreatedMs = cur.CreatedMs
-			tb.FormerLocations = cur.FormerLocations
-			if !cmd.freesMoved && ch.locKey() != cur.locKey() {
-				tb.FormerLocations = movedFrom(cur, ch.locKey())
-			}
 		default:
 			return fail(StatusCommitFailed, "unknown change kind %q", ch.Kind)
+		}
+		// The same table, updated or registered again (same UUID), keeps
+		// the locations it left, and from version 3 adds the one it leaves
+		// now; a register-overwrite with another UUID replaces the table
+		// and frees them.
+		if exists && (ch.Kind == ChangeUpdate || cur.UUID != "" && cur.UUID == ch.UUID) {
+			tb.FormerLocations = cur.FormerLocations
+			if !cmd.freesMoved && ch.Location != cur.Location && ch.locKey() != cur.locKey() {
+				tb.FormerLocations = movedFrom(cur, ch.locKey())
+				if len(tb.FormerLocations) > maxFormerLocations {
+					return fail(StatusInvalid, "table %s has moved away from %d locations, the limit is %d: each stays its own until it is dropped, or moves back to one of them",
+						ch.Ident, len(cur.FormerLocations), maxFormerLocations)
+				}
+			}
 		}
 		if !exists || cur.Location != ch.Location {
 			claims = append(claims, ch)

@@ -283,10 +283,12 @@ func buildLocationIndex(tx *bolt.Tx) error {
 			tb.LocationKey = LocationKey(tb.Location)
 			stamped = append(stamped, tb)
 		}
-		if tb.LocationKey == "" {
-			return nil
+		for _, k := range tb.ownedKeys() {
+			if err := idx.Put(ownerKey(k, tb.Ident()), tableKey(tb.Ident())); err != nil {
+				return err
+			}
 		}
-		return idx.Put(ownerKey(tb.LocationKey, tb.Ident()), tableKey(tb.Ident()))
+		return nil
 	})
 	if err != nil {
 		return err
@@ -379,6 +381,16 @@ func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool
 		tk  []byte
 	}
 	var stack []entry
+	// A table with former locations has several entries: each pair of
+	// tables is listed once.
+	type pair struct{ a, b string }
+	listed := map[pair]bool{}
+	pairOf := func(x, y []byte) pair {
+		if bytes.Compare(x, y) > 0 {
+			x, y = y, x
+		}
+		return pair{string(x), string(y)}
+	}
 	tables := r.tx.Bucket(bucketTables)
 	load := func(tk []byte) Table {
 		var tb Table
@@ -401,9 +413,10 @@ func (r *Reader) LocationConflicts(limit int) (out []LocationConflict, more bool
 		if len(stack) > 0 {
 			inner := load(v)
 			for _, e := range stack {
-				if bytes.Equal(e.tk, v) {
-					continue // a table moved inside a location it left
+				if bytes.Equal(e.tk, v) || listed[pairOf(e.tk, v)] {
+					continue // a table moved inside a location it left; a pair already listed
 				}
+				listed[pairOf(e.tk, v)] = true
 				if limit > 0 && len(out) == limit {
 					return out, true
 				}

@@ -182,14 +182,74 @@ func TestMovedTableKeepsItsFormerLocation(t *testing.T) {
 		require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "n-" + loc[len("s3://b/w/"):]}}).Err())
 	}
 
-	// Replacing a table by register-overwrite frees its former locations
-	// with its old location: the catalog no longer references its files.
+	// Registering the same table again (same UUID) keeps them, and a
+	// register that moves it adds the location it leaves; replacing it by
+	// a register-overwrite of another table frees them all, with its
+	// location: the catalog no longer references their files.
 	require.NoError(t, o.create("z", "s3://b/w/z").Err())
 	require.NoError(t, o.move("z", "s3://b/w/z2").Err())
-	over := change(ChangeRegister, "z", "s3://b/w/z3")
-	over.Overwrite = true
-	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{over}}).Err())
-	require.NoError(t, o.create("zz", "s3://b/w/z").Err())
+	again := change(ChangeRegister, "z", "s3://b/w/z2")
+	again.Overwrite = true
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{again}}).Err())
+	require.ErrorIs(t, o.create("zz", "s3://b/w/z").Err(), ErrLocationInUse)
+	again = change(ChangeRegister, "z", "s3://b/w/z3")
+	again.Overwrite = true
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{again}}).Err())
+	tb, _ = o.table("z")
+	assert.Equal(t, []string{"s3://b/w/z/", "s3://b/w/z2/"}, formerKeys(tb))
+	other := change(ChangeRegister, "z", "s3://b/w/z4")
+	other.Overwrite, other.UUID = true, "u-another-table"
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{other}}).Err())
+	for _, loc := range []string{"s3://b/w/z", "s3://b/w/z2", "s3://b/w/z3"} {
+		require.NoError(t, o.create("n-"+loc[len("s3://b/w/"):], loc).Err(), loc)
+	}
+}
+
+// A table may own at most maxFormerLocations locations it left; moving
+// back to one of them is always allowed.
+func TestFormerLocationsAreBounded(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("x", "s3://b/w/x0").Err())
+	for i := 1; i <= maxFormerLocations; i++ {
+		require.NoError(t, o.move("x", fmt.Sprintf("s3://b/w/x%d", i)).Err(), i)
+	}
+	before, _ := o.table("x")
+	res := o.move("x", "s3://b/w/one-more")
+	require.ErrorIs(t, res.Err(), ErrInvalidCommand)
+	assert.Contains(t, res.Message, "the limit is")
+	after, _ := o.table("x")
+	assert.Equal(t, before, after, "nothing written")
+	require.NoError(t, o.move("x", "s3://b/w/x0").Err(), "back to a location it left")
+}
+
+// A table with several index entries (its location inside one it left) is
+// listed once per overlapping table, and the index of a file without one is
+// built with every table's former locations.
+func TestFormerLocationsInConflictsAndRebuiltIndex(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fsm.db")
+	o := &ownFSM{t: t, f: mustOpen(t, path)}
+	require.NoError(t, o.apply(CreateNamespace{Namespace: nsA}).Err())
+	require.NoError(t, o.create("a", "s3://b/w/x").Err())
+	require.NoError(t, o.move("a", "s3://b/w/x/inner").Err())
+	body := `{"changes":[{"kind":"register","ident":{"namespace":["a"],"name":"old"},"metadata-location":"s3://b/w/x/inner/z/metadata/1.json","location":"s3://b/w/x/inner/z","uuid":"u-old"}],"at-ms":1}`
+	require.NoError(t, o.applyRaw(append([]byte{byte(TypeCommitTables), 1}, body...)).Err())
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		c, _ := r.LocationConflicts(0)
+		require.Len(t, c, 1)
+		assert.Equal(t, []string{"a", "old"}, []string{c[0].Outer.Name, c[0].Inner.Name})
+		return nil
+	}))
+	require.NoError(t, o.f.Close())
+
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketTableLocs) }))
+	require.NoError(t, db.Close())
+	o.f = mustOpen(t, path)
+	res := o.create("n", "s3://b/w/x")
+	require.ErrorIs(t, res.Err(), ErrLocationInUse)
+	assert.Contains(t, res.Message, "moved away from")
 }
 
 func formerKeys(tb Table) []string {

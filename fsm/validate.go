@@ -16,6 +16,10 @@ const (
 	maxLocationBytes = 8 << 10
 	// maxIDBytes bounds Idempotency-Keys, purge job ids and node ids.
 	maxIDBytes = 1 << 10
+	// maxFormerLocations bounds the locations one table has moved away
+	// from and still owns (Table.FormerLocations): every commit to the
+	// table rewrites its index entries.
+	maxFormerLocations = 32
 )
 
 // checker is implemented by commands that can be refused as malformed
