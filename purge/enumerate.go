@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -167,7 +168,7 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 			entered bool
 		)
 		emit := func(uri string, size int64) error {
-			if uri == "" || (uri == metadataLocation && phase != PhaseRoot) {
+			if uri == "" || (phase != PhaseRoot && sameObject(uri, metadataLocation)) {
 				return nil
 			}
 			off := offset
@@ -193,6 +194,17 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 		}
 	}
 	return nil
+}
+
+// sameObject reports whether two URIs name the same object, also when
+// spelled differently (s3a:// for s3://, file:/x for file:///x): a metadata
+// log naming the root metadata file in another spelling must not have it
+// deleted before the root phase.
+func sameObject(a, b string) bool {
+	if a == b {
+		return true
+	}
+	return path.Base(a) == path.Base(b) && storage.IsWithin(a, b) && storage.IsWithin(b, a)
 }
 
 func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLocation string, phase int, emit func(string, int64) error) error {

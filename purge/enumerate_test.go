@@ -2,6 +2,8 @@ package purge_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/apache/iceberg-go/table"
@@ -129,4 +131,41 @@ func walkFixture(t *testing.T) (*tnode, table.Metadata, string, map[string]bool)
 		lists[s.ManifestList] = true
 	}
 	return n, meta, tt.tbl.MetadataLocation(), lists
+}
+
+// TestWalkKeepsTheRootForTheRootPhase: a metadata log that names the root
+// metadata file in another spelling (file:/x for file:///x) does not have
+// it deleted before the root phase, where a crash would leave the job
+// without the file it resumes from.
+func TestWalkKeepsTheRootForTheRootPhase(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 1, 10)
+	n := c.nodes[0]
+	tt := c.makeTable(n, "walk", "t", nil, 1, 1)
+	ctx := context.Background()
+	root := tt.tbl.MetadataLocation()
+	require.True(t, strings.HasPrefix(root, "file:///"), root)
+	respelled := "file:/" + strings.TrimPrefix(root, "file:///")
+
+	raw, err := n.objects.Read(ctx, root)
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	log, _ := doc["metadata-log"].([]any)
+	doc["metadata-log"] = append([]any{map[string]any{"timestamp-ms": 1, "metadata-file": respelled}}, log...)
+	crafted, err := json.Marshal(doc)
+	require.NoError(t, err)
+	meta, err := table.ParseMetadataBytes(crafted)
+	require.NoError(t, err)
+
+	var seen []purge.File
+	require.NoError(t, purge.Walker{Reader: n.objects}.Walk(ctx, meta, root, purge.Checkpoint{}, func(f purge.File) error {
+		seen = append(seen, f)
+		return nil
+	}))
+	for _, f := range seen {
+		if f.URI == root || f.URI == respelled {
+			assert.Equal(t, purge.PhaseRoot, f.Phase, "%s", f.URI)
+		}
+	}
+	assert.Equal(t, root, seen[len(seen)-1].URI)
 }
