@@ -22,6 +22,10 @@ type CredentialVendor interface {
 	// Expiring reports whether vended credentials expire, so that clients
 	// are told where to refresh them.
 	Expiring() bool
+	// Scoped reports whether vended credentials reach only the location and
+	// the access asked for. Unscoped ones (the node's own keys) reach every
+	// table the node's keys do, read-write.
+	Scoped() bool
 }
 
 // AccessDelegationHeader is how a client asks for delegated access: a
@@ -71,10 +75,27 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 	if err != nil {
 		return storageCredential{}, false, err
 	}
+	if !vendor.Scoped() && s.cfg.Authorizer != nil {
+		// Unscoped keys reach every table, read-write: with authorization
+		// on, only a principal who may write the whole warehouse gets
+		// them. Others get an answer without credentials, as when the
+		// storage has none to vend, and use their own.
+		wide, err := s.cfg.Authorizer.Allowed(r, PrivWrite, s.whOf(r.Context()).root())
+		if err != nil {
+			return storageCredential{}, false, err
+		}
+		if !wide {
+			s.log.Info("unscoped credentials withheld: the principal may not write the whole warehouse",
+				"table", id.String(), "principal", s.principalOf(r))
+			return storageCredential{}, false, nil
+		}
+	}
 	props, ok, err := vendor.Vend(r.Context(), location, readOnly)
 	if err != nil {
 		return storageCredential{}, false, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
-			msg: fmt.Sprintf("cannot vend credentials for table %s: %v", id, err), retryAfter: "1"}
+			// The cause (STS's answer: role and account names) is the
+			// vendor's log line, not the client's business.
+			msg: fmt.Sprintf("cannot vend credentials for table %s now; retry later", id), retryAfter: "1"}
 	}
 	if !ok {
 		return storageCredential{}, false, nil

@@ -222,6 +222,7 @@ func TestVendingFailureIsServiceUnavailable(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s: %s", path, r.body)
 		assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
 		assert.NotContains(t, string(r.body), n.scfg.S3SecretAccessKey)
+		assert.NotContains(t, string(r.body), "arn:", "STS's answer names the role and account: the node's log has it, not the client")
 	}
 	assert.Equal(t, http.StatusOK, n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil).status, "not asked: served")
 
@@ -275,4 +276,44 @@ func TestStaticKeysLetAClientWithoutKeysReadAndWrite(t *testing.T) {
 	ok, err := n.objects.Exists(ctx, uri)
 	require.NoError(t, err)
 	assert.True(t, ok)
+}
+
+// headerAuthz grants by the X-Test-Principal header: "admin" everything,
+// anyone else read on every namespace and nothing more.
+type headerAuthz struct{}
+
+func (headerAuthz) Principal(r *http.Request) string { return r.Header.Get("X-Test-Principal") }
+func (headerAuthz) Allowed(r *http.Request, priv string, _ []string) (bool, error) {
+	return r.Header.Get("X-Test-Principal") == "admin" || priv == "read", nil
+}
+func (headerAuthz) Visible(*http.Request, []string) (bool, error) { return true, nil }
+
+// With authorization on, the node's own keys (static-keys) are vended only
+// to a principal who may write the whole warehouse: they reach every table,
+// read-write, so a reader of one table would get far more than it may do.
+func TestStaticKeysOnlyForWholeWarehouseWriters(t *testing.T) {
+	n := s3Node(t, func(n *node) {
+		objects, err := storage.New(n.scfg)
+		require.NoError(t, err)
+		v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
+		require.NoError(t, err)
+		n.vendor, n.authz = v, headerAuthz{}
+	})
+	admin := []string{"X-Test-Principal", "admin"}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}, admin...).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...).status)
+
+	for _, c := range []struct {
+		principal string
+		vended    bool
+	}{{"admin", true}, {"reader", false}} {
+		hdr := []string{"X-Test-Principal", c.principal, "X-Iceberg-Access-Delegation", "vended-credentials"}
+		r := n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil, hdr...)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		assert.Equal(t, c.vended, r.json(t)["storage-credentials"] != nil, c.principal)
+		assert.Equal(t, c.vended, strings.Contains(string(r.body), vending.PropSecretAccessKey), c.principal)
+		r = n.do(t, "GET", "/v1/floe/namespaces/db/tables/t/credentials", nil, hdr...)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		assert.Equal(t, c.vended, len(r.json(t)["storage-credentials"].([]any)) > 0, c.principal)
+	}
 }

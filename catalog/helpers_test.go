@@ -68,6 +68,7 @@ type node struct {
 	scfg      storage.Config
 	now       func() time.Time // catalog clock; nil: time.Now
 	vendor    catalog.CredentialVendor
+	authz     catalog.Authorizer
 	// named are warehouses served beside the default one.
 	named []catalog.Warehouse
 	// noClientKeys: the client brings no storage credentials of its own.
@@ -159,7 +160,7 @@ func (n *node) start() {
 	require.NoError(t, err)
 	srv, err := catalog.New(catalog.Config{
 		Warehouse: n.warehouse, Prefix: "floe", Registerer: prometheus.NewRegistry(), MaxBodyBytes: 1 << 20, Logger: quietLogger(),
-		Now: n.now, Vendor: n.vendor, Warehouses: n.named,
+		Now: n.now, Vendor: n.vendor, Warehouses: n.named, Authorizer: n.authz,
 	}, rn, objects)
 	require.NoError(t, err)
 	n.raft, n.net, n.objects, n.srv = rn, faults, objects, srv

@@ -56,8 +56,9 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 	}
 	switch cfg.VendCredentials {
 	case vending.ModeStaticKeys:
-		logger.Warn("--vend-credentials=static-keys: every client that asks gets this node's own S3 keys, " +
-			"unscoped and unexpiring; use it for development only, and --vend-credentials=sts in production")
+		logger.Warn("--vend-credentials=static-keys: every client that asks (with authorization on, every principal " +
+			"with write on the whole warehouse) gets this node's own S3 keys, unscoped and unexpiring; " +
+			"use it for development only, and --vend-credentials=sts in production")
 		catCfg.Vendor = vendor
 	case vending.ModeSTS:
 		catCfg.Vendor = vendor

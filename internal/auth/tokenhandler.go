@@ -300,7 +300,9 @@ func (h *TokenHandler) clientCredentials(r *http.Request, form url.Values) (*tok
 	ctx := r.Context()
 	rec, ok, err := h.clients.Client(ctx, id)
 	if err != nil {
-		h.log.Error("token request: read client", "client_id", id, "err", err)
+		// Not the id: one that names no client may be a secret sent in the
+		// wrong field, and whether this one does is unknown here.
+		h.log.Error("token request: read client", "err", err)
 		return nil, unavailable("unavailable", "client store unavailable, retry later")
 	}
 	hash := rec.SecretHash
@@ -318,7 +320,11 @@ func (h *TokenHandler) clientCredentials(r *http.Request, form url.Values) (*tok
 		h.log.Error("token request: stored secret hash of client is unusable", "client_id", id, "err", err)
 	}
 	if !ok || !match || err != nil {
-		h.log.Debug("token request: client authentication failed", "client_id", id, "known", ok)
+		logged := "(unknown)" // may be a secret sent in the wrong field
+		if ok {
+			logged = id
+		}
+		h.log.Debug("token request: client authentication failed", "client_id", logged, "known", ok)
 		return nil, &tokenFailure{status: http.StatusUnauthorized, code: oauthInvalidClient, description: "unknown client or wrong secret", basic: basic}
 	}
 	principal := rec.Principal

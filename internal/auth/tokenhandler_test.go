@@ -482,6 +482,8 @@ func TestTokenHandlerNeverLogsSecrets(t *testing.T) {
 	f := newHandlerFixture(t, nil)
 	tok := decode(t, f.post(clientForm("etl", f.secret), nil)).AccessToken
 	f.post(clientForm("etl", "wrong-secret-value"), nil)
+	// A secret sent as the client id names no client: not logged either.
+	f.post(clientForm("secret-in-the-id-field", f.secret), nil)
 	f.post(clientForm("corrupt", f.secret), nil)
 	f.post(exchangeForm(tok), nil)
 	f.post(exchangeForm(tok+"x"), nil)
@@ -492,7 +494,7 @@ func TestTokenHandlerNeverLogsSecrets(t *testing.T) {
 	if logs == "" {
 		t.Fatal("nothing logged; the test checks nothing")
 	}
-	for _, s := range append([]string{f.secret, "wrong-secret-value", tok}, strings.Split(tok, ".")...) {
+	for _, s := range append([]string{f.secret, "wrong-secret-value", "secret-in-the-id-field", tok}, strings.Split(tok, ".")...) {
 		if strings.Contains(logs, s) {
 			t.Fatalf("logs contain a secret or token: %q", s)
 		}

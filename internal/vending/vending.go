@@ -228,6 +228,10 @@ func (v *Vendor) Vend(ctx context.Context, loc string, readOnly bool) (props map
 // clients must refresh them.
 func (v *Vendor) Expiring() bool { return v.cfg.Mode == ModeSTS }
 
+// Scoped reports whether vended credentials are limited to the location
+// and access asked for (ModeSTS); static keys are the node's own.
+func (v *Vendor) Scoped() bool { return v.cfg.Mode == ModeSTS }
+
 func (v *Vendor) lookup(key cacheKey, now time.Time) (map[string]string, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
