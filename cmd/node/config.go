@@ -451,6 +451,9 @@ func (c *config) validate() error {
 	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {
 		return usagef("--s3-access-key-id and --s3-secret-access-key must be set together")
 	}
+	if err := checkS3Endpoint("--s3-endpoint", c.S3Endpoint); err != nil {
+		return err
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return usageError{err}
 	}
@@ -623,6 +626,24 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// checkS3Endpoint refuses an S3 endpoint URL that carries credentials
+// (user information): the endpoint is handed to every client in its table's
+// FileIO settings (s3.endpoint), so credentials in it would leave the node
+// unasked. Credentials go in the access key settings instead.
+func checkS3Endpoint(what, endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return usagef("%s %q: %v", what, redactURL(endpoint), err)
+	}
+	if u.User != nil {
+		return usagef("%s %q: an endpoint carries no credentials (every client is given the endpoint); set the access key and secret instead", what, redactURL(endpoint))
+	}
+	return nil
 }
 
 // redactURL masks the password of a URL's user information ("user:xxxxx@"),

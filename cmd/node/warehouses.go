@@ -90,6 +90,9 @@ func parseWarehouses(v, prefix, def string) ([]warehouseSpec, error) {
 		if (w.S3AccessKeyID == "") != (w.S3SecretAccessKey == "") {
 			return nil, usagef("--%s: warehouse %s: s3-access-key-id and s3-secret-access-key must be set together", warehousesFlag, w.Name)
 		}
+		if err := checkS3Endpoint(fmt.Sprintf("--%s: warehouse %s: s3-endpoint", warehousesFlag, w.Name), w.S3Endpoint); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -54,25 +54,30 @@ warehouses:
 	assert.Equal(t, []string{c.Warehouse, "s3://ops-bucket", "s3://sales-bucket/wh", "s3://sales-bucket/imports"}, c.allowedEverywhere())
 
 	for name, args := range map[string][]string{
-		"no location":            {"--warehouses", "sales"},
-		"a bad location":         {"--warehouses", "sales=http://x/y"},
-		"a name with a slash":    {"--warehouses", "a/b=s3://b/x"},
-		"a name with a colon":    {"--warehouses", "a:b=s3://b/x"},
-		"the default's prefix":   {"--warehouses", "floe=s3://b/x"},
-		"a name twice":           {"--warehouses", "a=s3://b/x,a=s3://b/y"},
-		"an unknown JSON key":    {"--warehouses", `{"a":{"location":"s3://b/x","bucket":"y"}}`},
-		"a key id alone":         {"--warehouses", `{"a":{"location":"s3://b/x","s3-access-key-id":"k"}}`},
-		"a bad allowed location": {"--warehouses", `{"a":{"location":"s3://b/x","allowed-locations":["/tmp"]}}`},
-		"malformed JSON":         {"--warehouses", `{"a":`},
-		"inside the default":     {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/a"},
-		"around the default":     {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b"},
-		"the default's location": {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/"},
-		"inside another":         {"--warehouses", "a=s3://b/x,c=s3://b/x/c"},
-		"another's location":     {"--warehouses", "a=s3://b/x,c=s3://b/x"},
+		"no location":                        {"--warehouses", "sales"},
+		"a bad location":                     {"--warehouses", "sales=http://x/y"},
+		"a name with a slash":                {"--warehouses", "a/b=s3://b/x"},
+		"a name with a colon":                {"--warehouses", "a:b=s3://b/x"},
+		"the default's prefix":               {"--warehouses", "floe=s3://b/x"},
+		"a name twice":                       {"--warehouses", "a=s3://b/x,a=s3://b/y"},
+		"an unknown JSON key":                {"--warehouses", `{"a":{"location":"s3://b/x","bucket":"y"}}`},
+		"a key id alone":                     {"--warehouses", `{"a":{"location":"s3://b/x","s3-access-key-id":"k"}}`},
+		"a bad allowed location":             {"--warehouses", `{"a":{"location":"s3://b/x","allowed-locations":["/tmp"]}}`},
+		"malformed JSON":                     {"--warehouses", `{"a":`},
+		"inside the default":                 {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/a"},
+		"around the default":                 {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b"},
+		"the default's location":             {"--warehouse", "s3://b/wh", "--warehouses", "a=s3://b/wh/"},
+		"inside another":                     {"--warehouses", "a=s3://b/x,c=s3://b/x/c"},
+		"another's location":                 {"--warehouses", "a=s3://b/x,c=s3://b/x"},
+		"credentials in an endpoint":         {"--warehouses", `{"a":{"location":"s3://b/x","s3-endpoint":"http://key:hidden-secret@127.0.0.1:9000"}}`},
+		"credentials in the node's endpoint": {"--s3-endpoint", "http://key:hidden-secret@127.0.0.1:9000"},
 	} {
 		_, err := parseConfig(args, nil, io.Discard)
 		var ue usageError
 		assert.True(t, errors.As(err, &ue), "%s: %v", name, err)
+		if err != nil {
+			assert.NotContains(t, err.Error(), "hidden-secret", name)
+		}
 	}
 	bad := writeConfig(t, "warehouses:\n  sales: s3://b/x\n")
 	_, err = parseConfig([]string{"--config", bad}, nil, io.Discard)
