@@ -163,6 +163,25 @@ func TestMultiTableTransaction(t *testing.T) {
 	assert.Equal(t, 409, r.status, "%s", r.body)
 	assert.Equal(t, "CommitFailedException", r.errorType(t))
 	assert.Equal(t, before, n.state(t))
+
+	// db."x.y" and db.x."y" are two tables, though their dotted names are
+	// one string; the same table twice is a 400.
+	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db", "x"}, nil))
+	_, err = cat.CreateTable(ctx, table.Identifier{"db", "x.y"}, rowSchema)
+	require.NoError(t, err)
+	_, err = cat.CreateTable(ctx, table.Identifier{"db", "x", "y"}, rowSchema)
+	require.NoError(t, err)
+	change := func(ns []string, name string) map[string]any {
+		return map[string]any{
+			"identifier":   map[string]any{"namespace": ns, "name": name},
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"both": "1"}}},
+		}
+	}
+	r = n.do(t, "POST", "/v1/floe/transactions/commit", map[string]any{"table-changes": []any{change([]string{"db"}, "x.y"), change([]string{"db", "x"}, "y")}})
+	assert.Equal(t, 204, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/transactions/commit", map[string]any{"table-changes": []any{change([]string{"db"}, "x.y"), change([]string{"db"}, "x.y")}})
+	assert.Equal(t, 400, r.status, "%s", r.body)
 }
 
 // TestConcurrentCommits has 8 clients append to one table at once; every

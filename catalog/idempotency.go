@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -74,10 +75,18 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 				route = append(route, val)
 			}
 		}
+		bound := body
+		if op == "dropTable" {
+			// A drop with purge is another request than one without: the
+			// key binds the flag too (a bad value is the handler's 400).
+			if purge, _ := boolParam(r, "purgeRequested"); purge {
+				bound = append(slices.Clip(body), "\x00purgeRequested"...)
+			}
+		}
 		run := func(ctx context.Context) error { return h(w, r.WithContext(ctx)) }
 		replay := func(ctx context.Context, res fsm.Result) error { return s.replay(op, w, r.WithContext(ctx), res) }
 		decided := func(err error) (fsm.Result, bool) { return deterministicOutcome(err, kind) }
-		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, s.principalOf(r), body), run, replay, decided)
+		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, s.principalOf(r), bound), run, replay, decided)
 		switch outcome {
 		case idempotency.Recorded:
 			s.metrics.idemStored.Inc()

@@ -144,6 +144,19 @@ func TestKeyMisuse(t *testing.T) {
 	assert.Contains(t, string(r.body), "different request body")
 	r = n.doRaw(t, "DELETE", "/v1/namespaces/a", nil, "Idempotency-Key", key)
 	assert.Equal(t, 422, r.status, "same key on another operation")
+
+	// A drop with purge is another request than one without, both ways.
+	for i, first := range []string{"", "?purgeRequested=true"} {
+		second := map[string]string{"": "?purgeRequested=true", "?purgeRequested=true": ""}[first]
+		name := fmt.Sprintf("d%d", i)
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName(name)).status)
+		dropKey := newKey(t)
+		require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/"+name+first, nil, "Idempotency-Key", dropKey).status)
+		r = n.doRaw(t, "DELETE", "/v1/namespaces/a/tables/"+name+second, nil, "Idempotency-Key", dropKey)
+		assert.Equal(t, 422, r.status, "%s then %s: %s", first, second, r.body)
+		assert.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/"+name+first, nil, "Idempotency-Key", dropKey).status, "the same request is replayed")
+	}
+	before = n.state(t)
 	for _, bad := range []string{"not-a-uuid", "0190b2c48d3e7a1b9c2d3e4f5a6b7c8d", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8z"} {
 		r = n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"c"}}, "Idempotency-Key", bad)
 		assert.Equal(t, 400, r.status, bad)

@@ -702,10 +702,13 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) error
 		}); err != nil {
 			return err
 		}
-		if seen[id.String()] {
+		// By levels and name: the dotted form is one string for db."x.y"
+		// and db.x."y", two tables.
+		k := strings.Join(id.Namespace, "\x1f") + "\x00" + id.Name
+		if seen[k] {
 			return badRequest("table %s appears more than once in the transaction", id)
 		}
-		seen[id.String()] = true
+		seen[k] = true
 		pending = append(pending, pendingCommit{id: id, req: c})
 	}
 	if _, err := s.commit(r.Context(), pending); err != nil {
