@@ -103,7 +103,11 @@ type PurgeJob struct {
 	// LocationKey is the normalised location its tombstone is stored
 	// under (LocationKey at the time the table's location was set);
 	// empty for jobs added before keys were stamped.
-	LocationKey      string            `json:"location-key,omitempty"`
+	LocationKey string `json:"location-key,omitempty"`
+	// FormerLocations are the locations the dropped table had moved away
+	// from (Table.FormerLocations): its files there are purged too, and
+	// they are tombstoned with its location while the job holds them.
+	FormerLocations  []FormerLocation  `json:"former-locations,omitempty"`
 	MetadataLocation string            `json:"metadata-location"`
 	FileIO           map[string]string `json:"file-io,omitempty"`
 	State            JobState          `json:"state"`
@@ -128,6 +132,31 @@ type PurgeJob struct {
 }
 
 func (j PurgeJob) locKey() string { return stampedKey(j.LocationKey, j.Location) }
+
+// tombKeys are the location keys the job's tombstones are stored under:
+// its location's and its former locations'.
+func (j PurgeJob) tombKeys() []string {
+	var keys []string
+	if k := j.locKey(); k != "" {
+		keys = append(keys, k)
+	}
+	for _, f := range j.FormerLocations {
+		if f.Key != "" {
+			keys = append(keys, f.Key)
+		}
+	}
+	return keys
+}
+
+// Locations are the locations whose files the job deletes: the dropped
+// table's and those it had moved away from.
+func (j PurgeJob) Locations() []string {
+	out := []string{j.Location}
+	for _, f := range j.FormerLocations {
+		out = append(out, f.Location)
+	}
+	return out
+}
 
 // HoldsTombstones reports whether the job still blocks its name and location.
 func (j PurgeJob) HoldsTombstones() bool { return j.State != JobSucceeded && !j.Released }
@@ -386,8 +415,8 @@ func (t *txn) putEmpty(bucket, key []byte) {
 
 func (t *txn) addTombstones(j PurgeJob) {
 	t.put(bucketPurgeNames, tableKey(j.Ident), j.ID)
-	if j.locKey() != "" {
-		t.putEmpty(bucketPurgeLocs, locKey(j.locKey(), j.ID))
+	for _, k := range j.tombKeys() {
+		t.putEmpty(bucketPurgeLocs, locKey(k, j.ID))
 	}
 }
 
@@ -396,8 +425,8 @@ func (t *txn) dropTombstones(j PurgeJob) {
 	if t.get(bucketPurgeNames, tableKey(j.Ident), &holder) && holder == j.ID {
 		t.del(bucketPurgeNames, tableKey(j.Ident))
 	}
-	if j.locKey() != "" {
-		t.del(bucketPurgeLocs, locKey(j.locKey(), j.ID))
+	for _, k := range j.tombKeys() {
+		t.del(bucketPurgeLocs, locKey(k, j.ID))
 	}
 }
 
@@ -491,6 +520,7 @@ func newPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64, index uint64) Pur
 		TableUUID:        dropped.UUID,
 		Location:         dropped.Location,
 		LocationKey:      dropped.locKey(),
+		FormerLocations:  dropped.FormerLocations,
 		MetadataLocation: dropped.MetadataLocation,
 		FileIO:           spec.FileIO,
 		State:            JobPending,

@@ -578,3 +578,30 @@ func TestPurgeFeaturesFromHeartbeats(t *testing.T) {
 	p.ok(PurgeHeartbeat{Node: "n3", Slots: 2, Features: PurgeFeatureFirstPhase}) // upgraded
 	assert.True(t, PurgeFeaturesEverywhere(nodes(), PurgeFeatureFirstPhase))
 }
+
+// A purging drop of a table that had moved takes its former locations into
+// the job, tombstoned with its location until the job succeeds.
+func TestPurgeOfAMovedTableHoldsItsFormerLocations(t *testing.T) {
+	p := newPurgeFSM(t)
+	p.ok(tableAt("t", "s3://b/wh/a/t"))
+	var cur Table
+	require.NoError(t, p.f.View(func(r *Reader) error {
+		cur, _ = r.Table(Ident{Namespace: nsA, Name: "t"})
+		return nil
+	}))
+	p.ok(CommitTables{Changes: []TableChange{{Kind: ChangeUpdate, Ident: cur.Ident(), UUID: cur.UUID,
+		MetadataLocation: "s3://b/wh/a/t2/metadata/00001.metadata.json", Location: "s3://b/wh/a/t2",
+		ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID}}})
+	res := p.ok(purgeDrop("t", "j"))
+	assert.Empty(t, res.Tables[0].FormerLocations)
+	j := p.job("j")
+	assert.Equal(t, []string{"s3://b/wh/a/t2", "s3://b/wh/a/t"}, j.Locations())
+
+	for _, loc := range []string{"s3://b/wh/a/t", "s3://b/wh/a/t/x", "s3://b/wh/a/t2"} {
+		assert.ErrorIs(t, p.apply(tableAt("n", loc)).Err(), ErrBeingPurged, loc)
+	}
+	p.ok(AssignPurgeLease{JobID: "j", Node: "n1", AtMs: 200, ExpiresMs: 1200})
+	p.ok(FinishPurgeJob{JobID: "j", Token: p.i, Outcome: OutcomeSucceeded, AtMs: 300})
+	p.ok(tableAt("n", "s3://b/wh/a/t"))
+	p.ok(tableAt("n2", "s3://b/wh/a/t2"))
+}

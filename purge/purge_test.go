@@ -32,6 +32,7 @@ func TestPurge(t *testing.T) {
 			c := newCluster(t, wh, 3, 5)
 			t.Run("async drop answers before the files go, then they all go", func(t *testing.T) { testAsyncDrop(t, c) })
 			t.Run("sync drop answers after the files are gone", func(t *testing.T) { testSyncDrop(t, c) })
+			t.Run("a moved table's files in the locations it left go too", func(t *testing.T) { testMovedTable(t, c) })
 			t.Run("each phase is in the log before its first delete", func(t *testing.T) { testPhaseRecordedFirst(t, c) })
 			t.Run("gc.enabled=false keeps data files", func(t *testing.T) { testGCDisabled(t, c) })
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
@@ -130,6 +131,33 @@ func testSyncDrop(t *testing.T, c *cluster) {
 	assert.ElementsMatch(t, keep.files, c.exist(keep.files))
 	_, hasJob := c.jobFor("sync", "keep")
 	assert.False(t, hasJob)
+}
+
+// testMovedTable purges a table that moved (set-location) after its first
+// snapshots: their files, in the location it left, are its own and go with
+// the rest; a neighbour's stay.
+func testMovedTable(t *testing.T, c *cluster) {
+	n := c.follower()
+	tt := c.makeTable(n, "moved", "t", nil, 2, 3)
+	keep := c.makeTable(n, "moved", "t2", nil, 1, 2)
+	old := tt.tbl.Location()
+	r := n.do(t, "POST", "/v1/namespaces/moved/tables/t", `{"requirements":[],"updates":[{"action":"set-location","location":"`+old+`3"}]}`)
+	require.Equal(t, 200, r.status, r.body)
+	var moved struct {
+		MetadataLocation string `json:"metadata-location"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.body), &moved))
+	require.True(t, strings.HasPrefix(moved.MetadataLocation, old+"3/"), moved.MetadataLocation)
+
+	r = n.do(t, "DELETE", "/v1/namespaces/moved/tables/t?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	assert.Empty(t, c.list(old), "the files in the location it left")
+	assert.Empty(t, c.list(old+"3"), "and in its location")
+	job := c.mustJob("moved", "t")
+	assert.Equal(t, fsm.JobSucceeded, job.State)
+	assert.Equal(t, int64(len(tt.files)+1), job.Progress.Deleted, "every file, the new metadata file included")
+	assert.Zero(t, job.Progress.Skipped)
+	assert.ElementsMatch(t, keep.files, c.exist(keep.files))
 }
 
 // testPhaseRecordedFirst checks, at every bulk delete, that the job's

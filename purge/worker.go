@@ -356,14 +356,25 @@ func (r *jobRun) enterPhase(phase int) error {
 	return nil
 }
 
-// file takes one reachable file: outside the table's location it is
+// inside reports whether uri lies in the dropped table's location or in
+// one it had moved away from.
+func (r *jobRun) inside(uri string) bool {
+	for _, loc := range r.job.Locations() {
+		if storage.IsWithin(loc, uri) {
+			return true
+		}
+	}
+	return false
+}
+
+// file takes one reachable file: outside the table's locations it is
 // skipped; otherwise it joins the batch being filled.
 func (r *jobRun) file(ctx context.Context, f File) error {
 	if err := r.failure(); err != nil {
 		return err
 	}
 	r.end = f.Offset + 1
-	if !storage.IsWithin(r.job.Location, f.URI) {
+	if !r.inside(f.URI) {
 		r.s.m.skippedOutside.Inc()
 		r.mu.Lock()
 		r.progress.Skipped++
