@@ -50,6 +50,11 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 		if s.cfg.IdempotencyDisabled || raw == "" {
 			return h(w, r)
 		}
+		if n := len(r.Header.Values(idempotency.Header)); n > 1 {
+			// Which one the client meant is unknown: running under either
+			// could answer a retry of the other wrongly.
+			return badRequest("%s given %d times: send one", idempotency.Header, n)
+		}
 		key, version, err := idempotency.ParseKey(raw)
 		if err != nil {
 			return badRequest("%v", err)

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,6 +145,16 @@ func TestKeyMisuse(t *testing.T) {
 	assert.Contains(t, string(r.body), "different request body")
 	r = n.doRaw(t, "DELETE", "/v1/namespaces/a", nil, "Idempotency-Key", key)
 	assert.Equal(t, 422, r.status, "same key on another operation")
+
+	// Two keys on one request: which was meant is unknown.
+	req, err := http.NewRequest("POST", n.URL+"/v1/namespaces", strings.NewReader(`{"namespace":["two-keys"]}`))
+	require.NoError(t, err)
+	req.Header.Add("Idempotency-Key", newKey(t))
+	req.Header.Add("Idempotency-Key", newKey(t))
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, 400, res.StatusCode)
 
 	// A drop with purge is another request than one without, both ways.
 	for i, first := range []string{"", "?purgeRequested=true"} {

@@ -12,6 +12,7 @@ func TestDecodeViewCommit(t *testing.T) {
 	for _, body := range []string{
 		`{"updates":[{"action":"set-properties","updates":{"k":"v"}}]}`,
 		`{"requirements":null,"updates":[]}`,
+		`{"requirements":[]}`, `{}`, // absent lists are empty
 		`{"identifier":{"namespace":["db"],"name":"v"},"requirements":[{"type":"assert-view-uuid","uuid":"0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"}],"updates":[{"action":"remove-properties","removals":["k"]}]}`,
 	} {
 		req, err := decodeViewCommit([]byte(body))
@@ -21,7 +22,7 @@ func TestDecodeViewCommit(t *testing.T) {
 		}
 	}
 	for _, body := range []string{
-		``, `null`, `[]`, `"x"`, `{`, `{"requirements":[]}`,
+		``, `null`, ` null`, `[]`, `"x"`, `{`,
 		`{"updates":5}`, `{"updates":[{"action":"no-such-action"}]}`,
 		`{"requirements":[{"type":"no-such-requirement"}],"updates":[]}`,
 		`{"requirements":{},"updates":[]}`, `{"identifier":5,"updates":[]}`,

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -337,9 +338,14 @@ type commitViewRequest struct {
 	Updates      view.Updates      `json:"updates"`
 }
 
-// decodeViewCommit parses a CommitViewRequest; missing updates, an unknown
-// requirement or update type, or a field of the wrong type is a 400.
+// decodeViewCommit parses a CommitViewRequest; a body that is not a JSON
+// object, an unknown requirement or update type, or a field of the wrong
+// type is a 400. Absent requirements or updates are empty lists, as Java's
+// UpdateTableRequestParser (which views share) reads them.
 func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return commitViewRequest{}, badRequest("malformed view commit: want a JSON object")
+	}
 	var probe struct {
 		Identifier   *tableIdentifier `json:"identifier"`
 		Requirements json.RawMessage  `json:"requirements"`
@@ -348,17 +354,16 @@ func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitViewRequest{}, badRequest("malformed view commit: %v", err)
 	}
-	if probe.Updates == nil {
-		return commitViewRequest{}, badRequest("view commit must have updates")
-	}
 	req := commitViewRequest{Identifier: probe.Identifier}
 	if probe.Requirements != nil {
 		if err := json.Unmarshal(probe.Requirements, &req.Requirements); err != nil {
 			return commitViewRequest{}, badRequest("invalid view commit: %v", err)
 		}
 	}
-	if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
-		return commitViewRequest{}, badRequest("invalid view commit: %v", err)
+	if probe.Updates != nil {
+		if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
+			return commitViewRequest{}, badRequest("invalid view commit: %v", err)
+		}
 	}
 	return req, nil
 }
@@ -405,6 +410,9 @@ func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewReq
 		cmd, after, err := s.prepareViewCommit(ctx, id, req)
 		if err != nil {
 			return nil, err
+		}
+		if len(req.Updates) == 0 {
+			return after, nil // the view as it is: nothing written
 		}
 		res, err := s.store.Propose(ctx, cmd)
 		if err != nil {
@@ -455,6 +463,11 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		if err := rq.Validate(before.meta); err != nil {
 			return fsm.ReplaceView{}, nil, commitFailed("requirement failed for view %s: %v", id, err)
 		}
+	}
+	if len(req.Updates) == 0 {
+		// Nothing to change, as a table commit without changes: no new
+		// metadata file, the current one is the answer.
+		return fsm.ReplaceView{}, before, nil
 	}
 	builder, err := view.MetadataBuilderFromBase(before.meta)
 	if err != nil {

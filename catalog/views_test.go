@@ -297,6 +297,18 @@ func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
 	assert.Equal(t, int64(2), reverted.CurrentVersion().VersionID)
 	second = reverted.MetadataLocation()
 
+	// A commit without updates changes nothing and writes no file, as a
+	// table's; its requirements are still checked.
+	files := f.listFiles(t, f.warehouse+"/vs/v")
+	for _, body := range []string{`{"requirements":[],"updates":[]}`, `{}`} {
+		r := f.do(t, "POST", "/v1/floe/namespaces/vs/views/v", body)
+		require.Equal(t, 200, r.status, "%s: %s", body, r.body)
+		assert.Equal(t, second, r.json(t)["metadata-location"], body)
+	}
+	r := f.vdo(t, "POST", "/v1/floe/namespaces/vs/views/v", `{"requirements":[{"type":"assert-view-uuid","uuid":"00000000-0000-0000-0000-000000000001"}]}`)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, files, f.listFiles(t, f.warehouse+"/vs/v"), "no metadata file written")
+
 	// List, a page at a time.
 	for _, name := range []string{"c", "a", "b", "d"} {
 		_, err := cat.CreateView(ctx, table.Identifier{"vs", name}, sqlVersion(t, 1, "select '"+name+"'", "vs"), viewSchema)
@@ -308,7 +320,7 @@ func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
 		names = append(names, ident[len(ident)-1])
 	}
 	assert.Equal(t, []string{"a", "b", "c", "d", "v"}, names)
-	r := f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3", nil)
+	r = f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3", nil)
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.Len(t, r.json(t)["identifiers"], 3)
 	token, _ := r.json(t)["next-page-token"].(string)
@@ -523,7 +535,7 @@ func testBadViewInput(t *testing.T, f *node) {
 		assert.Equal(t, "BadRequestException", r.errorType(t))
 	}
 	for i, body := range []any{
-		`{"requirements":[]}`,
+		`null`,
 		`{"updates":[{"action":"no-such-update"}]}`,
 		`{"requirements":[{"type":"assert-table-uuid","uuid":"00000000-0000-0000-0000-000000000001"}],"updates":[]}`,
 		`{"identifier":{"namespace":["bad"],"name":"other"},"updates":[]}`,
