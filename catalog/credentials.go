@@ -103,11 +103,10 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 	return storageCredential{Prefix: location, Config: props}, true, nil
 }
 
-// vendedCredentials are the credentials a LoadTableResult carries: cred,
-// when ok.
+// vendedCredentials are the credentials a LoadTableResult carries: one per
+// location, the table's own first (none: nothing to vend).
 type vendedCredentials struct {
-	cred storageCredential
-	ok   bool
+	creds []storageCredential
 }
 
 // credentials obtains the credentials for the table's location when the
@@ -115,25 +114,47 @@ type vendedCredentials struct {
 // whose answer carries them (create, register) obtains them before it
 // proposes, so that a vendor failure is a 503 with nothing applied, which
 // a client may retry, and never follows a change that did take effect.
-func (s *Server) credentials(r *http.Request, id fsm.Ident, location string) (vendedCredentials, error) {
+//
+// former are the locations the table moved away from (set-location): its
+// older snapshots' files lie there, so each gets credentials of its own,
+// with its prefix, which clients pick by the longest matching prefix.
+func (s *Server) credentials(r *http.Request, id fsm.Ident, location string, former ...fsm.FormerLocation) (vendedCredentials, error) {
 	if !wantsVendedCredentials(r) {
 		return vendedCredentials{}, nil
 	}
-	cred, ok, err := s.vend(r, id, location)
-	return vendedCredentials{cred: cred, ok: ok}, err
+	return s.vendAll(r, id, location, former)
+}
+
+// vendAll vends for location and then for each former location.
+func (s *Server) vendAll(r *http.Request, id fsm.Ident, location string, former []fsm.FormerLocation) (vendedCredentials, error) {
+	var vc vendedCredentials
+	locs := []string{location}
+	for _, f := range former {
+		locs = append(locs, f.Location)
+	}
+	for _, loc := range locs {
+		cred, ok, err := s.vend(r, id, loc)
+		if err != nil {
+			return vendedCredentials{}, err
+		}
+		if ok {
+			vc.creds = append(vc.creds, cred)
+		}
+	}
+	return vc, nil
 }
 
 // addVendedCredentials puts vc into res: in storage-credentials, which
 // current clients read first, and in config, which older clients read.
 func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, vc vendedCredentials, res *loadTableResult) {
-	if !vc.ok {
+	if len(vc.creds) == 0 {
 		return
 	}
-	res.StorageCredentials = []storageCredential{vc.cred}
+	res.StorageCredentials = vc.creds
 	if res.Config == nil {
 		res.Config = map[string]string{}
 	}
-	maps.Copy(res.Config, vc.cred.Config)
+	maps.Copy(res.Config, vc.creds[0].Config) // the table's own location's
 	if s.whOf(r.Context()).vendor.Expiring() {
 		res.Config[propRefreshCredentialsEndpoint] = s.credentialsPath(id)
 	}
@@ -170,13 +191,11 @@ func (s *Server) loadCredentials(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp := loadCredentialsResponse{StorageCredentials: []storageCredential{}}
-	cred, ok, err := s.vend(r, id, t.Location)
+	vc, err := s.vendAll(r, id, t.Location, t.FormerLocations)
 	if err != nil {
 		return err
 	}
-	if ok {
-		resp.StorageCredentials = append(resp.StorageCredentials, cred)
-	}
+	resp.StorageCredentials = append(resp.StorageCredentials, vc.creds...)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, resp)
 	return nil
