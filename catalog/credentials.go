@@ -103,10 +103,11 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 	return storageCredential{Prefix: location, Config: props}, true, nil
 }
 
-// vendedCredentials are the credentials a LoadTableResult carries: one per
-// location, the table's own first (none: nothing to vend).
+// vendedCredentials are the credentials a LoadTableResult carries: cred,
+// when ok.
 type vendedCredentials struct {
-	creds []storageCredential
+	cred storageCredential
+	ok   bool
 }
 
 // credentials obtains the credentials for the table's location when the
@@ -114,47 +115,25 @@ type vendedCredentials struct {
 // whose answer carries them (create, register) obtains them before it
 // proposes, so that a vendor failure is a 503 with nothing applied, which
 // a client may retry, and never follows a change that did take effect.
-//
-// former are the locations the table moved away from (set-location): its
-// older snapshots' files lie there, so each gets credentials of its own,
-// with its prefix, which clients pick by the longest matching prefix.
-func (s *Server) credentials(r *http.Request, id fsm.Ident, location string, former ...fsm.FormerLocation) (vendedCredentials, error) {
+func (s *Server) credentials(r *http.Request, id fsm.Ident, location string) (vendedCredentials, error) {
 	if !wantsVendedCredentials(r) {
 		return vendedCredentials{}, nil
 	}
-	return s.vendAll(r, id, location, former)
-}
-
-// vendAll vends for location and then for each former location.
-func (s *Server) vendAll(r *http.Request, id fsm.Ident, location string, former []fsm.FormerLocation) (vendedCredentials, error) {
-	var vc vendedCredentials
-	locs := []string{location}
-	for _, f := range former {
-		locs = append(locs, f.Location)
-	}
-	for _, loc := range locs {
-		cred, ok, err := s.vend(r, id, loc)
-		if err != nil {
-			return vendedCredentials{}, err
-		}
-		if ok {
-			vc.creds = append(vc.creds, cred)
-		}
-	}
-	return vc, nil
+	cred, ok, err := s.vend(r, id, location)
+	return vendedCredentials{cred: cred, ok: ok}, err
 }
 
 // addVendedCredentials puts vc into res: in storage-credentials, which
 // current clients read first, and in config, which older clients read.
 func (s *Server) addVendedCredentials(r *http.Request, id fsm.Ident, vc vendedCredentials, res *loadTableResult) {
-	if len(vc.creds) == 0 {
+	if !vc.ok {
 		return
 	}
-	res.StorageCredentials = vc.creds
+	res.StorageCredentials = []storageCredential{vc.cred}
 	if res.Config == nil {
 		res.Config = map[string]string{}
 	}
-	maps.Copy(res.Config, vc.creds[0].Config) // the table's own location's
+	maps.Copy(res.Config, vc.cred.Config)
 	if s.whOf(r.Context()).vendor.Expiring() {
 		res.Config[propRefreshCredentialsEndpoint] = s.credentialsPath(id)
 	}
@@ -191,11 +170,13 @@ func (s *Server) loadCredentials(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp := loadCredentialsResponse{StorageCredentials: []storageCredential{}}
-	vc, err := s.vendAll(r, id, t.Location, t.FormerLocations)
+	cred, ok, err := s.vend(r, id, t.Location)
 	if err != nil {
 		return err
 	}
-	resp.StorageCredentials = append(resp.StorageCredentials, vc.creds...)
+	if ok {
+		resp.StorageCredentials = append(resp.StorageCredentials, cred)
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, resp)
 	return nil

@@ -317,33 +317,3 @@ func TestStaticKeysOnlyForWholeWarehouseWriters(t *testing.T) {
 		assert.Equal(t, c.vended, len(r.json(t)["storage-credentials"].([]any)) > 0, c.principal)
 	}
 }
-
-// A table moved by set-location gets credentials for the location it left
-// too, each with its prefix: its older snapshots' files lie there.
-func TestVendedCredentialsCoverTheLocationsAMovedTableLeft(t *testing.T) {
-	sts := ststest.Start()
-	defer sts.Close()
-	n := s3Node(t, func(n *node) { n.vendor = stsVendor(t, n, sts) })
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}).status)
-	r := n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"))
-	require.Equal(t, 200, r.status, "%s", r.body)
-	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
-	r = n.do(t, "POST", "/v1/floe/namespaces/db/tables/t", map[string]any{
-		"requirements": []any{}, "updates": []any{map[string]any{"action": "set-location", "location": old + "-moved"}}})
-	require.Equal(t, 200, r.status, "%s", r.body)
-
-	prefixes := func(r response) []string {
-		var out []string
-		for _, c := range r.json(t)["storage-credentials"].([]any) {
-			out = append(out, c.(map[string]any)["prefix"].(string))
-		}
-		return out
-	}
-	vended := []string{"X-Iceberg-Access-Delegation", "vended-credentials"}
-	r = n.do(t, "GET", "/v1/floe/namespaces/db/tables/t", nil, vended...)
-	require.Equal(t, 200, r.status, "%s", r.body)
-	assert.Equal(t, []string{old + "-moved", old}, prefixes(r), "the table's own location first")
-	r = n.do(t, "GET", "/v1/floe/namespaces/db/tables/t/credentials", nil)
-	require.Equal(t, 200, r.status, "%s", r.body)
-	assert.Equal(t, []string{old + "-moved", old}, prefixes(r))
-}

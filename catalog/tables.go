@@ -34,8 +34,8 @@ type loadTableResult struct {
 // unless the request asks for vended credentials and vending is configured
 // (credentials); then the answer must not be cached. It fails only when
 // credentials were asked for and cannot be obtained.
-func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool, former ...fsm.FormerLocation) (loadTableResult, error) {
-	vc, err := s.credentials(r, id, tm.meta.Location(), former...)
+func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool) (loadTableResult, error) {
+	vc, err := s.credentials(r, id, tm.meta.Location())
 	if err != nil {
 		return loadTableResult{}, err
 	}
@@ -338,7 +338,7 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.loadResult(w, r, id, tm, false, t.FormerLocations...)
+	res, err := s.loadResult(w, r, id, tm, false)
 	if err != nil {
 		return err
 	}
