@@ -77,15 +77,17 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 	}
 	if !vendor.Scoped() && s.cfg.Authorizer != nil {
 		// Unscoped keys reach every table, read-write: with authorization
-		// on, only a principal who may write the whole warehouse gets
+		// on, only a principal who may write the whole catalog gets
 		// them. Others get an answer without credentials, as when the
 		// storage has none to vend, and use their own.
-		wide, err := s.cfg.Authorizer.Allowed(r, PrivWrite, s.whOf(r.Context()).root())
+		// The whole catalog, not the warehouse: a named warehouse without
+		// keys of its own hands out the node's, which reach every other.
+		wide, err := s.cfg.Authorizer.Allowed(r, PrivWrite, nil)
 		if err != nil {
 			return storageCredential{}, false, err
 		}
 		if !wide {
-			s.log.Info("unscoped credentials withheld: the principal may not write the whole warehouse",
+			s.log.Info("unscoped credentials withheld: the principal may not write the whole catalog",
 				"table", id.String(), "principal", s.principalOf(r))
 			return storageCredential{}, false, nil
 		}

@@ -289,9 +289,9 @@ func (headerAuthz) Allowed(r *http.Request, priv string, _ []string) (bool, erro
 func (headerAuthz) Visible(*http.Request, []string) (bool, error) { return true, nil }
 
 // With authorization on, the node's own keys (static-keys) are vended only
-// to a principal who may write the whole warehouse: they reach every table,
+// to a principal who may write the whole catalog: they reach every table,
 // read-write, so a reader of one table would get far more than it may do.
-func TestStaticKeysOnlyForWholeWarehouseWriters(t *testing.T) {
+func TestStaticKeysOnlyForWholeCatalogWriters(t *testing.T) {
 	n := s3Node(t, func(n *node) {
 		objects, err := storage.New(n.scfg)
 		require.NoError(t, err)

@@ -47,10 +47,11 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 	kind := opKindOf(op)
 	return func(w http.ResponseWriter, r *http.Request) error {
 		raw := r.Header.Get(idempotency.Header)
-		if s.cfg.IdempotencyDisabled || raw == "" {
+		n := len(r.Header.Values(idempotency.Header))
+		if s.cfg.IdempotencyDisabled || (raw == "" && n < 2) {
 			return h(w, r)
 		}
-		if n := len(r.Header.Values(idempotency.Header)); n > 1 {
+		if n > 1 {
 			// Which one the client meant is unknown: running under either
 			// could answer a retry of the other wrongly.
 			return badRequest("%s given %d times: send one", idempotency.Header, n)

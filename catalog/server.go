@@ -663,14 +663,14 @@ func validateNewIdent(what string, id fsm.Ident) error {
 	return validateNewName(what, id.Name)
 }
 
-// validateNewDestination is validateNewIdent for the destination of a
-// rename from from, except for the namespace levels when the namespace
-// does not change: they exist already.
 // sameIdent reports whether a and b name the same table or view.
 func sameIdent(a, b fsm.Ident) bool {
 	return a.Name == b.Name && slices.Equal(a.Namespace, b.Namespace)
 }
 
+// validateNewDestination is validateNewIdent for the destination of a
+// rename from from, except for the namespace levels when the namespace
+// does not change: they exist already.
 func validateNewDestination(what string, from, to fsm.Ident) error {
 	if slices.Equal(from.Namespace, to.Namespace) {
 		return validateNewName(what, to.Name)

@@ -933,6 +933,8 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		ch.Kind = fsm.ChangeUpdate
 		ch.ExpectedMetadataLocation = cur.MetadataLocation
 		ch.ExpectedUUID = cur.UUID
+		// The compare-and-set on cur's metadata location makes this exact.
+		ch.Moves = cur.Location != ch.Location
 	}
 	return prepared{change: ch, before: before, after: after}, nil
 }
@@ -1140,6 +1142,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
 			Location: tm.meta.Location(), LocationKey: fsm.LocationKey(tm.meta.Location()),
 			UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite, SnapshotID: currentSnapshotID(tm.meta),
+			// An overwrite may move the table it replaces: keep the
+			// location it leaves (body version 3) when it is the same table.
+			Moves: req.Overwrite,
 		}},
 		AtMs: s.cfg.Now().UnixMilli(),
 	})

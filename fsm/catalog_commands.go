@@ -180,9 +180,28 @@ type TableChange struct {
 	// the proposer knows it; the change feed reports it. Nothing in Apply
 	// depends on it.
 	SnapshotID *int64 `json:"snapshot-id,omitempty"`
+	// Moves is the proposer's word that the change may give an existing
+	// table a new location (set-location, a register-overwrite): the
+	// command is then written as body version 3 (CommitTables.bodyVersion).
+	// It only picks the version; Apply compares the locations itself.
+	Moves bool `json:"-"`
 }
 
 func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Location) }
+
+// bodyVersion is the body version Encode writes: 3 when a change may move
+// an existing table (Moves), so that it keeps the location it leaves; 2
+// otherwise, which a replica on a binary from before version 3 still reads.
+// An older binary stops at a version 3 entry, so only moving tables needs
+// every node upgraded first.
+func (c CommitTables) bodyVersion() uint8 {
+	for _, ch := range c.Changes {
+		if ch.Moves {
+			return 3
+		}
+	}
+	return 2
+}
 
 // CommitTables applies one or more table changes atomically: either every
 // change's precondition holds and all are written, or nothing is written and

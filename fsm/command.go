@@ -107,9 +107,20 @@ func Encode(c Command) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode command %d: %w", c.Type(), err)
 	}
+	version := reg.version
+	if v, ok := c.(versioned); ok {
+		version = v.bodyVersion()
+	}
 	out := make([]byte, 0, len(body)+2)
-	out = append(out, byte(c.Type()), reg.version)
+	out = append(out, byte(c.Type()), version)
 	return append(out, body...), nil
+}
+
+// versioned is a command that writes an older body version than its
+// registration's newest when it does not need the newer meaning, so that
+// replicas not yet upgraded keep reading it.
+type versioned interface {
+	bodyVersion() uint8
 }
 
 // Decode parses a log entry written by Encode. An entry of an unknown type

@@ -129,6 +129,7 @@ func (o *ownFSM) move(name, loc string) Result {
 	require.True(o.t, ok, name)
 	ch := change(ChangeUpdate, name, loc)
 	ch.ExpectedMetadataLocation, ch.ExpectedUUID, ch.UUID = cur.MetadataLocation, cur.UUID, cur.UUID
+	ch.Moves = true
 	return o.apply(CommitTables{Changes: []TableChange{ch}})
 }
 
@@ -193,7 +194,7 @@ func TestMovedTableKeepsItsFormerLocation(t *testing.T) {
 	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{again}}).Err())
 	require.ErrorIs(t, o.create("zz", "s3://b/w/z").Err(), ErrLocationInUse)
 	again = change(ChangeRegister, "z", "s3://b/w/z3")
-	again.Overwrite = true
+	again.Overwrite, again.Moves = true, true
 	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{again}}).Err())
 	tb, _ = o.table("z")
 	assert.Equal(t, []string{"s3://b/w/z/", "s3://b/w/z2/"}, formerKeys(tb))
@@ -422,4 +423,18 @@ func TestKeyedIgnorableCommandIsSkipped(t *testing.T) {
 	res := o.apply(Keyed{Key: "k", Binding: Binding{Operation: "x"}, AtMs: 1, ExpiresMs: 10, Command: inner})
 	require.NoError(t, res.Err())
 	assert.False(t, res.Recorded)
+}
+
+// Only a command that may move a table is written as body version 3, which
+// a replica on an older binary cannot read: the rest stays version 2.
+func TestOnlyMovesAreWrittenAsVersion3(t *testing.T) {
+	plain, err := Encode(CommitTables{Changes: []TableChange{change(ChangeUpdate, "x", "s3://b/w/x"), change(ChangeCreate, "y", "s3://b/w/y")}})
+	require.NoError(t, err)
+	assert.Equal(t, byte(2), plain[1])
+	moving := change(ChangeUpdate, "x", "s3://b/w/x2")
+	moving.Moves = true
+	b, err := Encode(CommitTables{Changes: []TableChange{change(ChangeCreate, "y", "s3://b/w/y"), moving}})
+	require.NoError(t, err)
+	assert.Equal(t, byte(3), b[1])
+	assert.NotContains(t, string(b), "moves", "the hint picks the version and is not stored")
 }

@@ -591,7 +591,7 @@ func TestPurgeOfAMovedTableHoldsItsFormerLocations(t *testing.T) {
 	}))
 	p.ok(CommitTables{Changes: []TableChange{{Kind: ChangeUpdate, Ident: cur.Ident(), UUID: cur.UUID,
 		MetadataLocation: "s3://b/wh/a/t2/metadata/00001.metadata.json", Location: "s3://b/wh/a/t2",
-		ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID}}})
+		ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID, Moves: true}}})
 	res := p.ok(purgeDrop("t", "j"))
 	assert.Empty(t, res.Tables[0].FormerLocations)
 	j := p.job("j")

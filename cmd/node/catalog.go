@@ -57,7 +57,7 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 	switch cfg.VendCredentials {
 	case vending.ModeStaticKeys:
 		logger.Warn("--vend-credentials=static-keys: every client that asks (with authorization on, every principal " +
-			"with write on the whole warehouse) gets this node's own S3 keys, unscoped and unexpiring; " +
+			"with write on the whole catalog) gets this node's own S3 keys, unscoped and unexpiring; " +
 			"use it for development only, and --vend-credentials=sts in production")
 		catCfg.Vendor = vendor
 	case vending.ModeSTS:

@@ -638,7 +638,9 @@ func checkS3Endpoint(what, endpoint string) error {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return usagef("%s %q: %v", what, redactURL(endpoint), err)
+		// Not the URL nor url.Parse's error, which quotes it: a secret
+		// with a "/" in it makes the URL unparseable.
+		return usagef("%s: not a URL", what)
 	}
 	if u.User != nil {
 		return usagef("%s %q: an endpoint carries no credentials (every client is given the endpoint); set the access key and secret instead", what, redactURL(endpoint))
