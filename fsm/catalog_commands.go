@@ -197,11 +197,14 @@ func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Loc
 func (c CommitTables) bodyVersion() uint8 {
 	for _, ch := range c.Changes {
 		if ch.Moves {
-			return 3
+			return commitTablesVersion
 		}
 	}
 	return 2
 }
+
+// commitTablesVersion is the newest CommitTables body version.
+const commitTablesVersion = 3
 
 // CommitTables applies one or more table changes atomically: either every
 // change's precondition holds and all are written, or nothing is written and
@@ -268,7 +271,7 @@ func init() {
 	register(TypeCreateNamespace, registration{1, jsonCodec[CreateNamespace](1), applyCreateNamespace})
 	register(TypeDropNamespace, registration{1, jsonCodec[DropNamespace](1), applyDropNamespace})
 	register(TypeUpdateNamespace, registration{1, jsonCodec[UpdateNamespace](1), applyUpdateNamespace})
-	register(TypeCommitTables, registration{3, decodeCommitTables, applyCommitTables})
+	register(TypeCommitTables, registration{commitTablesVersion, decodeCommitTables, applyCommitTables})
 	register(TypeDropTable, registration{1, jsonCodec[DropTable](1), applyDropTable})
 	register(TypeRenameTable, registration{1, jsonCodec[RenameTable](1), applyRenameTable})
 	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
@@ -278,13 +281,19 @@ func init() {
 // without the location-ownership check, versions 1 and 2 free the location
 // a moved table leaves (see CommitTables).
 func decodeCommitTables(v uint8, body []byte) (Command, error) {
-	c, err := jsonCodec[CommitTables](3)(v, body)
+	c, err := jsonCodec[CommitTables](commitTablesVersion)(v, body)
 	if err != nil {
 		return nil, err
 	}
 	ct := c.(CommitTables)
 	ct.legacy = v < 2
 	ct.freesMoved = v < 3
+	if !ct.freesMoved {
+		// Encoded again, it stays the version it was.
+		for i := range ct.Changes {
+			ct.Changes[i].Moves = true
+		}
+	}
 	return ct, nil
 }
 

@@ -47,7 +47,8 @@ var (
 	ErrBadEncoding = errors.New("fsm: undecodable command")
 )
 
-// registration binds a command type to the body version this binary writes,
+// registration binds a command type to the newest body version this binary
+// writes (a versioned command may write an older one),
 // a decoder for every version it can read, and the function that applies it.
 type registration struct {
 	version uint8
@@ -109,7 +110,9 @@ func Encode(c Command) ([]byte, error) {
 	}
 	version := reg.version
 	if v, ok := c.(versioned); ok {
-		version = v.bodyVersion()
+		if version = v.bodyVersion(); version == 0 || version > reg.version {
+			return nil, fmt.Errorf("fsm: encode command %d: body version %d, registered up to %d", c.Type(), version, reg.version)
+		}
 	}
 	out := make([]byte, 0, len(body)+2)
 	out = append(out, byte(c.Type()), version)

@@ -437,4 +437,9 @@ func TestOnlyMovesAreWrittenAsVersion3(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, byte(3), b[1])
 	assert.NotContains(t, string(b), "moves", "the hint picks the version and is not stored")
+	decoded, err := Decode(b)
+	require.NoError(t, err)
+	again, err := Encode(decoded)
+	require.NoError(t, err)
+	assert.Equal(t, b, again, "a version 3 entry encodes again as version 3")
 }

@@ -654,7 +654,18 @@ func checkS3Endpoint(what, endpoint string) error {
 // URL with a password is returned as it is.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// Unparseable (a secret with a "/" in it does that): mask up to
+		// the last "@" after the scheme, where user information would end.
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			if sch := strings.Index(s, "://"); sch >= 0 && sch < at {
+				return s[:sch+3] + "xxxxx" + s[at:]
+			}
+			return "xxxxx" + s[at:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	if _, ok := u.User.Password(); !ok {

@@ -499,6 +499,8 @@ func TestRedactURL(t *testing.T) {
 		"file:///var/lib/floe/warehouse":   "file:///var/lib/floe/warehouse",
 		"":                                 "",
 		"not a url %zz":                    "not a url %zz",
+		// Unparseable because of a "/" in the secret: masked up to the "@".
+		"http://key:sec/ret@127.0.0.1:9000": "http://xxxxx@127.0.0.1:9000",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
