@@ -258,11 +258,7 @@ func TestVendingFailureIsServiceUnavailable(t *testing.T) {
 // writes and reads the table's files with what the catalog handed it.
 func TestStaticKeysLetAClientWithoutKeysReadAndWrite(t *testing.T) {
 	n := s3Node(t, func(n *node) {
-		objects, err := storage.New(n.scfg)
-		require.NoError(t, err)
-		v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
-		require.NoError(t, err)
-		n.vendor = v
+		n.vendor = staticKeysVendor(t, n)
 		n.noClientKeys = true
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -292,13 +288,7 @@ func (headerAuthz) Visible(*http.Request, []string) (bool, error) { return true,
 // to a principal who may write the whole catalog: they reach every table,
 // read-write, so a reader of one table would get far more than it may do.
 func TestStaticKeysOnlyForWholeCatalogWriters(t *testing.T) {
-	n := s3Node(t, func(n *node) {
-		objects, err := storage.New(n.scfg)
-		require.NoError(t, err)
-		v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
-		require.NoError(t, err)
-		n.vendor, n.authz = v, headerAuthz{}
-	})
+	n := s3Node(t, func(n *node) { n.vendor, n.authz = staticKeysVendor(t, n), headerAuthz{} })
 	admin := []string{"X-Test-Principal", "admin"}
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}, admin...).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...).status)
@@ -316,4 +306,14 @@ func TestStaticKeysOnlyForWholeCatalogWriters(t *testing.T) {
 		require.Equal(t, 200, r.status, "%s", r.body)
 		assert.Equal(t, c.vended, len(r.json(t)["storage-credentials"].([]any)) > 0, c.principal)
 	}
+}
+
+// staticKeysVendor vends n's own storage keys (static-keys).
+func staticKeysVendor(t *testing.T, n *node) *vending.Vendor {
+	t.Helper()
+	objects, err := storage.New(n.scfg)
+	require.NoError(t, err)
+	v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
+	require.NoError(t, err)
+	return v
 }

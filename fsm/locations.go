@@ -75,12 +75,16 @@ func ownerKey(norm string, id Ident) []byte {
 
 // ownedKeys are the location keys a table holds in the index: its
 // location's and its former locations'.
-func (tb Table) ownedKeys() []string {
+func (tb Table) ownedKeys() []string { return keysWithFormer(tb.locKey(), tb.FormerLocations) }
+
+// keysWithFormer is key followed by the former locations' keys, without
+// the empty ones.
+func keysWithFormer(key string, former []FormerLocation) []string {
 	var keys []string
-	if k := tb.locKey(); k != "" {
-		keys = append(keys, k)
+	if key != "" {
+		keys = append(keys, key)
 	}
-	for _, f := range tb.FormerLocations {
+	for _, f := range former {
 		if f.Key != "" {
 			keys = append(keys, f.Key)
 		}

@@ -135,18 +135,7 @@ func (j PurgeJob) locKey() string { return stampedKey(j.LocationKey, j.Location)
 
 // tombKeys are the location keys the job's tombstones are stored under:
 // its location's and its former locations'.
-func (j PurgeJob) tombKeys() []string {
-	var keys []string
-	if k := j.locKey(); k != "" {
-		keys = append(keys, k)
-	}
-	for _, f := range j.FormerLocations {
-		if f.Key != "" {
-			keys = append(keys, f.Key)
-		}
-	}
-	return keys
-}
+func (j PurgeJob) tombKeys() []string { return keysWithFormer(j.locKey(), j.FormerLocations) }
 
 // Locations are the locations whose files the job deletes: the dropped
 // table's and those it had moved away from.
