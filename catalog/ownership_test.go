@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // listFiles returns every object under loc, sorted.
@@ -155,6 +158,49 @@ func TestMovedTableKeepsTheLocationItLeft(t *testing.T) {
 	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
 	require.Equal(t, 200, r.status, "a dropped table owns nothing: %s", r.body)
 	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("t", old+"2"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// While a node's heartbeat says its binary predates body version 3, a
+// commit that would move a table is a 503 that writes nothing: that node
+// would stop at the entry. Once the node announces the feature, or has
+// been silent past the window (removed from the cluster), it goes through.
+func TestMovesWaitForEveryNodesBinary(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	heartbeat := func(node string, features uint64, at time.Time) {
+		t.Helper()
+		res, err := n.raft.Propose(ctx, fsm.PurgeHeartbeat{Node: node, Slots: 1, Features: features, AtMs: at.UnixMilli()})
+		require.NoError(t, err)
+		require.NoError(t, res.Err())
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/ns/tables", withName("x"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	first := r.json(t)["metadata-location"].(string)
+	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	move := map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": old + "2"}},
+	}
+
+	heartbeat("gone", fsm.PurgeFeatureFirstPhase, time.Now().Add(-time.Hour))
+	heartbeat("n2", fsm.PurgeFeatureFirstPhase, time.Now())
+	before, files := n.state(t), n.listFiles(t, old)
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/x", move)
+	require.Equal(t, 503, r.status, "%s", r.body)
+	assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
+	assert.Contains(t, string(r.body), "n2")
+	assert.NotContains(t, string(r.body), "gone", "a node silent past the window does not count")
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": first, "overwrite": true})
+	require.Equal(t, 503, r.status, "%s", r.body)
+	assert.Equal(t, before, n.state(t))
+	assert.Equal(t, files, n.listFiles(t, old), "nothing written")
+	// Other commits and a plain register go on.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/ns/tables/x", setProp("k", "v")).status)
+
+	heartbeat("n2", fsm.PurgeFeaturesOfThisBinary, time.Now())
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/x", move)
 	require.Equal(t, 200, r.status, "%s", r.body)
 }
 

@@ -139,6 +139,38 @@ func (s *Server) stampFirstPhase(spec *fsm.PurgeJobSpec, id fsm.Ident) {
 	}
 }
 
+// olderBinaryWindow is how recent a node's purge heartbeat must be for
+// checkMovesEverywhere to count the node: a node removed from the cluster
+// (its row stays until the purge retention passes) stops counting after
+// it; a node stopped for an upgrade announces its new binary as it starts.
+const olderBinaryWindow = 10 * time.Minute
+
+// checkMovesEverywhere answers 503 while a node whose purge heartbeat
+// arrived within olderBinaryWindow lacks fsm.PurgeFeatureMoves: its binary
+// predates CommitTables body version 3 and would stop at a commit that
+// moves a table (set-location, a register with overwrite), during a
+// rolling upgrade. Nothing is written before it; a 503 is not kept under an
+// Idempotency-Key, so the same request succeeds once every node is
+// upgraded. It reads the local replica: a node that started on an older
+// binary since is missed, as the upgrade notes say.
+func (s *Server) checkMovesEverywhere() error {
+	cutoff := s.cfg.Now().Add(-olderBinaryWindow).UnixMilli()
+	var old []string
+	_ = s.store.StaleRead(func(r *fsm.Reader) error {
+		for _, n := range r.PurgeNodes() {
+			if n.Features&fsm.PurgeFeatureMoves == 0 && n.AtMs >= cutoff {
+				old = append(old, n.Node)
+			}
+		}
+		return nil
+	})
+	if len(old) == 0 {
+		return nil
+	}
+	return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", retryAfter: "30",
+		msg: fmt.Sprintf("cannot move a table while node(s) %s run an older release that would stop at the commit: upgrade every node first", strings.Join(old, ", "))}
+}
+
 func asyncPurgeRequested(r *http.Request) bool {
 	return strings.EqualFold(strings.TrimSpace(r.Header.Get(AsyncPurgeHeader)), "true")
 }

@@ -912,6 +912,11 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		if err := checkNewLocationSpelling(meta.Location()); err != nil {
 			return prepared{}, err
 		}
+		if cur != nil {
+			if err := s.checkMovesEverywhere(); err != nil {
+				return prepared{}, err
+			}
+		}
 		if err := s.checkOwner(ctx, p.id, meta.Location()); err != nil {
 			return prepared{}, err
 		}
@@ -1132,6 +1137,11 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// the check may have deleted it after the first read.
 	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), tm.location); err != nil {
 		return badRequest("cannot read metadata-location %s: %v", tm.location, err)
+	}
+	if req.Overwrite {
+		if err := s.checkMovesEverywhere(); err != nil {
+			return err
+		}
 	}
 	vc, err := s.credentials(r, id, tm.meta.Location())
 	if err != nil {

@@ -178,6 +178,15 @@ const (
 	// PurgeFeatureFirstPhase: the node applies PurgeJobSpec.FirstPhase and
 	// its workers honour a job's FirstPhase.
 	PurgeFeatureFirstPhase uint64 = 1 << 0
+	// PurgeFeatureMoves: the node applies CommitTables body version 3 (a
+	// moved table keeps the locations it left). A node without it stops
+	// at such an entry, so the catalog refuses to move a table while a
+	// node announces less (it is not a purge feature, but every node
+	// heartbeats and nothing else carries a node's binary to the others).
+	PurgeFeatureMoves uint64 = 1 << 1
+
+	// PurgeFeaturesOfThisBinary are the bits this binary announces.
+	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves
 )
 
 // PurgeFeaturesEverywhere reports whether every node with a heartbeat row

@@ -399,7 +399,7 @@ func (s *Service) heartbeatLoop() {
 		now := s.cfg.Now()
 		ctx, cancel := context.WithTimeout(s.ctx, interval)
 		_, err := s.cfg.Store.Propose(ctx, fsm.PurgeHeartbeat{
-			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: s.leases(), Features: fsm.PurgeFeatureFirstPhase,
+			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: s.leases(), Features: fsm.PurgeFeaturesOfThisBinary,
 			AtMs: now.UnixMilli(), ExpiresMs: now.Add(s.cfg.HeartbeatTimeout).UnixMilli(),
 		})
 		cancel()
