@@ -155,6 +155,9 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 		// such as "?state=%zz" would read as no filter at all.
 		if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
 			err = fmt.Errorf("%w: malformed query string: %v", ErrBadRequest, qerr)
+		} else if n := len(r.Header.Values(idempotency.Header)); n > 1 {
+			// Which key the client meant is unknown (as in the catalog).
+			err = fmt.Errorf("%w: %s given %d times: send one", ErrBadRequest, idempotency.Header, n)
 		} else {
 			err = h(w, r)
 		}

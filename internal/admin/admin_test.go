@@ -150,6 +150,15 @@ func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {
 	assert.Equal(t, 422, rec.Code, "same key, other body")
 	rec = keyed("DELETE", "/management/v1/cluster/members/b", "", "nope")
 	assert.Equal(t, 400, rec.Code)
+	// Two keys: which one the client meant is unknown, also when the
+	// first is the one already recorded.
+	rec = httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/management/v1/cluster/leadership-transfer", strings.NewReader(`{"id":"c"}`))
+	req.Header.Add("Idempotency-Key", key)
+	req.Header.Add("Idempotency-Key", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8e")
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, 400, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), "given 2 times")
 	assert.Equal(t, []string{"transfer b"}, fc.Calls())
 }
 
