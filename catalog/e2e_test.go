@@ -164,6 +164,27 @@ func TestMultiTableTransaction(t *testing.T) {
 	assert.Equal(t, "CommitFailedException", r.errorType(t))
 	assert.Equal(t, before, n.state(t))
 
+	// A missing table is found before any table is built or its file
+	// written: the 404 comes first even when an earlier table's update
+	// would fail to apply.
+	r = n.do(t, "POST", "/v1/floe/transactions/commit", map[string]any{
+		"table-changes": []any{
+			map[string]any{
+				"identifier":   map[string]any{"namespace": []string{"db"}, "name": "orders"},
+				"requirements": []any{},
+				"updates":      []any{map[string]any{"action": "set-current-schema", "schema-id": 42}},
+			},
+			map[string]any{
+				"identifier":   map[string]any{"namespace": []string{"db"}, "name": "missing"},
+				"requirements": []any{},
+				"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"x": "1"}}},
+			},
+		},
+	})
+	assert.Equal(t, 404, r.status, "%s", r.body)
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+	assert.Equal(t, before, n.state(t))
+
 	// db."x.y" and db.x."y" are two tables, though their dotted names are
 	// one string; the same table twice is a 400.
 	require.NoError(t, cat.CreateNamespace(ctx, table.Identifier{"db", "x"}, nil))

@@ -808,6 +808,9 @@ func (s *Server) prepareCommit(ctx context.Context, pending []pendingCommit) ([]
 				current[i] = &t
 			} else if _, ok := rd.Namespace(p.id.Namespace); !ok {
 				return notFoundTable("table does not exist: %s (namespace %s does not exist)", p.id, nsString(p.id.Namespace))
+			} else if !hasAssertCreate(p.req.Requirements) {
+				// Before any table's file is written.
+				return notFoundTable("table does not exist: %s", p.id)
 			}
 		}
 		return nil
