@@ -83,7 +83,7 @@ func (b *backupAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	)
 	err = b.src.Read(r.Context(), func(rd *fsm.Reader) error {
 		h = backup.Header{
-			Created: b.now().UTC(), NodeID: b.src.ID(), Members: members,
+			Created: b.now().UTC(), NodeID: b.src.ID(), ClusterID: rd.ClusterID(), Members: members,
 			Index: rd.AppliedIndex(), PayloadSize: rd.Size(),
 		}
 		size, err := backup.Size(h)

@@ -405,6 +405,9 @@ type nodeInfo struct {
 	CommitIndex uint64 `json:"commit-index"`
 	Applied     uint64 `json:"applied-index"`
 	LastContact string `json:"last-contact"`
+	// ClusterID is the identity of the cluster whose state the node
+	// holds (fsm.SetClusterID); "" before a leader stamped one.
+	ClusterID string `json:"cluster-id,omitempty"`
 	// LastIndex is the index of the last entry in the node's log or
 	// snapshot: 1 after a bootstrap until a first leader appends (see
 	// stillForming).
@@ -426,7 +429,7 @@ func (n *Node) info() nodeInfo {
 		ID: string(n.id), ClusterAddr: n.Addr(), HTTPAddr: n.cfg.HTTPAddr, HasState: has,
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
-		LastIndex: n.raft.LastIndex(),
+		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(),
 	}
 }
 
@@ -607,6 +610,16 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		if err := n.checkAnswersAs(ctx, id, addr); err != nil {
 			return err
 		}
+	} else if raft.ServerID(id) != n.id || addr != n.Addr() {
+		// A non-voter need not be running yet; one that answers must not
+		// belong to another cluster.
+		if info, err := n.probe(ctx, addr); err == nil {
+			if err := n.checkSameCluster(addr, info); err != nil {
+				return err
+			}
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	for _, s := range cf.Configuration().Servers {
 		switch {
@@ -642,11 +655,10 @@ const voterProbeTimeout = 3 * time.Second
 // leave a one-node cluster, or any cluster already one failure from its
 // quorum, without a leader, and the change could then not be undone. A
 // non-voter needs no such check: it never counts.
+// It also refuses a node of another cluster (checkSameCluster).
 func (n *Node) checkAnswersAs(ctx context.Context, id, addr string) error {
-	pctx, cancel := context.WithTimeout(ctx, voterProbeTimeout)
-	defer cancel()
-	var info nodeInfo
-	if err := n.call(pctx, addr, rpcInfo, struct{}{}, &info); err != nil {
+	info, err := n.probe(ctx, addr)
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -655,7 +667,31 @@ func (n *Node) checkAnswersAs(ctx context.Context, id, addr string) error {
 	if info.ID != id {
 		return fmt.Errorf("%w: the node at %s is %q, not %q", ErrInvalidMember, addr, info.ID, id)
 	}
-	return nil
+	return n.checkSameCluster(addr, info)
+}
+
+// probe asks the node at addr who it is, within voterProbeTimeout.
+func (n *Node) probe(ctx context.Context, addr string) (nodeInfo, error) {
+	pctx, cancel := context.WithTimeout(ctx, voterProbeTimeout)
+	defer cancel()
+	var info nodeInfo
+	err := n.call(pctx, addr, rpcInfo, struct{}{}, &info)
+	return info, err
+}
+
+// checkSameCluster returns ErrInvalidMember when the node that answered at
+// addr belongs to another cluster: its state machine holds another
+// cluster's identity (fsm.SetClusterID). Added, it would append this
+// cluster's log after entries it has already applied, and serve a state
+// no other member has. A node without an identity (no state yet, or a
+// binary that predates it) and a cluster not yet stamped are not judged.
+func (n *Node) checkSameCluster(addr string, info nodeInfo) error {
+	ours := n.ClusterID()
+	if info.ClusterID == "" || ours == "" || info.ClusterID == ours {
+		return nil
+	}
+	return fmt.Errorf("%w: the node at %s belongs to another cluster (cluster id %s, not this cluster's %s); "+
+		"start it with an empty data directory to join this one", ErrInvalidMember, addr, info.ClusterID, ours)
 }
 
 // admitResponse is the leader's answer to an admission request.

@@ -446,6 +446,41 @@ func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
 	}
 }
 
+// A node of another cluster (a mistyped address) is never added: it would
+// append this cluster's log after entries it had applied, and serve a
+// state no other member has. Its identity gives it away, as a voter or a
+// non-voter; a node that left this cluster keeps this cluster's identity
+// and may come back.
+func TestAddMemberRefusesANodeOfAnotherCluster(t *testing.T) {
+	open := func(id string) *Node {
+		cfg := testConfig(t, t.TempDir(), freeAddr(t))
+		cfg.NodeID, cfg.Bootstrap = id, true
+		n := mustOpen(t, cfg)
+		waitLeaderOf(t, n)
+		require.Eventually(t, func() bool { return n.ClusterID() != "" }, 10*time.Second, 10*time.Millisecond)
+		return n
+	}
+	a, b := open("a"), open("b")
+	require.NotEqual(t, a.ClusterID(), b.ClusterID())
+	require.NoError(t, mustPropose(t, b, createNS("only-in-b")).Err())
+	before := suffrages(t, a)
+	for _, add := range []func(context.Context, string, string) error{a.AddVoter, a.AddNonvoter} {
+		err := add(ctxTimeout(t, 10*time.Second), "b", b.Addr())
+		require.ErrorIs(t, err, ErrInvalidMember)
+		assert.Contains(t, err.Error(), "belongs to another cluster")
+	}
+	assert.Equal(t, before, suffrages(t, a))
+
+	// A node that was this cluster's member keeps its identity.
+	ccfg := testConfig(t, t.TempDir(), freeAddr(t))
+	ccfg.NodeID = "c"
+	c := mustOpen(t, ccfg)
+	require.NoError(t, a.AddVoter(ctxTimeout(t, 10*time.Second), "c", c.Addr()))
+	require.Eventually(t, func() bool { return c.ClusterID() == a.ClusterID() }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, a.Remove(ctxTimeout(t, 10*time.Second), "c"))
+	require.NoError(t, a.AddNonvoter(ctxTimeout(t, 10*time.Second), "c", c.Addr()))
+}
+
 // A member address Raft could never dial is refused before it joins the
 // configuration: as a voter it would count towards the quorum and never
 // answer, and a one-node cluster would lose its leader.

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -1025,6 +1026,9 @@ func (n *Node) monitor() {
 				}
 				cancel()
 			}
+			if n.barrierTerm.Load() == term {
+				n.stampClusterID()
+			}
 		}
 		if !n.caughtUp.Load() {
 			_ = n.updateReadiness()
@@ -1035,6 +1039,40 @@ func (n *Node) monitor() {
 		case <-t.C:
 		}
 	}
+}
+
+// ClusterID is the identity of the cluster whose state this node holds,
+// "" until a leader has stamped one (see stampClusterID).
+func (n *Node) ClusterID() string {
+	var id string
+	_ = n.fsm.View(func(r *fsm.Reader) error {
+		id = r.ClusterID()
+		return nil
+	})
+	return id
+}
+
+// stampClusterID gives the cluster its identity, on the leader, once the
+// leader has applied its term's entries and none is stored: a random
+// UUIDv7 chosen here, the first to apply wins. A failure is retried at
+// the next tick.
+func (n *Node) stampClusterID() {
+	if n.ClusterID() != "" {
+		return
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := n.Propose(ctx, fsm.SetClusterID{ID: id.String()}); err != nil {
+		if n.ctx.Err() == nil {
+			n.logger.Debug("stamping the cluster id failed", "error", err)
+		}
+		return
+	}
+	n.logger.Info("cluster identity stamped", "cluster_id", n.ClusterID())
 }
 
 // Shutdown stops Raft, then closes the log store and the state machine. Any
