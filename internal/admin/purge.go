@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -284,6 +285,17 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	if err != nil {
 		return err
 	}
+	// The route takes no fields: a body, if any, is an empty JSON object.
+	// An operator who sends more believes it set something.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeStrict(body, &struct{}{}); err != nil {
+			return fmt.Errorf("%w (this route takes no fields)", err)
+		}
+	}
 	answer := func(ctx context.Context, res fsm.Result, replayed bool) error {
 		if err := res.Err(); err != nil {
 			switch {
@@ -326,10 +338,6 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	key, _, err := idempotency.ParseKey(raw)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
 	}
 	replay := func(ctx context.Context, res fsm.Result) error { return answer(ctx, res, true) }
 	_, err = p.keys.Run(r.Context(), p.keys.Bind(key, "purge-job-"+what, []string{id}, p.srv.principal(r), body), propose, replay, nil)

@@ -242,6 +242,35 @@ func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
 	assert.Equal(t, 400, rec.Code)
 }
 
+// Retry and release take no fields: a body that sets any, or is not JSON,
+// is a 400 that changes nothing; none, or an empty object, is fine.
+func TestPurgeJobMutationsRefuseBodyFields(t *testing.T) {
+	st := newPurgeStore(t)
+	h := NewPurgeJobs(st, func() time.Time { return time.UnixMilli(1000) }, nil)
+	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
+	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	post := func(path, body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(body)))
+		return rec
+	}
+	for _, body := range []string{`{"x":1}`, `garbage`, `{} {}`, `[]`} {
+		rec := post("/management/v1/purge-jobs/job-0/retry", body)
+		assert.Equal(t, 400, rec.Code, "%s: %s", body, rec.Body.String())
+		rec = post("/management/v1/purge-jobs/job-0/release", body)
+		assert.Equal(t, 400, rec.Code, "%s: %s", body, rec.Body.String())
+	}
+	require.NoError(t, st.f.View(func(r *fsm.Reader) error {
+		j, ok := r.PurgeJob("job-0")
+		require.True(t, ok)
+		assert.Equal(t, fsm.JobFailed, j.State, "nothing changed")
+		assert.False(t, j.Released)
+		return nil
+	}))
+	rec := post("/management/v1/purge-jobs/job-0/retry", " {} ")
+	assert.Equal(t, 200, rec.Code, rec.Body.String())
+}
+
 func TestPurgeJobKeysUseConfiguredLifetime(t *testing.T) {
 	st := newPurgeStore(t)
 	const lifetime = 3 * time.Minute
