@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/spectest"
 	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/internal/testenv"
@@ -316,4 +317,47 @@ func staticKeysVendor(t *testing.T, n *node) *vending.Vendor {
 	v, err := vending.New(vending.Config{Mode: vending.ModeStaticKeys, AWS: objects.AWSConfig()})
 	require.NoError(t, err)
 	return v
+}
+
+// With authorization on, a refusal by a purge job's tombstone names the
+// job, not the table it purges, and the job's state: a FAILED job holds
+// the name until an operator acts, and "retry when it has succeeded"
+// would send the client waiting for nothing.
+func TestTombstoneRefusalNamesTheJobState(t *testing.T) {
+	ctx := context.Background()
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg, authz: headerAuthz{}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}, admin...).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...).status)
+	r := n.do(t, "DELETE", "/v1/namespaces/db/tables/t?purgeRequested=true", nil, append(admin, "X-Gravitino-Async-Purge", "true")...)
+	require.Equal(t, 204, r.status, "%s", r.body)
+
+	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...)
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "(PENDING); retry when the job has succeeded")
+
+	var job fsm.PurgeJob
+	require.NoError(t, n.raft.FSM().View(func(rd *fsm.Reader) error {
+		jobs, _ := rd.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending}, 10)
+		require.Len(t, jobs, 1)
+		job = jobs[0]
+		return nil
+	}))
+	res, err := n.raft.Propose(ctx, fsm.AssignPurgeLease{JobID: job.ID, Node: "n1"})
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	require.NoError(t, n.raft.FSM().View(func(rd *fsm.Reader) error {
+		job, _ = rd.PurgeJob(job.ID)
+		return nil
+	}))
+	res, err = n.raft.Propose(ctx, fsm.FinishPurgeJob{JobID: job.ID, Token: job.Lease.Token, Outcome: fsm.OutcomeFailed, Error: "denied"})
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...)
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "purge job "+job.ID+" (FAILED); it holds the name until an operator retries or releases it")
+	assert.NotContains(t, string(r.body), "db.t")
 }

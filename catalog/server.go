@@ -340,7 +340,20 @@ func (s *Server) routes() *mux.Router {
 }
 
 // purgeJobRE finds the purge job a tombstone refusal names.
-var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})`)
+var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})(?: \(([A-Z]+)\))?`)
+
+// purgeJobState ends the message of a refusal by a purge job's tombstone
+// with the job's state, as the state machine's own message does: a FAILED
+// job holds the name until an operator retries or releases it.
+func purgeJobState(state string) string {
+	switch state {
+	case "":
+		return "; retry when the job has succeeded"
+	case string(fsm.JobFailed):
+		return " (" + state + "); it holds the name until an operator retries or releases it"
+	}
+	return " (" + state + "); retry when the job has succeeded"
+}
 
 // wrap adds the body limit, metrics, logging and error mapping to a handler
 // serving the warehouse wh.
@@ -381,7 +394,7 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 				if m := purgeJobRE.FindStringSubmatch(err.Error()); m != nil {
 					// A tombstone: name the job (the operator's handle on
 					// it), not the table it purges.
-					ae.msg = "the name or location is being purged by purge job " + m[1] + "; retry when the job has succeeded"
+					ae.msg = "the name or location is being purged by purge job " + m[1] + purgeJobState(m[2])
 				}
 			}
 			if ae.status >= 500 {
