@@ -168,8 +168,8 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 }
 
 type namespaceBody struct {
-	Namespace  []string          `json:"namespace"`
-	Properties map[string]string `json:"properties"`
+	Namespace  []string  `json:"namespace"`
+	Properties stringMap `json:"properties"`
 }
 
 func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
@@ -290,8 +290,8 @@ func (s *Server) dropNamespace(w http.ResponseWriter, r *http.Request) error {
 }
 
 type updatePropertiesRequest struct {
-	Removals []string          `json:"removals"`
-	Updates  map[string]string `json:"updates"`
+	Removals []string  `json:"removals"`
+	Updates  stringMap `json:"updates"`
 }
 
 func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error {

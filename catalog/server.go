@@ -433,6 +433,30 @@ func decodeBody(r *http.Request, v any) error {
 	return nil
 }
 
+// stringMap is a JSON object of string values (properties). A null value
+// is refused, as Java's parser refuses it, rather than stored as "".
+type stringMap map[string]string
+
+func (m *stringMap) UnmarshalJSON(b []byte) error {
+	var raw map[string]*string
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*m = nil
+		return nil
+	}
+	out := make(stringMap, len(raw))
+	for k, v := range raw {
+		if v == nil {
+			return fmt.Errorf("the value of %q is null: property values are strings", k)
+		}
+		out[k] = *v
+	}
+	*m = out
+	return nil
+}
+
 // setAllow sets the Allow header of a 405 answer (RFC 9110, 15.5.6): the
 // methods of router's routes whose path matches req's, whatever their
 // method. It sets nothing when no route's path matches.

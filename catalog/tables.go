@@ -198,7 +198,7 @@ type createTableRequest struct {
 	PartitionSpec *iceberg.PartitionSpec `json:"partition-spec"`
 	WriteOrder    *table.SortOrder       `json:"write-order"`
 	StageCreate   bool                   `json:"stage-create"`
-	Properties    map[string]string      `json:"properties"`
+	Properties    stringMap              `json:"properties"`
 }
 
 func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
@@ -269,7 +269,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec, order, loc, req.Properties, tableUUID)
+	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec, order, loc, iceberg.Properties(req.Properties), tableUUID)
 	if err != nil {
 		return badRequest("invalid table definition: %v", err)
 	}

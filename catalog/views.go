@@ -213,11 +213,11 @@ func (s *Server) listViews(w http.ResponseWriter, r *http.Request) error {
 }
 
 type createViewRequest struct {
-	Name        string            `json:"name"`
-	Location    string            `json:"location"`
-	Schema      *iceberg.Schema   `json:"schema"`
-	ViewVersion *view.Version     `json:"view-version"`
-	Properties  map[string]string `json:"properties"`
+	Name        string          `json:"name"`
+	Location    string          `json:"location"`
+	Schema      *iceberg.Schema `json:"schema"`
+	ViewVersion *view.Version   `json:"view-version"`
+	Properties  stringMap       `json:"properties"`
 }
 
 func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
@@ -271,7 +271,7 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The builder gives the version id 1 and the schema id it assigns to
 	// the schema, as the spec asks.
-	meta, err := view.NewMetadataWithUUID(req.ViewVersion, req.Schema, loc, req.Properties, viewUUID)
+	meta, err := view.NewMetadataWithUUID(req.ViewVersion, req.Schema, loc, iceberg.Properties(req.Properties), viewUUID)
 	if err != nil {
 		return badRequest("invalid view definition: %v", err)
 	}

@@ -77,6 +77,10 @@ type nemesis struct {
 	// snapshotThreshold is the --snapshot-threshold the nodes run with.
 	snapshotThreshold uint64
 
+	// firstRound is closed once every kind has been tried once (the
+	// first len(kinds) faults are one of each, in a shuffled order).
+	firstRound chan struct{}
+
 	mu               sync.Mutex
 	counts           map[string]int
 	failed           map[string]int // faults whose injection failed (e.g. no leader to kill)
@@ -144,6 +148,9 @@ func (n *nemesis) run(ctx context.Context) {
 			n.log.Info("fault", "kind", kind, "detail", detail)
 		}
 		n.healAndWait(kind)
+		if i == len(first)-1 && n.firstRound != nil {
+			close(n.firstRound)
+		}
 	}
 }
 

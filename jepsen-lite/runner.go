@@ -183,9 +183,37 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 		cl: r.cl, api: r.api, links: r.links, s3p: r.s3p, hist: r.hist, log: r.log,
 		kinds: cfg.nemesis, rng: rand.New(rand.NewPCG(cfg.seed, 2)), timing: cfg.timing,
 		padLog: r.padLog, snapshotThreshold: nodeSnapshotThreshold,
-		counts: map[string]int{}, failed: map[string]int{},
+		counts: map[string]int{}, failed: map[string]int{}, firstRound: make(chan struct{}),
 	}
 	return exitOK, nil
+}
+
+// endWorkload ends the workload and the nemesis (cancel) once the run's
+// duration has passed. With --ci, which requires every fault kind at least
+// once, it waits past the duration until the nemesis has tried each kind
+// (a slow machine may spend most of the duration on one fault), at most
+// one more duration, so the run stays bounded.
+func (r *runner) endWorkload(ctx context.Context, cancel func()) {
+	defer cancel()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(r.cfg.duration):
+	}
+	if !r.cfg.ci {
+		return
+	}
+	select {
+	case <-r.nem.firstRound:
+		return
+	default:
+	}
+	r.log.Info("the duration has passed before every fault kind was tried: running on until it has (--ci)", "at most", r.cfg.duration)
+	select {
+	case <-ctx.Done():
+	case <-r.nem.firstRound:
+	case <-time.After(r.cfg.duration):
+	}
 }
 
 // exercise runs the workload and the nemesis, heals, restarts every node,
@@ -193,8 +221,9 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 func (r *runner) exercise(ctx context.Context) int {
 	cfg := r.cfg
 	r.log.Info("workload and nemesis running", "duration", cfg.duration, "workload", cfg.workload, "nemesis", cfg.nemesis)
-	wctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go r.endWorkload(wctx, cancel)
 	var wg sync.WaitGroup
 	if r.reg != nil {
 		wg.Go(func() { r.reg.run(wctx, ctx, cfg.clients, cfg.seed, 0) })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -226,13 +227,18 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		// audited.
 		if management && (r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Path == "/management/v1/backup") ||
 			statusPage && r.Method == http.MethodPost || r.URL.Path == tokenPath {
-			id := ""
+			id, target := "", ""
 			if r.URL.Path == tokenPath {
 				r, id = tokenClientID(r)
+			} else if management {
+				r, target = operatorTarget(r)
 			}
 			rec := &statusWriter{ResponseWriter: w}
 			h.ServeHTTP(rec, r)
-			s.record(r, opOf(r), s.clientTarget(id, rec.status), rec.status)
+			if id != "" {
+				target = s.clientTarget(id, rec.status)
+			}
+			s.record(r, opOf(r), target, rec.status)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -264,6 +270,62 @@ func tokenClientID(r *http.Request) (*http.Request, string) {
 		}
 	}
 	return r, id
+}
+
+// operatorTargetFields are the fields of operator API request bodies that
+// say what a change is about (a grant's grantee, privilege and scope; a
+// client's or token's principal; a member's id and address), in the order
+// an audit target names them. None holds a secret: secrets are generated
+// by the node and only answered.
+var operatorTargetFields = []string{"grantee", "privilege", "warehouse", "namespace", "principal", "roles", "id", "address"}
+
+// maxAuditedTargetValue bounds one field's value in an audit target.
+const maxAuditedTargetValue = 256
+
+// operatorTarget returns the audit target of an operator API change: the
+// operatorTargetFields its JSON body holds, as name=value pairs (string
+// lists joined by '.' for a namespace, ',' otherwise), and r with its body
+// intact for the handler. "" for a body that is not a JSON object, or
+// larger than the token endpoint's bound; the path (the operation) names
+// the rest.
+func operatorTarget(r *http.Request) (*http.Request, string) {
+	if r.Body == nil {
+		return r, ""
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAuditedTokenRequest+1))
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+	if err != nil || len(body) > maxAuditedTokenRequest {
+		return r, ""
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return r, ""
+	}
+	var parts []string
+	for _, name := range operatorTargetFields {
+		raw, ok := fields[name]
+		if !ok {
+			continue
+		}
+		var v string
+		var list []string
+		switch {
+		case json.Unmarshal(raw, &v) == nil:
+		case json.Unmarshal(raw, &list) == nil:
+			sep := ","
+			if name == "namespace" {
+				sep = "."
+			}
+			v = strings.Join(list, sep)
+		default:
+			continue
+		}
+		if len(v) > maxAuditedTargetValue {
+			v = v[:maxAuditedTargetValue] + "…"
+		}
+		parts = append(parts, name+"="+v)
+	}
+	return r, strings.Join(parts, " ")
 }
 
 // clientTarget is the audit target of a token request naming client id

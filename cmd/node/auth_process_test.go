@@ -366,6 +366,10 @@ func TestAuthProcesses(t *testing.T) {
 		for _, tc := range []struct{ method, path, body, want string }{
 			// An empty namespace list would widen the grant to everything.
 			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:alice","namespace":[],"privilege":"admin"}`, "empty list"},
+			// So would an empty warehouse name (an unset variable).
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:alice","warehouse":"","privilege":"admin"}`, "warehouse is empty"},
+			// A namespace no table can be in matches nothing.
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:alice","namespace":["` + strings.Repeat("a", 256) + `"],"privilege":"read"}`, "at most 255 bytes"},
 			// A missing roles field would clear every role.
 			{"PUT", "/management/v1/auth/principals/alice/roles", `{}`, "roles is required"},
 			{"PUT", "/management/v1/auth/principals/alice/roles", `{"roles":null}`, "roles is required"},
@@ -374,6 +378,9 @@ func TestAuthProcesses(t *testing.T) {
 			{"POST", "/management/v1/auth/tokens", `{"principal":"root"}`, "reserved for the root token"},
 			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:root","privilege":"read"}`, "reserved for the root token"},
 			{"PUT", "/management/v1/auth/principals/root/roles", `{"roles":["etl"]}`, "reserved for the root token"},
+			// Audit lines name a request without a principal "anonymous".
+			{"POST", "/management/v1/auth/clients", `{"principal":"anonymous"}`, "reserved for requests without one"},
+			{"POST", "/management/v1/auth/grants", `{"grantee":"principal:anonymous","privilege":"read"}`, "reserved for requests without one"},
 			// A field the API does not have was never set.
 			{"POST", "/management/v1/auth/tokens", `{"principal":"svc","id":"mine"}`, "unknown field"},
 			{"POST", "/management/v1/auth/clients", `{"principal":"svc","secret":"mine"}`, "unknown field"},
@@ -478,8 +485,13 @@ func TestAuthProcesses(t *testing.T) {
 		}), "a token request for no known client")
 		assert.NotContains(t, all.String(), "swapped-secret-0123456789", "an unknown client id is not written")
 		assert.True(t, find(func(m map[string]any) bool {
-			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != ""
-		}), "root's grant")
+			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "/management/v1/auth/grants") && m["node"] != "" &&
+				m["target"] == "grantee=role:engineers privilege=write namespace=sales"
+		}), "root's grant, naming what it grants: %v", linesOf(lines, "root"))
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "root" && strings.Contains(fmt.Sprint(m["operation"]), "POST /management/v1/auth/clients") &&
+				m["target"] == "principal=alice"
+		}), "root's client for alice: %v", linesOf(lines, "root"))
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["idempotency_key"] == "0190f0f0-0000-7000-8000-000000000001"
 		}), "the Idempotency-Key")

@@ -95,8 +95,12 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,255}$`)
 // holding none of its power. Revoking and clearing stay allowed, for what
 // an earlier release let through.
 func refuseRoot(principal string) error {
-	if principal == auth.RootPrincipal {
+	switch principal {
+	case auth.RootPrincipal:
 		return fmt.Errorf("%w: principal %q is reserved for the root token", ErrBadRequest, principal)
+	case anonymous:
+		// Logs and audit lines name a request without a principal so.
+		return fmt.Errorf("%w: principal %q is reserved for requests without one", ErrBadRequest, principal)
 	}
 	return nil
 }
@@ -516,10 +520,18 @@ type grantBody struct {
 	// Warehouse names a named warehouse: the grant applies to its
 	// Namespace, or to the whole warehouse when Namespace is empty. None:
 	// the default warehouse's Namespace, or the whole catalog.
-	Warehouse string   `json:"warehouse,omitempty"`
+	Warehouse *string  `json:"warehouse,omitempty"`
 	Namespace []string `json:"namespace,omitempty"`
 	Privilege string   `json:"privilege"`
 }
+
+// maxGrantLevel and maxGrantNamespace are the catalog's bounds on a
+// namespace level and a whole namespace: a grant beyond them could never
+// match a namespace.
+const (
+	maxGrantLevel     = 255
+	maxGrantNamespace = 4096
+)
 
 func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
 	var grantees []string
@@ -535,7 +547,11 @@ func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
 	if err := a.read(r.Context(), func(rd *fsm.Reader) error {
 		for _, g := range rd.Grants(grantees...) {
 			wh, ns := fsm.SplitWarehouse(g.Namespace)
-			out = append(out, grantBody{Grantee: g.Grantee, Warehouse: wh, Namespace: ns, Privilege: g.Privilege})
+			gb := grantBody{Grantee: g.Grantee, Namespace: ns, Privilege: g.Privilege}
+			if wh != "" {
+				gb.Warehouse = &wh
+			}
+			out = append(out, gb)
 		}
 		return nil
 	}); err != nil {
@@ -576,6 +592,7 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 			// more likely a mistake than a way to say so.
 			return fmt.Errorf("%w: namespace is an empty list; leave it out for a grant on the whole catalog (or the whole warehouse)", ErrBadRequest)
 		}
+		total := 0
 		for _, l := range req.Namespace {
 			if l == "" {
 				return fmt.Errorf("%w: namespace has an empty level", ErrBadRequest)
@@ -583,11 +600,27 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 			if hasControl(l) {
 				return fmt.Errorf("%w: namespace level %q contains a control character", ErrBadRequest, l)
 			}
+			if len(l) > maxGrantLevel {
+				return fmt.Errorf("%w: a namespace level is at most %d bytes; no namespace could match", ErrBadRequest, maxGrantLevel)
+			}
+			total += len(l) + 1
 		}
-		if hasControl(req.Warehouse) || strings.Contains(req.Warehouse, "/") {
-			return fmt.Errorf("%w: warehouse %q is not a warehouse name", ErrBadRequest, req.Warehouse)
+		if total > maxGrantNamespace {
+			return fmt.Errorf("%w: a namespace is at most %d bytes; no namespace could match", ErrBadRequest, maxGrantNamespace)
 		}
-		g := fsm.Grant{Grantee: req.Grantee, Namespace: fsm.InWarehouse(req.Warehouse, req.Namespace), Privilege: req.Privilege}
+		wh := ""
+		if req.Warehouse != nil {
+			wh = *req.Warehouse
+			if wh == "" {
+				// As for the namespace: an empty name is more likely an
+				// unset variable than a way to say "everywhere".
+				return fmt.Errorf("%w: warehouse is empty; leave it out for a grant on the whole catalog (or the default warehouse's namespace)", ErrBadRequest)
+			}
+		}
+		if hasControl(wh) || strings.Contains(wh, "/") {
+			return fmt.Errorf("%w: warehouse %q is not a warehouse name", ErrBadRequest, wh)
+		}
+		g := fsm.Grant{Grantee: req.Grantee, Namespace: fsm.InWarehouse(wh, req.Namespace), Privilege: req.Privilege}
 		if !revoke {
 			g.CreatedMs, g.CreatedBy = a.now().UnixMilli(), a.srv.principal(r)
 		}
