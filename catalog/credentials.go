@@ -17,8 +17,10 @@ type CredentialVendor interface {
 	// under location, allowing reads only when readOnly is set. ok is false
 	// when the location's storage has nothing to vend (a local path). A
 	// non-nil error means the credentials could not be obtained now; its
-	// text holds no secret.
-	Vend(ctx context.Context, location string, readOnly bool) (props map[string]string, ok bool, err error)
+	// text holds no secret. also names further locations the credentials
+	// should reach if they can (a moved table's former ones), most
+	// important first.
+	Vend(ctx context.Context, location string, readOnly bool, also ...string) (props map[string]string, ok bool, err error)
 	// Expiring reports whether vended credentials expire, so that clients
 	// are told where to refresh them.
 	Expiring() bool
@@ -92,7 +94,7 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 			return storageCredential{}, false, nil
 		}
 	}
-	props, ok, err := vendor.Vend(r.Context(), location, readOnly)
+	props, ok, err := vendor.Vend(r.Context(), location, readOnly, s.formerLocations(id, location)...)
 	if err != nil {
 		return storageCredential{}, false, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			// The cause (STS's answer: role and account names) is the
@@ -103,6 +105,27 @@ func (s *Server) vend(r *http.Request, id fsm.Ident, location string) (storageCr
 		return storageCredential{}, false, nil
 	}
 	return storageCredential{Prefix: location, Config: props}, true, nil
+}
+
+// formerLocations are the locations table id moved away from, most
+// recent first, when it is at location: its older snapshots reference
+// files there, which its credentials should reach too (one credential,
+// its prefix the current location: Java's and PyIceberg's refresh take
+// exactly one). Read from this node's replica, which the request's read
+// has brought up to date.
+func (s *Server) formerLocations(id fsm.Ident, location string) []string {
+	var out []string
+	_ = s.store.StaleRead(func(rd *fsm.Reader) error {
+		t, ok := rd.Table(id)
+		if !ok || t.Location != location {
+			return nil
+		}
+		for i := len(t.FormerLocations) - 1; i >= 0; i-- {
+			out = append(out, t.FormerLocations[i].Location)
+		}
+		return nil
+	})
+	return out
 }
 
 // vendedCredentials are the credentials a LoadTableResult carries: cred,

@@ -201,6 +201,38 @@ func TestVendedCredentialsAreScopedAndOnlyWhenAsked(t *testing.T) {
 	assert.Equal(t, http.StatusOK, n.do(t, "GET", path, nil, "If-None-Match", etag, "X-Iceberg-Access-Delegation", "vended-credentials").status)
 }
 
+// A moved table's vended credentials reach the location it left, whose
+// files its older snapshots reference: one credential (the clients'
+// refresh takes exactly one), prefixed with the current location, whose
+// session policy names both; loadCredentials the same.
+func TestMovedTablesCredentialsReachTheLocationItLeft(t *testing.T) {
+	sts := ststest.Start()
+	defer sts.Close()
+	n := s3Node(t, func(n *node) { n.vendor = stsVendor(t, n, sts) })
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/db/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/floe/namespaces/db/tables/t", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": old + "-moved"}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	rel := func(loc string) string { // the key prefix within the bucket
+		return strings.SplitN(strings.TrimPrefix(loc, "s3://"), "/", 2)[1]
+	}
+	for _, path := range []string{"/v1/floe/namespaces/db/tables/t", "/v1/floe/namespaces/db/tables/t/credentials"} {
+		r = n.do(t, "GET", path, nil, "X-Iceberg-Access-Delegation", "vended-credentials")
+		require.Equal(t, 200, r.status, "%s", r.body)
+		creds := r.json(t)["storage-credentials"].([]any)
+		require.Len(t, creds, 1, path)
+		assert.Equal(t, old+"-moved", creds[0].(map[string]any)["prefix"])
+		policy := sts.Calls()[len(sts.Calls())-1].Policy
+		assert.Contains(t, policy, rel(old)+"-moved/*", path)
+		assert.Contains(t, policy, rel(old)+"/*", "%s: the location the table left", path)
+	}
+}
+
 func TestVendingFailureIsServiceUnavailable(t *testing.T) {
 	sts := ststest.Start()
 	defer sts.Close()

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,7 @@ type Vendor struct {
 
 type cacheKey struct {
 	location string
+	also     string // the further locations, joined by NUL
 	access   Access
 }
 
@@ -179,7 +181,14 @@ func (v *Vendor) Mode() string { return v.cfg.Mode }
 // nothing to vend. The error wraps ErrUnavailable when the credentials
 // cannot be obtained; its text holds no secret. The returned map is the
 // caller's.
-func (v *Vendor) Vend(ctx context.Context, loc string, readOnly bool) (props map[string]string, ok bool, err error) {
+//
+// also names further locations the credentials should reach (the ones a
+// moved table left, whose files its older snapshots reference), most
+// important first. STS credentials reach as many of them as fit STS's
+// bound on a session policy (maxSessionPolicy); one not in S3, or that
+// cannot be scoped (scopeOf), is left out. Static keys reach everything
+// the node's keys do.
+func (v *Vendor) Vend(ctx context.Context, loc string, readOnly bool, also ...string) (props map[string]string, ok bool, err error) {
 	access := ReadWrite
 	if readOnly {
 		access = ReadOnly
@@ -189,12 +198,18 @@ func (v *Vendor) Vend(ctx context.Context, loc string, readOnly bool) (props map
 		v.metrics.vended.WithLabelValues(v.cfg.Mode, "not-vendable").Inc()
 		return nil, false, nil
 	}
-	key := cacheKey{location: strings.TrimRight(loc, "/"), access: access}
+	var extra []string
+	for _, a := range also {
+		if a = strings.TrimRight(a, "/"); a != "" && a != strings.TrimRight(loc, "/") && !slices.Contains(extra, a) {
+			extra = append(extra, a)
+		}
+	}
+	key := cacheKey{location: strings.TrimRight(loc, "/"), also: strings.Join(extra, "\x00"), access: access}
 	if props, ok := v.lookup(key, v.cfg.Now()); ok {
 		v.metrics.vended.WithLabelValues(v.cfg.Mode, "cached").Inc()
 		return props, true, nil
 	}
-	res, err, _ := v.group.Do(key.location+"\x00"+access.String(), func() (any, error) {
+	res, err, _ := v.group.Do(key.location+"\x00"+access.String()+"\x00"+key.also, func() (any, error) {
 		if props, ok := v.lookup(key, v.cfg.Now()); ok {
 			return props, nil
 		}
@@ -205,7 +220,7 @@ func (v *Vendor) Vend(ctx context.Context, loc string, readOnly bool) (props map
 		var c cached
 		var err error
 		if v.cfg.Mode == ModeSTS {
-			c, err = v.assumeRole(ctx, u.Bucket, u.Key, access)
+			c, err = v.assumeRole(ctx, u.Bucket, u.Key, extra, access)
 		} else {
 			c, err = v.staticKeys(ctx)
 		}
@@ -282,11 +297,36 @@ func (v *Vendor) staticKeys(ctx context.Context) (cached, error) {
 	return cached{props: props}, nil // reuseTo zero: never reused
 }
 
-// assumeRole asks STS for credentials limited to bucket/prefix.
-func (v *Vendor) assumeRole(ctx context.Context, bucket, prefix string, access Access) (cached, error) {
-	policy, err := SessionPolicy(bucket, prefix, access)
+// assumeRole asks STS for credentials limited to bucket/prefix, and to as
+// many of the also locations as fit the session policy's bound.
+func (v *Vendor) assumeRole(ctx context.Context, bucket, prefix string, also []string, access Access) (cached, error) {
+	main, err := scopeOf(bucket, prefix)
 	if err != nil {
 		return cached{}, err
+	}
+	scopes := []scope{main}
+	policy := sessionPolicy(scopes, access)
+	left := 0
+	for _, loc := range also {
+		u, err := location.Parse(loc)
+		if err != nil || u.Scheme != location.SchemeS3 {
+			left++
+			continue
+		}
+		sc, err := scopeOf(u.Bucket, u.Key)
+		if err != nil {
+			left++
+			continue
+		}
+		if p := sessionPolicy(append(scopes, sc), access); len(p) <= maxSessionPolicy {
+			scopes, policy = append(scopes, sc), p
+		} else {
+			left++
+		}
+	}
+	if left > 0 {
+		v.log.Info("vended credentials leave out locations the table left", "location", "s3://"+bucket+"/"+prefix,
+			"left_out", left, "included", len(scopes)-1)
 	}
 	start := time.Now()
 	in := &sts.AssumeRoleInput{
@@ -331,13 +371,20 @@ func sessionName(bucket, prefix string) string {
 	return "floe-" + hex.EncodeToString(sum[:8])
 }
 
-// SessionPolicy returns the IAM session policy that limits an assumed role
-// to the objects under s3://bucket/prefix: object reads (and writes and
-// deletes for ReadWrite), listing only below the prefix, and the bucket's
-// location. It fails when the bucket is empty.
-func SessionPolicy(bucket, prefix string, access Access) (string, error) {
+// maxSessionPolicy is STS's bound on the plain text of an inline session
+// policy, in characters.
+const maxSessionPolicy = 2048
+
+// scope is one location a session policy grants: the objects under
+// s3://bucket/prefix.
+type scope struct{ bucket, prefix string }
+
+// scopeOf checks that s3://bucket/prefix can be granted exactly. It fails
+// when the bucket is empty, or when the location holds a character IAM
+// reads as a wildcard.
+func scopeOf(bucket, prefix string) (scope, error) {
 	if bucket == "" {
-		return "", errors.New("vending: location has no bucket")
+		return scope{}, errors.New("vending: location has no bucket")
 	}
 	prefix = strings.Trim(prefix, "/")
 	// IAM reads * and ? as wildcards and ${…} as a policy variable in both
@@ -345,14 +392,41 @@ func SessionPolicy(bucket, prefix string, access Access) (string, error) {
 	// would widen the grant beyond the table, and IAM has no escape for
 	// them here. Such a location gets no scoped credentials.
 	if strings.ContainsAny(bucket+"/"+prefix, "*?$") {
-		return "", fmt.Errorf("%w: location s3://%s/%s holds a character IAM reads as a wildcard (*, ? or $); credentials cannot be scoped to it", ErrUnavailable, bucket, prefix)
+		return scope{}, fmt.Errorf("%w: location s3://%s/%s holds a character IAM reads as a wildcard (*, ? or $); credentials cannot be scoped to it", ErrUnavailable, bucket, prefix)
 	}
-	objects := "arn:aws:s3:::" + bucket + "/*"
-	listPrefixes := []string{"*"}
-	if prefix != "" {
-		objects = "arn:aws:s3:::" + bucket + "/" + prefix + "/*"
+	return scope{bucket, prefix}, nil
+}
+
+// SessionPolicy returns the IAM session policy that limits an assumed role
+// to the objects under s3://bucket/prefix: object reads (and writes and
+// deletes for ReadWrite), listing only below the prefix, and the bucket's
+// location. It fails when the bucket is empty.
+func SessionPolicy(bucket, prefix string, access Access) (string, error) {
+	sc, err := scopeOf(bucket, prefix)
+	if err != nil {
+		return "", err
+	}
+	return sessionPolicy([]scope{sc}, access), nil
+}
+
+// sessionPolicy is SessionPolicy for every scope of scopes: one statement
+// for the objects, and per bucket (in the order first named) one for
+// listing below its prefixes and one for its location.
+func sessionPolicy(scopes []scope, access Access) string {
+	var objects, buckets []string
+	listPrefixes := map[string][]string{}
+	for _, sc := range scopes {
+		if !slices.Contains(buckets, sc.bucket) {
+			buckets = append(buckets, sc.bucket)
+		}
+		if sc.prefix == "" {
+			objects = append(objects, "arn:aws:s3:::"+sc.bucket+"/*")
+			listPrefixes[sc.bucket] = append(listPrefixes[sc.bucket], "*")
+			continue
+		}
+		objects = append(objects, "arn:aws:s3:::"+sc.bucket+"/"+sc.prefix+"/*")
 		// Not the bare prefix: s3:prefix "w/t" would list w/t2/… too.
-		listPrefixes = []string{prefix + "/", prefix + "/*"}
+		listPrefixes[sc.bucket] = append(listPrefixes[sc.bucket], sc.prefix+"/", sc.prefix+"/*")
 	}
 	actions := []string{"s3:GetObject", "s3:GetObjectVersion"}
 	if access == ReadWrite {
@@ -368,19 +442,20 @@ func SessionPolicy(bucket, prefix string, access Access) (string, error) {
 		Version   string      `json:"Version"`
 		Statement []statement `json:"Statement"`
 	}{
-		Version: "2012-10-17",
-		Statement: []statement{
-			{Effect: "Allow", Action: actions, Resource: []string{objects}},
-			{Effect: "Allow", Action: []string{"s3:ListBucket"}, Resource: []string{"arn:aws:s3:::" + bucket},
-				Condition: map[string]any{"StringLike": map[string][]string{"s3:prefix": listPrefixes}}},
-			{Effect: "Allow", Action: []string{"s3:GetBucketLocation"}, Resource: []string{"arn:aws:s3:::" + bucket}},
-		},
+		Version:   "2012-10-17",
+		Statement: []statement{{Effect: "Allow", Action: actions, Resource: objects}},
 	}
-	b, err := json.Marshal(doc)
+	for _, b := range buckets {
+		doc.Statement = append(doc.Statement,
+			statement{Effect: "Allow", Action: []string{"s3:ListBucket"}, Resource: []string{"arn:aws:s3:::" + b},
+				Condition: map[string]any{"StringLike": map[string][]string{"s3:prefix": listPrefixes[b]}}},
+			statement{Effect: "Allow", Action: []string{"s3:GetBucketLocation"}, Resource: []string{"arn:aws:s3:::" + b}})
+	}
+	out, err := json.Marshal(doc)
 	if err != nil {
-		return "", err
+		panic("vending: encode session policy: " + err.Error()) // strings only
 	}
-	return string(b), nil
+	return string(out)
 }
 
 func clone(m map[string]string) map[string]string {

@@ -3,7 +3,9 @@ package vending_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +104,62 @@ func TestSTSCredentialsAreScopedToTheLocation(t *testing.T) {
 	assert.Equal(t, []string{"arn:aws:s3:::lake"}, policy.Statement[1].Resource)
 	assert.Equal(t, []string{"warehouse/db/orders/", "warehouse/db/orders/*"}, policy.Statement[1].Condition["StringLike"]["s3:prefix"],
 		"never the bare prefix, which would list warehouse/db/orders2/ too")
+}
+
+// A moved table's credentials reach the locations it left too, in one
+// session: the most recent first, as many as fit STS's bound on a session
+// policy; one that cannot be scoped, or not in S3, is left out.
+func TestSTSCredentialsReachTheLocationsATableLeft(t *testing.T) {
+	srv := ststest.Start()
+	defer srv.Close()
+	v := newSTSVendor(t, srv, &clock{now: time.Now()})
+	ctx := context.Background()
+	type policyDoc struct {
+		Statement []struct {
+			Action    []string
+			Resource  []string
+			Condition map[string]map[string][]string
+		}
+	}
+	last := func() (string, policyDoc) {
+		calls := srv.Calls()
+		require.NotEmpty(t, calls)
+		var doc policyDoc
+		require.NoError(t, json.Unmarshal([]byte(calls[len(calls)-1].Policy), &doc))
+		return calls[len(calls)-1].Policy, doc
+	}
+
+	_, _, err := v.Vend(ctx, "s3://lake/w/t2", true, "s3://lake/w/t1/", "s3://other/old/t", "s3://lake/w/t*", "file:///x", "s3://lake/w/t2")
+	require.NoError(t, err)
+	_, doc := last()
+	require.Len(t, doc.Statement, 5, "objects, then list and location for each bucket")
+	assert.Equal(t, []string{"arn:aws:s3:::lake/w/t2/*", "arn:aws:s3:::lake/w/t1/*", "arn:aws:s3:::other/old/t/*"}, doc.Statement[0].Resource)
+	assert.NotContains(t, doc.Statement[0].Action, "s3:PutObject")
+	assert.Equal(t, []string{"arn:aws:s3:::lake"}, doc.Statement[1].Resource)
+	assert.Equal(t, []string{"w/t2/", "w/t2/*", "w/t1/", "w/t1/*"}, doc.Statement[1].Condition["StringLike"]["s3:prefix"])
+	assert.Equal(t, []string{"arn:aws:s3:::other"}, doc.Statement[3].Resource)
+	assert.Equal(t, []string{"old/t/", "old/t/*"}, doc.Statement[3].Condition["StringLike"]["s3:prefix"])
+
+	// Other locations left are other credentials, not the cached ones.
+	n := len(srv.Calls())
+	_, _, err = v.Vend(ctx, "s3://lake/w/t2", true)
+	require.NoError(t, err)
+	assert.Len(t, srv.Calls(), n+1)
+
+	// Thirty-two long locations do not fit: the most recent ones do.
+	var also []string
+	for i := range 32 {
+		also = append(also, fmt.Sprintf("s3://lake/w/%s-%02d", strings.Repeat("x", 60), i))
+	}
+	_, _, err = v.Vend(ctx, "s3://lake/w/t3", false, also...)
+	require.NoError(t, err)
+	policy, doc := last()
+	assert.LessOrEqual(t, len(policy), 2048, "STS's bound on a session policy")
+	objects := doc.Statement[0].Resource
+	require.Greater(t, len(objects), 2)
+	require.Less(t, len(objects), 33)
+	assert.Equal(t, "arn:aws:s3:::lake/w/t3/*", objects[0])
+	assert.Equal(t, "arn:aws:s3:::lake/w/"+strings.Repeat("x", 60)+"-00/*", objects[1], "in the order given")
 }
 
 func TestReadOnlyPolicyCannotWrite(t *testing.T) {
