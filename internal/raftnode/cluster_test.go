@@ -528,3 +528,26 @@ func TestJoinUnderAnotherMembersAddressIsRefused(t *testing.T) {
 		assert.Equal(t, before, suffrages(t, n), "node %s", n.ID())
 	}
 }
+
+// A restarted follower is ready only once it has applied what the leader
+// had committed when the follower asked, not as soon as it hears from the
+// leader: heartbeats carry no commit index, and the leader's replication
+// to a peer that was down backs off for a while, so the follower's own
+// commit index lags. An operator's rolling restart waits for /readyz
+// before stopping the next node.
+func TestRestartedFollowerIsReadyOnlyOnceCaughtUp(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	f := others(nodes, leader)[0]
+	i := slices.Index(nodes, f)
+	require.NoError(t, f.Shutdown())
+	const writes = 200
+	for k := range writes {
+		require.NoError(t, mustPropose(t, leader, createNS(fmt.Sprintf("down%d", k))).Err())
+	}
+	time.Sleep(2 * time.Second) // the leader backs off from the silent peer
+	nodes[i] = mustOpen(t, cfgs[i])
+	require.Eventually(t, func() bool { return nodes[i].Ready() == nil }, 30*time.Second, time.Millisecond)
+	assert.True(t, hasNamespace(t, nodes[i].StaleRead, fmt.Sprintf("down%d", writes-1)),
+		"ready before applying what the leader had committed")
+}

@@ -260,12 +260,10 @@ type Node struct {
 	leaderBatch   *indexBatcher
 	followerBatch *indexBatcher
 
-	// Readiness (see Ready): openedAt and startCommit are fixed at Open.
+	// Readiness (see Ready): openedAt is fixed at Open.
 	openedAt    time.Time
-	startCommit uint64
 	readyMu     sync.Mutex
 	caughtUp    atomic.Bool
-	contactAt   time.Time // when the monitor first saw contact from a leader
 	readyTarget uint64
 	targetSet   bool
 
@@ -447,7 +445,6 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.openedAt = time.Now()
-	n.startCommit = n.raft.CommitIndex()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Shutdown cancels n.ctx, then closes both batchers and waits for their
 	// goroutines.
@@ -843,10 +840,11 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 // Ready returns nil when this node can usefully serve: a leader is known and
 // the local state machine has caught up. Caught up means, on the leader,
 // that it has applied every entry of earlier terms (the barrier it issues on
-// taking office has completed) and, on a follower, that it has applied up to
-// the commit index the leader reported when this node first heard from it
-// after starting. Catching up is checked once per Open; after that Ready
-// only requires a known leader. Otherwise it returns ErrShutdown, ErrNoLeader
+// taking office has completed) and, on a follower, that its log reaches, and
+// its state machine has applied, the commit index the leader answered when
+// this node asked it after first hearing from it since starting. Catching
+// up is checked once per Open; after that Ready only requires a known
+// leader. Otherwise it returns ErrShutdown, ErrNoLeader
 // or an error wrapping ErrCatchingUp, each saying why.
 func (n *Node) Ready() error {
 	if n.closed.Load() {
@@ -879,24 +877,25 @@ func (n *Node) updateReadiness() error {
 		n.latchReady()
 		return nil
 	}
-	// A follower learns the leader's commit index from AppendEntries, not
-	// from heartbeats, so the first contact may come before it: wait until
-	// the commit index moves past where it stood at Open, or, on a quiet
-	// cluster where it has nothing to move to, for a heartbeat timeout after
-	// the first contact (the leader sends its commit index every
-	// CommitTimeout).
+	// A follower's own commit index says little right after it starts: it
+	// learns the leader's from AppendEntries, not from heartbeats, and
+	// only up to the entries it has received, while the leader may be
+	// backing off from a peer that was down. So it asks the leader for
+	// its commit index, and waits until its log reaches that index and
+	// its state machine has applied it.
 	if !n.raft.LastContact().After(n.openedAt) {
 		return fmt.Errorf("%w: no contact from the leader yet", ErrCatchingUp)
 	}
-	if n.contactAt.IsZero() {
-		n.contactAt = time.Now()
-	}
 	if !n.targetSet {
-		ci := n.raft.CommitIndex()
-		if ci <= n.startCommit && time.Since(n.contactAt) < n.cfg.HeartbeatTimeout {
-			return fmt.Errorf("%w: waiting for the leader's commit index", ErrCatchingUp)
+		want, err := n.leaderCommitIndex()
+		if err != nil {
+			return fmt.Errorf("%w: cannot ask the leader for its commit index: %w", ErrCatchingUp, err)
 		}
-		target, err := n.fsmTarget(ci)
+		want = max(want, n.raft.CommitIndex())
+		if last := n.raft.LastIndex(); last < want {
+			return fmt.Errorf("%w: log at index %d of the leader's commit index %d", ErrCatchingUp, last, want)
+		}
+		target, err := n.fsmTarget(want)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCatchingUp, err)
 		}
@@ -907,6 +906,22 @@ func (n *Node) updateReadiness() error {
 	}
 	n.latchReady()
 	return nil
+}
+
+// leaderCommitIndex asks the leader for its commit index, within a
+// heartbeat timeout.
+func (n *Node) leaderCommitIndex() (uint64, error) {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return 0, ErrNoLeader
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatTimeout)
+	defer cancel()
+	var info nodeInfo
+	if err := n.call(ctx, string(addr), rpcInfo, struct{}{}, &info); err != nil {
+		return 0, err
+	}
+	return info.CommitIndex, nil
 }
 
 func (n *Node) latchReady() {
