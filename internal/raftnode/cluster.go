@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -828,10 +829,59 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 	}) {
 		return fmt.Errorf("%w: %s is the last voter; a cluster needs one", ErrInvalidMember, id)
 	}
+	if servers[i].Suffrage == raft.Voter {
+		if err := n.checkQuorumWithout(ctx, servers, id); err != nil {
+			return err
+		}
+	}
 	if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.enqueueTimeout(ctx))); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	n.logger.Info("cluster member removed", "id", id)
+	return nil
+}
+
+// checkQuorumWithout returns ErrInvalidMember when the voters that would
+// remain once id is removed cannot form a majority among those that answer
+// now (this node, and each other one asked in parallel within
+// voterProbeTimeout). Removing a healthy voter while another is down would
+// otherwise commit, and leave a cluster that cannot elect a leader until
+// the one that is down comes back.
+func (n *Node) checkQuorumWithout(ctx context.Context, servers []raft.Server, id string) error {
+	var rest []raft.Server
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != id {
+			rest = append(rest, s)
+		}
+	}
+	answered := make([]bool, len(rest))
+	var wg sync.WaitGroup
+	for i, s := range rest {
+		if s.ID == n.id {
+			answered[i] = true
+			continue
+		}
+		wg.Go(func() {
+			info, err := n.probe(ctx, string(s.Address))
+			answered[i] = err == nil && info.ID == string(s.ID)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var up, down []string
+	for i, s := range rest {
+		if answered[i] {
+			up = append(up, string(s.ID))
+		} else {
+			down = append(down, string(s.ID))
+		}
+	}
+	if need := len(rest)/2 + 1; len(up) < need {
+		return fmt.Errorf("%w: removing %s would leave %d voters, of which only %d answer now (%s do not), fewer than the %d a quorum needs: "+
+			"bring them back, or remove them first", ErrInvalidMember, id, len(rest), len(up), strings.Join(down, ", "), need)
+	}
 	return nil
 }
 

@@ -551,3 +551,24 @@ func TestRestartedFollowerIsReadyOnlyOnceCaughtUp(t *testing.T) {
 	assert.True(t, hasNamespace(t, nodes[i].StaleRead, fmt.Sprintf("down%d", writes-1)),
 		"ready before applying what the leader had committed")
 }
+
+// Removing a healthy voter while another is down would leave voters that
+// cannot elect a leader until the one that is down comes back: refused,
+// naming the one that does not answer. Removing the one that is down is
+// the way out.
+func TestRemoveRefusesToLeaveNoQuorum(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	down, healthy := others(nodes, leader)[0], others(nodes, leader)[1]
+	require.NoError(t, down.Shutdown())
+	before := suffrages(t, leader)
+	err := leader.Remove(ctxTimeout(t, 20*time.Second), healthy.ID())
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), down.ID()+" do not")
+	assert.Equal(t, before, suffrages(t, leader))
+	require.NoError(t, mustPropose(t, leader, createNS("still-writable")).Err())
+
+	require.NoError(t, leader.Remove(ctxTimeout(t, 20*time.Second), down.ID()))
+	assert.Len(t, suffrages(t, leader), 2)
+	require.NoError(t, mustPropose(t, leader, createNS("after-removal")).Err())
+}
