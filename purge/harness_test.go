@@ -147,7 +147,7 @@ func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 			Storage:       func(map[string]string) (purge.Objects, error) { return n.store, nil },
 			WorkerThreads: 2, DeleteThreads: 2, DeleteBatchSize: batch,
 			HeartbeatTimeout: time.Second, MaxAttempts: 3, RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
-			CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+			CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, StopTimeout: 2 * time.Second,
 			Logger: quietLogger(), Registerer: n.reg,
 		})
 		require.NoError(t, err)

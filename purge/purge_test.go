@@ -483,3 +483,35 @@ func testNoSecretInState(t *testing.T, c *cluster) {
 		require.NoError(t, err)
 	}
 }
+
+// A worker stuck in a storage call that ignores cancellation (a hung mount
+// behind a file:// warehouse) does not keep Stop, and so the node's
+// shutdown, waiting: Stop gives up after StopTimeout, and the job's lease
+// passes to another node as after a crash.
+func TestStopDoesNotWaitForAStuckStorageCall(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 3, 10)
+	n := c.follower()
+	c.makeTable(n, "stuck", "t", nil, 1, 3)
+	entered, release := make(chan struct{}, 64), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	c.setHook(func(context.Context, []string) error {
+		entered <- struct{}{}
+		<-release // ignores its context
+		return nil
+	})
+	r := n.do(t, "DELETE", "/v1/namespaces/stuck/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	<-entered
+	job := c.waitJob("stuck", "t", 20*time.Second, func(j fsm.PurgeJob) bool { return j.Lease != nil })
+	owner := c.byID(job.Lease.Node)
+	stopped := make(chan struct{})
+	go func() {
+		owner.svc.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop waited for a storage call that never returns")
+	}
+}

@@ -83,6 +83,11 @@ type Config struct {
 	// location bounds it.
 	AllowedLocations []string
 
+	// StopTimeout bounds how long Stop waits for the workers and delete
+	// threads to return once canceled. A storage call that ignores its
+	// context (a hung mount behind a file:// warehouse) would otherwise
+	// keep the node from shutting down. Default 10s.
+	StopTimeout time.Duration
 	// PollInterval is how often workers look for jobs leased to this
 	// node and the scheduler looks for work. Default: a quarter of
 	// HeartbeatTimeout, between 20ms and 1s.
@@ -120,6 +125,7 @@ func (c *Config) setDefaults() error {
 	defd(&c.RetryBackoff, DefaultRetryBackoff)
 	defd(&c.MaxRetryBackoff, DefaultMaxRetryBackoff)
 	defd(&c.PruneInterval, DefaultPruneInterval)
+	defd(&c.StopTimeout, 10*time.Second)
 	defd(&c.CheckpointInterval, min(c.HeartbeatTimeout/3, 2*time.Second))
 	defd(&c.PollInterval, min(max(c.HeartbeatTimeout/4, 20*time.Millisecond), time.Second))
 	if c.WorkerThreads < 1 || c.DeleteThreads < 1 || c.MaxAttempts < 1 {
@@ -262,9 +268,10 @@ func (s *Service) Start() {
 		"delete_batch_size", s.cfg.DeleteBatchSize, "heartbeat_timeout", s.cfg.HeartbeatTimeout, "max_attempts", s.cfg.MaxAttempts)
 }
 
-// Stop stops every loop and run and waits for them. Jobs running here stay
-// leased to this node until the leader sees it silent and reassigns them.
-// Stop is idempotent.
+// Stop stops every loop and run and waits for them, at most StopTimeout:
+// one stuck in a storage call that ignores cancellation is left behind.
+// Jobs running here stay leased to this node until the leader sees it
+// silent and reassigns them. Stop is idempotent.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	if s.stopped {
@@ -274,10 +281,22 @@ func (s *Service) Stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	s.cancel()
-	s.wg.Wait()
-	s.pool.close()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		s.pool.close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.log.Info("purge workers stopped")
+	case <-time.After(s.cfg.StopTimeout):
+		// Their leases expire and another node resumes their jobs, as
+		// after a crash; the process exiting ends them.
+		s.log.Warn("purge workers still running at the stop timeout, left behind: a storage call has not returned",
+			"timeout", s.cfg.StopTimeout)
+	}
 	s.m.unregister(s.cfg.Registerer)
-	s.log.Info("purge workers stopped")
 }
 
 // Run starts running the job if it is leased to this node (a synchronous
