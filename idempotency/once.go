@@ -119,6 +119,31 @@ func (k *Keys) Once(ctx context.Context, key *Key, change func(ctx context.Conte
 	}
 }
 
+// releaseClaim proposes the release of the claim on key, retrying within
+// recordTimeout: a change that failed may have failed because the cluster
+// could take no entry just then (a leadership transfer in progress, an
+// election), and a release lost to the same cause would keep every retry
+// of the request waiting for the claim to expire. Applying a release twice
+// is harmless: the second finds no claim.
+func (k *Keys) releaseClaim(ctx context.Context, key string, b fsm.Binding, at time.Time) {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		_, err := k.store.Propose(releaseCtx, fsm.ReleaseClaim{Key: claimKey(key), Binding: b, ClaimedAtMs: at.UnixMilli()})
+		if err == nil {
+			return
+		}
+		select {
+		case <-releaseCtx.Done():
+			k.log.Warn("could not release the Idempotency-Key claim of a failed change", "key", key, "op", b.Operation, "error", err)
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
 // runClaimed runs change for the request that holds the claim on key
 // (taken at time at) and stores its success under key. The change and the
 // record do not depend on ctx: duplicates wait for this outcome even if
@@ -144,11 +169,7 @@ func (k *Keys) runClaimed(ctx context.Context, key string, b fsm.Binding, at tim
 		// Nothing is stored for a failure: release the claim so that a
 		// retry runs the change at once rather than when the claim
 		// expires. A release that does not land leaves that wait.
-		releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-		defer cancelRelease()
-		if _, rerr := k.store.Propose(releaseCtx, fsm.ReleaseClaim{Key: claimKey(key), Binding: b, ClaimedAtMs: at.UnixMilli()}); rerr != nil {
-			k.log.Warn("could not release the Idempotency-Key claim of a failed change", "key", key, "op", b.Operation, "error", rerr)
-		}
+		k.releaseClaim(ctx, key, b, at)
 		return false, err
 	}
 	// The record's time starts once the change is done, however long it

@@ -430,3 +430,41 @@ func TestSlowChangeStillGetsItsRecord(t *testing.T) {
 		assert.False(t, d.Before(changeDone.Add(5*time.Second)), "the %s's time starts after the change, not before it", kind)
 	}
 }
+
+// releaseFailsOnce fails the first ReleaseClaim proposal, as Raft refuses
+// entries while a leadership transfer is in progress.
+type releaseFailsOnce struct {
+	*fsmStore
+	failed atomic.Bool
+}
+
+func (s *releaseFailsOnce) Propose(ctx context.Context, c fsm.Command) (fsm.Result, error) {
+	if k, ok := c.(fsm.ReleaseClaim); ok && k.Key != "" && !s.failed.Swap(true) {
+		return fsm.Result{}, errors.New("leadership transfer in progress")
+	}
+	return s.fsmStore.Propose(ctx, c)
+}
+
+// A keyed change that fails releases its key's claim even when the first
+// release is refused (the failure and the release may share a cause): the
+// client's retry with the same key then runs the change at once, instead
+// of waiting for the claim to expire.
+func TestFailedKeyedChangeReleasesItsClaimDespiteARefusal(t *testing.T) {
+	fc := &fakeCluster{}
+	st := &releaseFailsOnce{fsmStore: newPurgeStore(t)}
+	h := New(fc, st, Config{}).Handler()
+	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c99"
+	fc.setErr(errors.New("leadership transfer timeout"))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, key))
+	require.GreaterOrEqual(t, rec.Code, 500, rec.Body.String())
+	require.True(t, st.failed.Load(), "the first release was refused")
+
+	fc.setErr(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, keyedRequest("POST", "/management/v1/cluster/leadership-transfer", `{"id":"b"}`, key).WithContext(ctx))
+	assert.Equal(t, 204, rec.Code, rec.Body.String())
+	assert.Equal(t, []string{"transfer b", "transfer b"}, fc.Calls())
+}
