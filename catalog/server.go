@@ -725,10 +725,6 @@ func validateName(what, name string) error {
 	if len(name) > maxNameLength {
 		return badRequest("%s is %d bytes long, the limit is %d", what, len(name), maxNameLength)
 	}
-	if !utf8.ValidString(name) {
-		// A path segment such as %FF: no name holds it.
-		return badRequest("%s %q is not valid UTF-8", what, name)
-	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
 			return badRequest("%s %q contains a control character", what, name)
