@@ -592,7 +592,7 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 			// more likely a mistake than a way to say so.
 			return fmt.Errorf("%w: namespace is an empty list; leave it out for a grant on the whole catalog (or the whole warehouse)", ErrBadRequest)
 		}
-		total := 0
+		total := -1 // the catalog counts the separators between levels
 		for _, l := range req.Namespace {
 			if l == "" {
 				return fmt.Errorf("%w: namespace has an empty level", ErrBadRequest)

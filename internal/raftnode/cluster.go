@@ -409,6 +409,9 @@ type nodeInfo struct {
 	// ClusterID is the identity of the cluster whose state the node
 	// holds (fsm.SetClusterID); "" before a leader stamped one.
 	ClusterID string `json:"cluster-id,omitempty"`
+	// ClusterIDAware: the node's binary reports its cluster id (an older
+	// one omits both fields), so an empty ClusterID means it holds none.
+	ClusterIDAware bool `json:"cluster-id-aware,omitempty"`
 	// LastIndex is the index of the last entry in the node's log or
 	// snapshot: 1 after a bootstrap until a first leader appends (see
 	// stillForming).
@@ -430,7 +433,7 @@ func (n *Node) info() nodeInfo {
 		ID: string(n.id), ClusterAddr: n.Addr(), HTTPAddr: n.cfg.HTTPAddr, HasState: has,
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
-		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(),
+		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(), ClusterIDAware: true,
 	}
 }
 

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -571,4 +572,34 @@ func TestRemoveRefusesToLeaveNoQuorum(t *testing.T) {
 	require.NoError(t, leader.Remove(ctxTimeout(t, 20*time.Second), down.ID()))
 	assert.Len(t, suffrages(t, leader), 2)
 	require.NoError(t, mustPropose(t, leader, createNS("after-removal")).Err())
+}
+
+// A leader without a cluster id (its replica skipped the entry on an older
+// binary) adopts the id the other members hold, and mints one only when
+// every member answers, on a binary that reports its id, that it has
+// none: replicas never end up with different ids.
+func TestClusterIDFromMembers(t *testing.T) {
+	aware := func(id string) nodeInfo { return nodeInfo{ClusterID: id, ClusterIDAware: true} }
+	silent := errors.New("no answer")
+	for _, c := range []struct {
+		name   string
+		infos  []nodeInfo
+		errs   []error
+		id     string
+		mint   bool
+		failed bool
+	}{
+		{"a one-node cluster mints", nil, nil, "", true, false},
+		{"every member answers with none: mint", []nodeInfo{aware(""), aware("")}, []error{nil, nil}, "", true, false},
+		{"a member holds one: adopt it", []nodeInfo{aware(""), aware("X")}, []error{nil, nil}, "X", false, false},
+		{"adopt even when another is silent", []nodeInfo{aware("X"), {}}, []error{nil, silent}, "X", false, false},
+		{"a silent member may hold one: wait", []nodeInfo{aware(""), {}}, []error{nil, silent}, "", false, false},
+		{"an older binary may hold one: wait", []nodeInfo{aware(""), {}}, []error{nil, nil}, "", false, false},
+		{"two ids: refuse", []nodeInfo{aware("X"), aware("Y")}, []error{nil, nil}, "", false, true},
+	} {
+		id, mint, err := clusterIDFrom(c.infos, c.errs)
+		assert.Equal(t, c.id, id, c.name)
+		assert.Equal(t, c.mint, mint, c.name)
+		assert.Equal(t, c.failed, err != nil, c.name)
+	}
 }

@@ -265,7 +265,10 @@ type Node struct {
 	readyMu     sync.Mutex
 	caughtUp    atomic.Bool
 	readyTarget uint64
-	targetSet   bool
+	readyWant   uint64 // the leader's commit index, once it answered
+	// lastStamp is when stampClusterID last asked the members.
+	lastStamp time.Time
+	targetSet bool
 
 	// leaderTasks run while this node leads (see OnLeadership).
 	leaderMu     sync.Mutex
@@ -887,15 +890,19 @@ func (n *Node) updateReadiness() error {
 		return fmt.Errorf("%w: no contact from the leader yet", ErrCatchingUp)
 	}
 	if !n.targetSet {
-		want, err := n.leaderCommitIndex()
-		if err != nil {
-			return fmt.Errorf("%w: cannot ask the leader for its commit index: %w", ErrCatchingUp, err)
+		if n.readyWant == 0 {
+			want, err := n.leaderCommitIndex()
+			if err != nil {
+				return fmt.Errorf("%w: cannot ask the leader for its commit index: %w", ErrCatchingUp, err)
+			}
+			n.readyWant = max(want, 1)
 		}
-		want = max(want, n.raft.CommitIndex())
-		if last := n.raft.LastIndex(); last < want {
-			return fmt.Errorf("%w: log at index %d of the leader's commit index %d", ErrCatchingUp, last, want)
+		// This node's commit index, not its last index: entries beyond
+		// it may be stale ones the leader will overwrite.
+		if ci := n.raft.CommitIndex(); ci < n.readyWant {
+			return fmt.Errorf("%w: commit index %d of the leader's %d", ErrCatchingUp, ci, n.readyWant)
 		}
-		target, err := n.fsmTarget(want)
+		target, err := n.fsmTarget(n.readyWant)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCatchingUp, err)
 		}
@@ -1067,27 +1074,90 @@ func (n *Node) ClusterID() string {
 	return id
 }
 
-// stampClusterID gives the cluster its identity, on the leader, once the
-// leader has applied its term's entries and none is stored: a random
-// UUIDv7 chosen here, the first to apply wins. A failure is retried at
-// the next tick.
+// stampClusterIDEvery spaces the leader's attempts to stamp the cluster's
+// identity while it has none (each asks every member).
+const stampClusterIDEvery = 2 * time.Second
+
+// stampClusterID gives this node's replica the cluster's identity, on the
+// leader, once the leader has applied its term's entries and holds none.
+// The id is the one other members already hold, when any does: a replica
+// on an older binary skips SetClusterID (it is ignorable), and once
+// upgraded and leading it must adopt the id the others have, not mint its
+// own, or replicas would disagree. A new id (a UUIDv7) is minted only when
+// every member answers, on a binary that reports its id, that it holds
+// none; the first SetClusterID to apply wins on every replica. A failure
+// or an incomplete answer is retried after stampClusterIDEvery. It runs on
+// the monitor goroutine only.
 func (n *Node) stampClusterID() {
-	if n.ClusterID() != "" {
+	if n.ClusterID() != "" || time.Since(n.lastStamp) < stampClusterIDEvery {
 		return
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
+	n.lastStamp = time.Now()
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
 		return
+	}
+	var others []raft.Server
+	for _, s := range cf.Configuration().Servers {
+		if s.ID != n.id {
+			others = append(others, s)
+		}
+	}
+	infos := make([]nodeInfo, len(others))
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for i, s := range others {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(n.ctx, statusProbeTimeout)
+			defer cancel()
+			errs[i] = n.call(ctx, string(s.Address), rpcInfo, struct{}{}, &infos[i])
+		})
+	}
+	wg.Wait()
+	id, mint, err := clusterIDFrom(infos, errs)
+	switch {
+	case err != nil:
+		n.logger.Error("not stamping a cluster id", "error", err)
+		return
+	case mint:
+		u, err := uuid.NewV7()
+		if err != nil {
+			return
+		}
+		id = u.String()
+	case id == "":
+		return // a member that did not answer, or runs an older binary, may hold one
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := n.Propose(ctx, fsm.SetClusterID{ID: id.String()}); err != nil {
+	if _, err := n.Propose(ctx, fsm.SetClusterID{ID: id}); err != nil {
 		if n.ctx.Err() == nil {
 			n.logger.Debug("stamping the cluster id failed", "error", err)
 		}
 		return
 	}
 	n.logger.Info("cluster identity stamped", "cluster_id", n.ClusterID())
+}
+
+// clusterIDFrom decides, from the other members' info answers (errs[i]
+// set for one that did not answer), which cluster id a leader without one
+// stamps: the one members hold (id), a new one when every member answered
+// on a binary that reports its id and none holds one (mint), or none yet
+// (both zero). Members holding different ids are an error.
+func clusterIDFrom(infos []nodeInfo, errs []error) (id string, mint bool, err error) {
+	complete := true
+	for i, info := range infos {
+		switch {
+		case errs[i] != nil || !info.ClusterIDAware:
+			complete = false
+		case info.ClusterID == "":
+		case id == "":
+			id = info.ClusterID
+		case id != info.ClusterID:
+			return "", false, fmt.Errorf("members hold different cluster ids (%s, %s)", id, info.ClusterID)
+		}
+	}
+	return id, id == "" && complete, nil
 }
 
 // Shutdown stops Raft, then closes the log store and the state machine. Any

@@ -340,6 +340,15 @@ func (v *Vendor) assumeRole(ctx context.Context, bucket, prefix string, also []s
 	}
 	out, err := v.sts.AssumeRole(ctx, in)
 	v.metrics.stsLatency.Observe(time.Since(start).Seconds())
+	if err != nil && len(scopes) > 1 {
+		// STS also bounds a policy's packed (compressed) size, which the
+		// text's length does not tell: the table's own location alone
+		// must not fail for the ones it left.
+		v.log.Info("sts refused the session policy with the locations a table left; asking for its own alone",
+			"location", "s3://"+bucket+"/"+prefix, "error", err)
+		in.Policy = aws.String(sessionPolicy(scopes[:1], access))
+		out, err = v.sts.AssumeRole(ctx, in)
+	}
 	if err != nil {
 		return cached{}, fmt.Errorf("%w: sts AssumeRole: %v", ErrUnavailable, err)
 	}

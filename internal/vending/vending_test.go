@@ -160,6 +160,18 @@ func TestSTSCredentialsReachTheLocationsATableLeft(t *testing.T) {
 	require.Less(t, len(objects), 33)
 	assert.Equal(t, "arn:aws:s3:::lake/w/t3/*", objects[0])
 	assert.Equal(t, "arn:aws:s3:::lake/w/"+strings.Repeat("x", 60)+"-00/*", objects[1], "in the order given")
+
+	// STS refusing the larger policy (its packed size) does not fail the
+	// table's own credentials: they are asked for alone.
+	srv.LimitPolicy(700)
+	n = len(srv.Calls())
+	props, ok, err := v.Vend(ctx, "s3://lake/w/t4", false, also...)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.NotEmpty(t, props[vending.PropSessionToken])
+	require.Len(t, srv.Calls(), n+2)
+	_, doc = last()
+	assert.Equal(t, []string{"arn:aws:s3:::lake/w/t4/*"}, doc.Statement[0].Resource)
 }
 
 func TestReadOnlyPolicyCannotWrite(t *testing.T) {

@@ -35,6 +35,17 @@ type Server struct {
 	calls []Call
 	deny  bool
 	n     int
+	// maxPolicy, when positive, refuses a longer session policy as STS
+	// refuses one whose packed size is too large.
+	maxPolicy int
+}
+
+// LimitPolicy makes every later request whose session policy is longer
+// than n characters fail with PackedPolicyTooLarge (400); 0 lifts it.
+func (s *Server) LimitPolicy(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxPolicy = n
 }
 
 // Start serves STS until Close.
@@ -86,11 +97,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.calls = append(s.calls, c)
 	deny := s.deny
-	if !deny {
+	tooLarge := s.maxPolicy > 0 && len(c.Policy) > s.maxPolicy
+	if !deny && !tooLarge {
 		s.n++
 	}
 	n := s.n
 	s.mu.Unlock()
+	if tooLarge {
+		writeError(w, http.StatusBadRequest, "PackedPolicyTooLarge", "the session policy is too large")
+		return
+	}
 	if deny {
 		writeError(w, http.StatusForbidden, "AccessDenied", "not authorized to assume "+c.RoleARN)
 		return
