@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -211,11 +212,18 @@ func TestPurgeJobsAPI(t *testing.T) {
 	assert.Equal(t, 405, rec.Code)
 }
 
-func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
+// failedJob returns a store holding one FAILED purge job, job-0, and the
+// purge-job API over it.
+func failedJob(t *testing.T) (*fsmStore, http.Handler) {
 	st := newPurgeStore(t)
 	h := NewPurgeJobs(st, func() time.Time { return time.UnixMilli(1000) }, nil)
 	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
 	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	return st, h
+}
+
+func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
+	st, h := failedJob(t)
 	keyed := func(path, key string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", path, strings.NewReader(""))
@@ -245,10 +253,7 @@ func TestPurgeJobMutationsHonourIdempotencyKey(t *testing.T) {
 // Retry and release take no fields: a body that sets any, or is not JSON,
 // is a 400 that changes nothing; none, or an empty object, is fine.
 func TestPurgeJobMutationsRefuseBodyFields(t *testing.T) {
-	st := newPurgeStore(t)
-	h := NewPurgeJobs(st, func() time.Time { return time.UnixMilli(1000) }, nil)
-	st.must(t, fsm.AssignPurgeLease{JobID: "job-0", Node: "n1"})
-	st.must(t, fsm.FinishPurgeJob{JobID: "job-0", Token: st.i, Outcome: fsm.OutcomeFailed, Error: "corrupt metadata"})
+	st, h := failedJob(t)
 	post := func(path, body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(body)))
