@@ -412,6 +412,10 @@ type nodeInfo struct {
 	// ClusterIDAware: the node's binary reports its cluster id (an older
 	// one omits both fields), so an empty ClusterID means it holds none.
 	ClusterIDAware bool `json:"cluster-id-aware,omitempty"`
+	// LeaderReady, on a leader, reports whether it has applied the
+	// entries of earlier terms (its term barrier): only then is its
+	// commit index the cluster's. nil from a binary that predates it.
+	LeaderReady *bool `json:"leader-ready,omitempty"`
 	// LastIndex is the index of the last entry in the node's log or
 	// snapshot: 1 after a bootstrap until a first leader appends (see
 	// stillForming).
@@ -419,6 +423,7 @@ type nodeInfo struct {
 }
 
 func (n *Node) info() nodeInfo {
+	leaderReady := n.raft.State() == raft.Leader && n.barrierTerm.Load() == n.raft.CurrentTerm()
 	leaderAddr, leaderID := n.raft.LeaderWithID()
 	has, _ := raft.HasExistingState(n.logs, n.logs, n.snaps)
 	lc := "0s"
@@ -434,6 +439,7 @@ func (n *Node) info() nodeInfo {
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
 		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(), ClusterIDAware: true,
+		LeaderReady: &leaderReady,
 	}
 }
 

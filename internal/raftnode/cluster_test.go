@@ -579,7 +579,7 @@ func TestRemoveRefusesToLeaveNoQuorum(t *testing.T) {
 // every member answers, on a binary that reports its id, that it has
 // none: replicas never end up with different ids.
 func TestClusterIDFromMembers(t *testing.T) {
-	aware := func(id string) nodeInfo { return nodeInfo{ClusterID: id, ClusterIDAware: true} }
+	aware := func(id string) nodeInfo { return nodeInfo{ClusterID: id, ClusterIDAware: true, Applied: 10} }
 	silent := errors.New("no answer")
 	for _, c := range []struct {
 		name   string
@@ -596,8 +596,10 @@ func TestClusterIDFromMembers(t *testing.T) {
 		{"a silent member may hold one: wait", []nodeInfo{aware(""), {}}, []error{nil, silent}, "", false, false},
 		{"an older binary may hold one: wait", []nodeInfo{aware(""), {}}, []error{nil, nil}, "", false, false},
 		{"two ids: refuse", []nodeInfo{aware("X"), aware("Y")}, []error{nil, nil}, "", false, true},
+		{"a member behind may yet apply one: wait", []nodeInfo{aware(""), {ClusterIDAware: true, Applied: 9}}, []error{nil, nil}, "", false, false},
+		{"an older binary's id counts", []nodeInfo{{ClusterID: "X"}, aware("")}, []error{nil, nil}, "X", false, false},
 	} {
-		id, mint, err := clusterIDFrom(c.infos, c.errs)
+		id, mint, err := clusterIDFrom(c.infos, c.errs, 10)
 		assert.Equal(t, c.id, id, c.name)
 		assert.Equal(t, c.mint, mint, c.name)
 		assert.Equal(t, c.failed, err != nil, c.name)

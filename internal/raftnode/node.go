@@ -266,9 +266,12 @@ type Node struct {
 	caughtUp    atomic.Bool
 	readyTarget uint64
 	readyWant   uint64 // the leader's commit index, once it answered
-	// lastStamp is when stampClusterID last asked the members.
-	lastStamp time.Time
-	targetSet bool
+	// stamping: a stampClusterID runs; lastStamp is when it last asked
+	// the members, stampWaitLogged when it last said why it waits.
+	stamping        atomic.Bool
+	lastStamp       time.Time
+	stampWaitLogged string
+	targetSet       bool
 
 	// leaderTasks run while this node leads (see OnLeadership).
 	leaderMu     sync.Mutex
@@ -928,6 +931,12 @@ func (n *Node) leaderCommitIndex() (uint64, error) {
 	if err := n.call(ctx, string(addr), rpcInfo, struct{}{}, &info); err != nil {
 		return 0, err
 	}
+	// A leader that has not applied its term's barrier may not have
+	// learned the cluster's commit index yet (after a restart Raft's
+	// starts at 0); nor has a node that is no longer the leader.
+	if info.LeaderReady != nil && !*info.LeaderReady {
+		return 0, errors.New("the leader has not yet applied the entries of earlier terms")
+	}
 	return info.CommitIndex, nil
 }
 
@@ -1048,8 +1057,13 @@ func (n *Node) monitor() {
 				}
 				cancel()
 			}
-			if n.barrierTerm.Load() == term {
-				n.stampClusterID()
+			if n.barrierTerm.Load() == term && n.ClusterID() == "" && n.stamping.CompareAndSwap(false, true) {
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					defer n.stamping.Store(false)
+					n.stampClusterID()
+				}()
 			}
 		}
 		if !n.caughtUp.Load() {
@@ -1086,13 +1100,14 @@ const stampClusterIDEvery = 2 * time.Second
 // own, or replicas would disagree. A new id (a UUIDv7) is minted only when
 // every member answers, on a binary that reports its id, that it holds
 // none; the first SetClusterID to apply wins on every replica. A failure
-// or an incomplete answer is retried after stampClusterIDEvery. It runs on
-// the monitor goroutine only.
+// or an incomplete answer is retried after stampClusterIDEvery. One runs
+// at a time, on a goroutine of its own (the monitor starts it).
 func (n *Node) stampClusterID() {
 	if n.ClusterID() != "" || time.Since(n.lastStamp) < stampClusterIDEvery {
 		return
 	}
 	n.lastStamp = time.Now()
+	applied := n.fsm.AppliedIndex()
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return
@@ -1114,10 +1129,16 @@ func (n *Node) stampClusterID() {
 		})
 	}
 	wg.Wait()
-	id, mint, err := clusterIDFrom(infos, errs)
+	id, mint, err := clusterIDFrom(infos, errs, applied)
+	if err != nil || (id == "" && !mint) {
+		// Said once, not at every attempt.
+		if why := fmt.Sprint(err); why != n.stampWaitLogged {
+			n.stampWaitLogged = why
+			n.logger.Info("not stamping a cluster id yet: a member did not answer, runs an older binary, is behind, or holds another id", "error", err)
+		}
+	}
 	switch {
 	case err != nil:
-		n.logger.Error("not stamping a cluster id", "error", err)
 		return
 	case mint:
 		u, err := uuid.NewV7()
@@ -1140,21 +1161,26 @@ func (n *Node) stampClusterID() {
 }
 
 // clusterIDFrom decides, from the other members' info answers (errs[i]
-// set for one that did not answer), which cluster id a leader without one
-// stamps: the one members hold (id), a new one when every member answered
-// on a binary that reports its id and none holds one (mint), or none yet
+// set for one that did not answer), which cluster id a leader without one,
+// at applied index applied, stamps: the one members hold (id), a new one
+// when every member answered, on a binary that reports its id, that it
+// holds none and has applied as much as the leader (mint), or none yet
 // (both zero). Members holding different ids are an error.
-func clusterIDFrom(infos []nodeInfo, errs []error) (id string, mint bool, err error) {
+func clusterIDFrom(infos []nodeInfo, errs []error, applied uint64) (id string, mint bool, err error) {
 	complete := true
 	for i, info := range infos {
 		switch {
-		case errs[i] != nil || !info.ClusterIDAware:
+		case errs[i] != nil:
 			complete = false
-		case info.ClusterID == "":
-		case id == "":
+		case info.ClusterID != "" && id == "":
 			id = info.ClusterID
-		case id != info.ClusterID:
+		case info.ClusterID != "" && id != info.ClusterID:
 			return "", false, fmt.Errorf("members hold different cluster ids (%s, %s)", id, info.ClusterID)
+		case info.ClusterID != "":
+		case !info.ClusterIDAware || info.Applied < applied:
+			// An older binary, or a member yet to apply an entry that
+			// may stamp one.
+			complete = false
 		}
 	}
 	return id, id == "" && complete, nil
