@@ -251,9 +251,11 @@ type Node struct {
 	leaderObserver *raft.Observer
 
 	// barrierSem lets one goroutine at a time issue the per-term barrier;
-	// barrierTerm is the last term in which one completed (see Read).
-	barrierSem  chan struct{}
-	barrierTerm atomic.Uint64
+	// barrierTerm is the last term in which one completed (see Read), and
+	// barrierApplied the applied index when it did.
+	barrierSem     chan struct{}
+	barrierTerm    atomic.Uint64
+	barrierApplied atomic.Uint64
 
 	// leaderBatch and followerBatch coalesce concurrent read-index
 	// requests (see indexBatcher).
@@ -1098,8 +1100,9 @@ const stampClusterIDEvery = 2 * time.Second
 // on an older binary skips SetClusterID (it is ignorable), and once
 // upgraded and leading it must adopt the id the others have, not mint its
 // own, or replicas would disagree. A new id (a UUIDv7) is minted only when
-// every member answers, on a binary that reports its id, that it holds
-// none; the first SetClusterID to apply wins on every replica. A failure
+// every member answers, on a binary that reports its id and having applied
+// the entries of earlier terms, that it holds none; the first SetClusterID
+// to apply wins on every replica. A failure
 // or an incomplete answer is retried after stampClusterIDEvery. One runs
 // at a time, on a goroutine of its own (the monitor starts it).
 func (n *Node) stampClusterID() {
@@ -1107,7 +1110,11 @@ func (n *Node) stampClusterID() {
 		return
 	}
 	n.lastStamp = time.Now()
-	applied := n.fsm.AppliedIndex()
+	// Every entry of earlier terms, where another leader's stamp would
+	// be, is at or below the barrier; this term's entries are this
+	// node's, and its own stamp would be in its replica already. Not the
+	// applied index now: under steady writes members always trail it.
+	applied := n.barrierApplied.Load()
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return

@@ -118,6 +118,7 @@ func (n *Node) termBarrier(ctx context.Context, term uint64) error {
 	if now := n.raft.CurrentTerm(); now != term {
 		return fmt.Errorf("%w: term changed from %d to %d during the barrier", ErrNotLeader, term, now)
 	}
+	n.barrierApplied.Store(n.fsm.AppliedIndex())
 	n.barrierTerm.Store(term)
 	return nil
 }
