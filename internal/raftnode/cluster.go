@@ -863,25 +863,13 @@ func (n *Node) checkQuorumWithout(ctx context.Context, servers []raft.Server, id
 			rest = append(rest, s)
 		}
 	}
-	answered := make([]bool, len(rest))
-	var wg sync.WaitGroup
-	for i, s := range rest {
-		if s.ID == n.id {
-			answered[i] = true
-			continue
-		}
-		wg.Go(func() {
-			info, err := n.probe(ctx, string(s.Address))
-			answered[i] = err == nil && info.ID == string(s.ID)
-		})
-	}
-	wg.Wait()
+	infos, errs := n.askAll(ctx, rest, voterProbeTimeout)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	var up, down []string
 	for i, s := range rest {
-		if answered[i] {
+		if errs[i] == nil && infos[i].ID == string(s.ID) {
 			up = append(up, string(s.ID))
 		} else {
 			down = append(down, string(s.ID))
@@ -1013,24 +1001,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Members: []Member{},
 	}
 	servers := cf.Configuration().Servers
-	infos := make([]nodeInfo, len(servers))
-	errs := make([]error, len(servers))
-	var wg sync.WaitGroup
-	for i, s := range servers {
-		if s.ID == n.id {
-			infos[i] = n.info()
-			continue
-		}
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, statusProbeTimeout)
-			defer cancel()
-			errs[i] = n.call(cctx, string(s.Address), rpcInfo, struct{}{}, &infos[i])
-			if errs[i] != nil && cctx.Err() != nil && ctx.Err() == nil {
-				errs[i] = fmt.Errorf("no answer within %s: %w", statusProbeTimeout, errs[i])
-			}
-		})
-	}
-	wg.Wait()
+	infos, errs := n.askAll(ctx, servers, statusProbeTimeout)
 	for i, s := range servers {
 		m := Member{ID: string(s.ID), ClusterAddr: string(s.Address), Suffrage: s.Suffrage.String(), Leader: s.ID == leaderID}
 		if err := errs[i]; err != nil {
@@ -1044,6 +1015,31 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		st.Members = append(st.Members, m)
 	}
 	return st, nil
+}
+
+// askAll asks every server who it is, in parallel, each within timeout;
+// this node answers from itself. errs[i] is set for one that did not
+// answer.
+func (n *Node) askAll(ctx context.Context, servers []raft.Server, timeout time.Duration) ([]nodeInfo, []error) {
+	infos := make([]nodeInfo, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		if s.ID == n.id {
+			infos[i] = n.info()
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			errs[i] = n.call(cctx, string(s.Address), rpcInfo, struct{}{}, &infos[i])
+			if errs[i] != nil && cctx.Err() != nil && ctx.Err() == nil {
+				errs[i] = fmt.Errorf("no answer within %s: %w", timeout, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return infos, errs
 }
 
 // formCluster runs at start. A node with Raft state is already a member:

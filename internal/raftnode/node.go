@@ -848,9 +848,10 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 // Ready returns nil when this node can usefully serve: a leader is known and
 // the local state machine has caught up. Caught up means, on the leader,
 // that it has applied every entry of earlier terms (the barrier it issues on
-// taking office has completed) and, on a follower, that its log reaches, and
-// its state machine has applied, the commit index the leader answered when
-// this node asked it after first hearing from it since starting. Catching
+// taking office has completed) and, on a follower, that its commit index
+// reaches, and its state machine has applied, the commit index the leader
+// answered when this node asked it after first hearing from it since
+// starting. Catching
 // up is checked once per Open; after that Ready only requires a known
 // leader. Otherwise it returns ErrShutdown, ErrNoLeader
 // or an error wrapping ErrCatchingUp, each saying why.
@@ -889,8 +890,8 @@ func (n *Node) updateReadiness() error {
 	// learns the leader's from AppendEntries, not from heartbeats, and
 	// only up to the entries it has received, while the leader may be
 	// backing off from a peer that was down. So it asks the leader for
-	// its commit index, and waits until its log reaches that index and
-	// its state machine has applied it.
+	// its commit index once, and waits until its own reaches that index
+	// and its state machine has applied it.
 	if !n.raft.LastContact().After(n.openedAt) {
 		return fmt.Errorf("%w: no contact from the leader yet", ErrCatchingUp)
 	}
@@ -1102,9 +1103,9 @@ const stampClusterIDEvery = 2 * time.Second
 // own, or replicas would disagree. A new id (a UUIDv7) is minted only when
 // every member answers, on a binary that reports its id and having applied
 // the entries of earlier terms, that it holds none; the first SetClusterID
-// to apply wins on every replica. A failure
-// or an incomplete answer is retried after stampClusterIDEvery. One runs
-// at a time, on a goroutine of its own (the monitor starts it).
+// to apply wins on every replica. A failure or an incomplete answer is
+// retried after stampClusterIDEvery. One runs at a time, on a goroutine of
+// its own (the monitor starts it).
 func (n *Node) stampClusterID() {
 	if n.ClusterID() != "" || time.Since(n.lastStamp) < stampClusterIDEvery {
 		return
@@ -1119,23 +1120,9 @@ func (n *Node) stampClusterID() {
 	if cf.Error() != nil {
 		return
 	}
-	var others []raft.Server
-	for _, s := range cf.Configuration().Servers {
-		if s.ID != n.id {
-			others = append(others, s)
-		}
-	}
-	infos := make([]nodeInfo, len(others))
-	errs := make([]error, len(others))
-	var wg sync.WaitGroup
-	for i, s := range others {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(n.ctx, statusProbeTimeout)
-			defer cancel()
-			errs[i] = n.call(ctx, string(s.Address), rpcInfo, struct{}{}, &infos[i])
-		})
-	}
-	wg.Wait()
+	// This node's own answer counts as any member's: no id, and at least
+	// the barrier's index applied.
+	infos, errs := n.askAll(n.ctx, cf.Configuration().Servers, statusProbeTimeout)
 	id, mint, err := clusterIDFrom(infos, errs, applied)
 	if err != nil || (id == "" && !mint) {
 		// Said once, not at every attempt.
@@ -1167,12 +1154,12 @@ func (n *Node) stampClusterID() {
 	n.logger.Info("cluster identity stamped", "cluster_id", n.ClusterID())
 }
 
-// clusterIDFrom decides, from the other members' info answers (errs[i]
-// set for one that did not answer), which cluster id a leader without one,
-// at applied index applied, stamps: the one members hold (id), a new one
-// when every member answered, on a binary that reports its id, that it
-// holds none and has applied as much as the leader (mint), or none yet
-// (both zero). Members holding different ids are an error.
+// clusterIDFrom decides, from the members' info answers (errs[i] set for
+// one that did not answer), which cluster id a leader without one stamps:
+// the one members hold (id), a new one when every member answered, on a
+// binary that reports its id, that it holds none and has applied at least
+// index applied (mint), or none yet (both zero). Members holding different
+// ids are an error.
 func clusterIDFrom(infos []nodeInfo, errs []error, applied uint64) (id string, mint bool, err error) {
 	complete := true
 	for i, info := range infos {
