@@ -483,7 +483,39 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if err := checkAddedSpecSources(probe.Updates); err != nil {
 		return commitTableRequest{}, err
 	}
+	if err := checkPropertyUpdates(probe.Updates); err != nil {
+		return commitTableRequest{}, err
+	}
 	return req, nil
+}
+
+// checkPropertyUpdates refuses a set-properties update with a null value
+// and a remove-properties update with a null key, as Java's parser does.
+// iceberg-go, which decoded them already, reads a null as "": the table
+// would get a property set to "" (or "" removed) and the commit succeed.
+func checkPropertyUpdates(updates json.RawMessage) error {
+	for _, raw := range updatesNaming(updates, "-properties") {
+		var u struct {
+			Action   string          `json:"action"`
+			Updates  json.RawMessage `json:"updates"`
+			Removals []*string       `json:"removals"`
+		}
+		if json.Unmarshal(raw, &u) != nil {
+			continue // iceberg-go accepted it: not one of these
+		}
+		switch u.Action {
+		case "set-properties":
+			var m stringMap
+			if err := json.Unmarshal(u.Updates, &m); err != nil {
+				return badRequest("set-properties: %v", err)
+			}
+		case "remove-properties":
+			if slices.Contains(u.Removals, nil) {
+				return badRequest("remove-properties: a removal is null: property names are strings")
+			}
+		}
+	}
+	return nil
 }
 
 // updatesNaming returns the raw updates of a commit's update list whose

@@ -364,6 +364,9 @@ func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 		if err := json.Unmarshal(probe.Updates, &req.Updates); err != nil {
 			return commitViewRequest{}, badRequest("invalid view commit: %v", err)
 		}
+		if err := checkPropertyUpdates(probe.Updates); err != nil {
+			return commitViewRequest{}, err
+		}
 	}
 	return req, nil
 }

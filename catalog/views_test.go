@@ -540,6 +540,8 @@ func testBadViewInput(t *testing.T, f *node) {
 		`{"requirements":[{"type":"assert-table-uuid","uuid":"00000000-0000-0000-0000-000000000001"}],"updates":[]}`,
 		`{"identifier":{"namespace":["bad"],"name":"other"},"updates":[]}`,
 		`{"updates":[{"action":"set-current-view-version","view-version-id":7}]}`,
+		`{"updates":[{"action":"set-properties","updates":{"k":null}}]}`,
+		`{"updates":[{"action":"remove-properties","removals":[null]}]}`,
 	} {
 		r := f.vdo(t, "POST", "/v1/namespaces/bad/views/v", body)
 		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
