@@ -1,5 +1,12 @@
 package fsm
 
+import (
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
 // The cluster's identity: a random id the first leader stamps once, so that
 // a node can tell a member of its own cluster from a node of another one
 // before it adds it (a mistyped address must not join two clusters' logs).
@@ -48,4 +55,39 @@ func applySetClusterID(t *txn, c Command) Result {
 // ClusterID is the cluster's identity, "" until a leader has stamped it.
 func (r *Reader) ClusterID() string {
 	return string(r.tx.Bucket(bucketRaft).Get(keyClusterID))
+}
+
+// ReplaceClusterIDInFile gives the state machine file at path the cluster
+// identity id, replacing the one it holds (if any), and returns the one it
+// replaced ("" for none). The file must be a copy no FSM has open, such as
+// a backup's state (Reader.WriteTo's output) on its way to seeding a new
+// cluster: a restored cluster is another cluster, and a node of the one
+// the backup came from must be refused by it. This is not a command and no
+// replica applies it: the seeded node's snapshot carries the id to every
+// member that joins. On error the file may have been changed or not;
+// the caller discards it.
+func ReplaceClusterIDInFile(path, id string) (string, error) {
+	if id == "" || len(id) > maxClusterIDLen {
+		return "", fmt.Errorf("fsm: cluster id must be 1 to %d bytes", maxClusterIDLen)
+	}
+	db, err := bolt.Open(path, 0o600, boltOptions())
+	if err != nil {
+		return "", fmt.Errorf("fsm: open %s: %w", path, err)
+	}
+	var old string
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRaft)
+		if b == nil {
+			return errors.New("not a state machine file (it has no raft bucket)")
+		}
+		old = string(b.Get(keyClusterID))
+		return b.Put(keyClusterID, []byte(id))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("fsm: %s: %w", path, err)
+	}
+	return old, nil
 }

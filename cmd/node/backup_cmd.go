@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/floe-catalog/floe/fsm"
@@ -54,10 +55,15 @@ type backupSummary struct {
 	Created  time.Time `json:"created"`
 	SHA256   string    `json:"sha256"`
 	Duration float64   `json:"duration-seconds,omitempty"`
+	// ClusterID is the identity of the cluster the backup was taken from
+	// (absent when it had none yet, or the file predates identities).
+	ClusterID string `json:"cluster-id,omitempty"`
+	// NewClusterID (restore) is the identity the restored cluster got.
+	NewClusterID string `json:"new-cluster-id,omitempty"`
 }
 
 func summaryOf(file string, size int64, h backup.Header, sum string) backupSummary {
-	return backupSummary{File: file, Bytes: size, Index: h.Index, NodeID: h.NodeID, Members: h.Members, Created: h.Created, SHA256: sum}
+	return backupSummary{File: file, Bytes: size, Index: h.Index, NodeID: h.NodeID, Members: h.Members, Created: h.Created, SHA256: sum, ClusterID: h.ClusterID}
 }
 
 // runBackupCommand is floe backup --to FILE.
@@ -442,7 +448,8 @@ no node running on DIR. It verifies the whole file first and refuses a
 file that is truncated or altered anywhere, writing nothing. It refuses a
 data directory that already holds a node's state. Then it installs the
 backup's state in DIR as the node's Raft snapshot, with a configuration of
-that node alone.
+that node alone, and gives the new cluster an identity of its own: nodes
+of the cluster the backup came from are refused by it.
 
 Next steps:
   1. Start the node on DIR with the --node-id and cluster address given
@@ -498,7 +505,14 @@ Flags:
 	dataDir = abs
 
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h, sum, err := backup.Restore(from, backup.RestoreConfig{DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, Logger: logger})
+	newID, err := uuid.NewV7()
+	if err != nil {
+		fmt.Fprintf(stderr, "floe restore: %v\n", err)
+		return backupExitFailed
+	}
+	h, sum, err := backup.Restore(from, backup.RestoreConfig{
+		DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, ClusterID: newID.String(), Logger: logger,
+	})
 	if err != nil {
 		switch {
 		case errors.Is(err, raftnode.ErrHasState):
@@ -519,15 +533,21 @@ Flags:
 	if asJSON {
 		s := summaryOf(from, size, h, sum)
 		s.DataDir = dataDir
+		s.NewClusterID = newID.String()
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s)
 		return backupExitOK
 	}
-	fmt.Fprintf(stdout, `restored %s into %s: log index %d, taken on %s at %s (members %s)
+	source := ""
+	if h.ClusterID != "" {
+		source = ", cluster " + h.ClusterID
+	}
+	fmt.Fprintf(stdout, `restored %s into %s: log index %d, taken on %s at %s (members %s%s)
+The restored cluster's identity is %s: nodes of the backup's cluster are refused by it.
 Next: start the node on %s with --node-id %s and cluster address %s;
 then start each other node with an empty data directory and --join %s.
-`, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), strings.Join(h.Members, ","),
-		dataDir, nodeID, clusterAddr, clusterAddr)
+`, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), strings.Join(h.Members, ","), source,
+		newID, dataDir, nodeID, clusterAddr, clusterAddr)
 	return backupExitOK
 }

@@ -309,6 +309,7 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 		"--node-id", first.id, "--cluster-addr", first.clusterAddr)
 	require.Equal(t, 0, code, "floe restore: %s %s", stdout, stderr)
 	assert.Contains(t, stdout, "--join "+first.clusterAddr)
+	assert.Contains(t, stdout, "The restored cluster's identity is ")
 	for _, p := range nc.procs {
 		p.args = []string{
 			"--node-id", p.id,

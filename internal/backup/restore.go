@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/google/uuid"
+
 	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
@@ -20,6 +22,11 @@ type RestoreConfig struct {
 	// node will start with; it refuses to start under others.
 	NodeID  string
 	Address string
+	// ClusterID is the new cluster's identity, which replaces the one the
+	// backup's state holds (raftnode.SeedConfig.ClusterID): nodes of the
+	// cluster the backup came from are then refused by the new one.
+	// Default: a new UUIDv7.
+	ClusterID string
 	// Logger receives the snapshot store's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -61,8 +68,16 @@ func Restore(path string, cfg RestoreConfig) (Header, string, error) {
 	// A snapshot index must be at least 1; a state that reflects no entry
 	// at all is the same state at index 1.
 	index := max(h.Index, 1)
+	if cfg.ClusterID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return h, "", fmt.Errorf("backup: %w", err)
+		}
+		cfg.ClusterID = u.String()
+	}
 	err = raftnode.Seed(raftnode.SeedConfig{
-		DataDir: cfg.DataDir, NodeID: cfg.NodeID, Address: cfg.Address, Index: index, Logger: cfg.Logger,
+		DataDir: cfg.DataDir, NodeID: cfg.NodeID, Address: cfg.Address, Index: index,
+		ClusterID: cfg.ClusterID, Logger: cfg.Logger,
 	}, br)
 	if err != nil {
 		return h, "", err

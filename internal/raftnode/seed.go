@@ -12,6 +12,8 @@ import (
 	"slices"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // Errors of seeding a data directory from a copy of the state (Seed) and of
@@ -36,6 +38,9 @@ const (
 	// seedFile records the node ID and address a seeded data directory was
 	// prepared for; Open checks it and removes it on the first start.
 	seedFile = "seed.json"
+	// seedStateFile holds the state while Seed gives it a new cluster
+	// identity (SeedConfig.ClusterID); removed before Seed returns.
+	seedStateFile = "seed-state.tmp"
 	// seedTerm is the term of a seed snapshot: a seeded cluster starts a
 	// new history, whatever the term of the cluster the state came from.
 	seedTerm = 1
@@ -64,6 +69,12 @@ type SeedConfig struct {
 	// applied index inside it), at least 1. The new cluster's log goes on
 	// after it.
 	Index uint64
+	// ClusterID, when set, replaces the cluster identity the state holds
+	// (fsm.ReplaceClusterIDInFile): the seeded cluster is a new cluster,
+	// and nodes of the one the state came from are refused by it
+	// (checkSameCluster). The state is then staged in the data directory
+	// while it is changed, so it needs its size again in free space there.
+	ClusterID string
 	// Logger receives the snapshot store's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -145,6 +156,19 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("raftnode: seed: create data dir: %w", err)
 	}
+	if cfg.ClusterID != "" {
+		staged, err := stageWithClusterID(filepath.Join(cfg.DataDir, seedStateFile), state, cfg.ClusterID)
+		if staged != nil {
+			defer func() {
+				_ = staged.Close()
+				_ = os.Remove(staged.Name())
+			}()
+		}
+		if err != nil {
+			return err
+		}
+		state = staged
+	}
 
 	store, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLog(cfg.Logger, "raft"))
 	if err != nil {
@@ -179,6 +203,27 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 		return fmt.Errorf("raftnode: seed: %w", err)
 	}
 	return nil
+}
+
+// stageWithClusterID copies state into a file at path, gives it the
+// cluster identity id and returns it open for reading from its start. The
+// returned file, when not nil, is the caller's to close and remove, also
+// on error.
+func stageWithClusterID(path string, state io.Reader, id string) (*os.File, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	if _, err := io.Copy(f, state); err != nil {
+		return f, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	if _, err := fsm.ReplaceClusterIDInFile(path, id); err != nil {
+		return f, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return f, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	return f, nil
 }
 
 // checkSeed compares a seeded data directory's record with this node's ID

@@ -35,8 +35,9 @@ func copyState(t *testing.T, n *Node) ([]byte, uint64) {
 
 // TestSeededNodeStartsClusterWithState seeds a data directory from a copy
 // of a running cluster's state: a node started on it under another ID is
-// refused, under the seeded ID it leads a cluster of one with the state,
-// takes writes, lets a new node join, and restarts normally.
+// refused, under the seeded ID it leads a cluster of one with the state
+// and an identity of its own, takes writes, lets a new node join, refuses
+// a node of the cluster the state came from, and restarts normally.
 func TestSeededNodeStartsClusterWithState(t *testing.T) {
 	srcCfg := testConfig(t, t.TempDir(), freeAddr(t))
 	srcCfg.Bootstrap = true
@@ -45,13 +46,18 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 	for i := range 5 {
 		require.NoError(t, mustPropose(t, src, createNS(fmt.Sprintf("old%d", i))).Err())
 	}
+	require.Eventually(t, func() bool { return src.ClusterID() != "" }, 10*time.Second, 10*time.Millisecond)
+	srcID := src.ClusterID()
 	state, index := copyState(t, src)
 	require.NoError(t, src.Shutdown())
 
 	dir := filepath.Join(t.TempDir(), "seeded")
 	addr := freeAddr(t)
-	require.NoError(t, Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index, Logger: testLogger(t)}, bytes.NewReader(state)))
-	err := Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index}, bytes.NewReader(state))
+	const newID = "restored-cluster"
+	require.NoError(t, Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index, ClusterID: newID, Logger: testLogger(t)}, bytes.NewReader(state)))
+	_, err := os.Stat(filepath.Join(dir, seedStateFile))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "staged state left behind")
+	err = Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index}, bytes.NewReader(state))
 	assert.ErrorIs(t, err, ErrHasState, "a second seed")
 
 	// Another ID: refused.
@@ -75,6 +81,16 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 	}
 	require.NoError(t, mustPropose(t, n, createNS("new")).Err())
 	assert.Greater(t, n.FSM().AppliedIndex(), index, "the new log goes on after the seeded index")
+	assert.Equal(t, newID, n.ClusterID(), "the seeded cluster's identity replaces the source's")
+
+	// A node of the source cluster is refused: its log is not this one's.
+	src = mustOpen(t, srcCfg)
+	waitLeaderOf(t, src)
+	require.Equal(t, srcID, src.ClusterID())
+	err = n.AddVoter(ctxTimeout(t, 10*time.Second), src.Addr(), src.Addr()) // its id is its address
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), "belongs to another cluster")
+	require.NoError(t, src.Shutdown())
 
 	// A new node joins with an empty data directory and gets everything.
 	jcfg := testConfig(t, t.TempDir(), freeAddr(t))
@@ -84,6 +100,7 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 	require.Eventually(t, func() bool { return joiner.Ready() == nil }, 20*time.Second, 20*time.Millisecond)
 	assert.True(t, hasNamespace(t, linearRead(t, joiner), "old0"))
 	assert.True(t, hasNamespace(t, linearRead(t, joiner), "new"))
+	assert.Equal(t, newID, joiner.ClusterID())
 
 	// Both restart with their state.
 	require.NoError(t, joiner.Shutdown())

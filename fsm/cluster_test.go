@@ -1,0 +1,55 @@
+package fsm
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The first SetClusterID wins; a copy of the state given a new identity
+// (a restore's seed) keeps everything else, and the old id is reported.
+func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
+	f := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
+	clusterID := func(f *FSM) (id string) {
+		require.NoError(t, f.View(func(r *Reader) error { id = r.ClusterID(); return nil }))
+		return id
+	}
+	assert.Equal(t, "", clusterID(f))
+	f.Apply(entry(t, 1, SetClusterID{ID: "first"}))
+	f.Apply(entry(t, 2, SetClusterID{ID: "second"}))
+	f.Apply(entry(t, 3, CreateNamespace{Namespace: nsA}))
+	assert.Equal(t, "first", clusterID(f))
+
+	var state bytes.Buffer
+	require.NoError(t, f.View(func(r *Reader) error { _, err := r.WriteTo(&state); return err }))
+	path := filepath.Join(t.TempDir(), "copy.db")
+	require.NoError(t, os.WriteFile(path, state.Bytes(), 0o600))
+	old, err := ReplaceClusterIDInFile(path, "restored")
+	require.NoError(t, err)
+	assert.Equal(t, "first", old)
+	assert.Equal(t, "first", clusterID(f), "the live state is not touched")
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	g := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(raw))))
+	assert.Equal(t, "restored", clusterID(g))
+	assert.Equal(t, uint64(3), g.AppliedIndex())
+	require.NoError(t, g.View(func(r *Reader) error {
+		_, ok := r.Namespace(nsA)
+		assert.True(t, ok)
+		return nil
+	}))
+
+	_, err = ReplaceClusterIDInFile(path, "")
+	assert.Error(t, err, "an empty id")
+	notState := filepath.Join(t.TempDir(), "other.db")
+	require.NoError(t, os.WriteFile(notState, []byte("not a state machine file"), 0o600))
+	_, err = ReplaceClusterIDInFile(notState, "x")
+	assert.Error(t, err)
+}
