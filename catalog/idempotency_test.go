@@ -3,6 +3,8 @@ package catalog_test
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,4 +297,66 @@ func TestRetryAfterLeaderDies(t *testing.T) {
 		assert.Equal(t, "1", props[fmt.Sprintf("c%d", i)])
 	}
 	assert.Len(t, meta["metadata-log"], commits, "each keyed commit applied exactly once")
+}
+
+// A keyed commit that changes nothing (requirements and no updates, as
+// iceberg-js sends with a key on every commit) writes no file:
+// its answer is the table as it is, the record keeps that answer, and the
+// table's current file stays current, logged and undeleted, also with
+// write.metadata.delete-after-commit.enabled. A transaction whose change
+// to one table is a no-op leaves that table's file as it is too.
+func TestKeyedNoOpCommitWritesNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	create := withName("noop")
+	create["properties"] = map[string]string{"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1", "k": "v"}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", create).status)
+	changed := n.do(t, "POST", "/v1/namespaces/a/tables/noop", setProp("k", "w"))
+	require.Equal(t, 200, changed.status, "%s", changed.body)
+	cur := changed.json(t)["metadata-location"].(string)
+	metaDir := filepath.Dir(strings.TrimPrefix(cur, "file://"))
+	files := func() []string {
+		entries, err := os.ReadDir(metaDir)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	before := files()
+
+	uuid := changed.json(t)["metadata"].(map[string]any)["table-uuid"]
+	for i, body := range []any{
+		map[string]any{"requirements": []any{}, "updates": []any{}},
+		map[string]any{"requirements": []any{map[string]any{"type": "assert-table-uuid", "uuid": uuid}}, "updates": []any{}},
+		map[string]any{"requirements": []any{map[string]any{"type": "assert-current-schema-id", "current-schema-id": 0}}},
+	} {
+		key := newKey(t)
+		r := n.do(t, "POST", "/v1/namespaces/a/tables/noop", body, "Idempotency-Key", key)
+		require.Equal(t, 200, r.status, "body %d: %s", i, r.body)
+		assert.Equal(t, cur, r.json(t)["metadata-location"], "body %d: the table as it is", i)
+		replay := n.do(t, "POST", "/v1/namespaces/a/tables/noop", body, "Idempotency-Key", key)
+		require.Equal(t, 200, replay.status, "%s", replay.body)
+		assert.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, cur, replay.json(t)["metadata-location"])
+	}
+	assert.Equal(t, before, files(), "no file written, none deleted")
+	require.FileExists(t, strings.TrimPrefix(cur, "file://"))
+	load := n.do(t, "GET", "/v1/namespaces/a/tables/noop", nil)
+	require.Equal(t, 200, load.status)
+	assert.Equal(t, cur, load.json(t)["metadata-location"])
+
+	// A transaction: the no-op table keeps its file, the other moves on.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("other")).status)
+	tx := map[string]any{"table-changes": []any{
+		map[string]any{"identifier": map[string]any{"namespace": []string{"a"}, "name": "noop"}, "requirements": []any{}, "updates": []any{}},
+		map[string]any{"identifier": map[string]any{"namespace": []string{"a"}, "name": "other"}, "requirements": []any{},
+			"updates": []any{map[string]any{"action": "set-properties", "updates": map[string]string{"x": "1"}}}},
+	}}
+	r := n.do(t, "POST", "/v1/transactions/commit", tx, "Idempotency-Key", newKey(t))
+	require.Equal(t, 204, r.status, "%s", r.body)
+	assert.Equal(t, before, files())
+	assert.Equal(t, cur, n.do(t, "GET", "/v1/namespaces/a/tables/noop", nil).json(t)["metadata-location"])
+	assert.Equal(t, "1", n.do(t, "GET", "/v1/namespaces/a/tables/other", nil).json(t)["metadata"].(map[string]any)["properties"].(map[string]any)["x"])
 }

@@ -331,6 +331,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			`{"action":"set-location","location":"` + n.warehouse + `/a/dotdot"}]}]}`, 400, "BadRequestException"},
 		{"data path outside the table", "POST", "/v1/namespaces/a/tables", `{"name":"wp","schema":{"type":"struct","fields":[]},"properties":{"write.data.path":"file:///etc"}}`, 400, "BadRequestException"},
 		{"data path escaping the table through a percent-escape", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.data.path":"` + n.warehouse + `/a/t/..%2F..%2Fu"}}]}`, 400, "BadRequestException"},
+		{"commit with neither requirements nor updates, but properties", "POST", "/v1/namespaces/a/tables/t", `{"properties":{"k":"v"}}`, 400, "BadRequestException"},
 		{"null table property update", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"k":null}}]}`, 400, "BadRequestException"},
 		{"null property removal", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"remove-properties","removals":[null]}]}`, 400, "BadRequestException"},
 		{"metadata path set outside the table", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.metadata.path":"file:///tmp/outside"}}]}`, 400, "BadRequestException"},

@@ -458,6 +458,11 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return commitTableRequest{}, badRequest("a commit must be a JSON object")
 	}
+	if probe.Requirements == nil && probe.Updates == nil {
+		if err := checkOnlyKnownCommitFields(raw); err != nil {
+			return commitTableRequest{}, err
+		}
+	}
 	// Absent lists are empty, as Java's UpdateTableRequestParser reads
 	// them (iceberg-js documents requirements as optional).
 	if probe.Requirements == nil {
@@ -516,6 +521,32 @@ func checkPropertyUpdates(updates json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// checkOnlyKnownCommitFields refuses a commit with neither requirements
+// nor updates that carries other fields: a body such as {"properties":
+// {...}}, which asks for a change in a shape the spec does not have, would
+// otherwise be a commit of nothing, answered 200 with the table unchanged.
+// Java's parser ignores unknown fields; with either list present, so does
+// this one.
+func checkOnlyKnownCommitFields(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return nil // decoded already; not an object is judged elsewhere
+	}
+	var unknown []string
+	for k := range fields {
+		switch k {
+		case "identifier", "requirements", "updates":
+		default:
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return badRequest("a commit has requirements and updates (CommitTableRequest); this one has neither, and fields it does not define: %s", strings.Join(unknown, ", "))
 }
 
 // updatesNaming returns the raw updates of a commit's update list whose
@@ -761,8 +792,12 @@ type prepared struct {
 	before *tableMetadata // nil for a create
 	after  *tableMetadata
 	// unchanged: the updates changed nothing, so nothing was written and
-	// after is before (see prepareOne's skipUnchanged).
+	// after is before. The change, if any, is a compare-and-set of the
+	// table's current metadata file onto itself.
 	unchanged bool
+	// skip: unchanged, and answered without a proposal (see prepareOne's
+	// skipUnchanged).
+	skip bool
 }
 
 // commit applies a commit to one or more tables atomically. It builds each
@@ -788,7 +823,7 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 			s.discard(ctx, written()...)
 			return nil, err
 		}
-		if len(preps) == 1 && preps[0].unchanged {
+		if len(preps) == 1 && preps[0].skip {
 			return []*tableMetadata{preps[0].after}, nil
 		}
 		changes := make([]fsm.TableChange, len(preps))
@@ -818,7 +853,7 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 		var expired []string
 		for i, p := range preps {
 			out[i] = p.after
-			if p.before != nil {
+			if p.before != nil && !p.unchanged {
 				expired = append(expired, expiredMetadataFiles(p.before.location, p.before.meta, p.after.meta)...)
 			}
 		}
@@ -869,13 +904,17 @@ func hasAssertCreate(reqs table.Requirements) bool {
 }
 
 // prepareOne builds and writes one table's next metadata on cur (nil: a
-// staged create being completed). With skipUnchanged (a single-table
-// commit without an Idempotency-Key), a commit to an
-// existing table whose updates change nothing (none, or each a no-op)
-// writes nothing and is answered with the current metadata, as Java's
-// reference catalog does; its requirements have been checked against a
-// linearizable read. A transaction of several tables does not skip: each
-// table's compare-and-set is what makes it all-or-nothing.
+// staged create being completed). A commit to an existing table whose
+// updates change nothing (none, or each a no-op) writes nothing and is
+// answered with the current metadata, as Java's reference catalog does.
+// With skipUnchanged (a single-table commit without an Idempotency-Key) it
+// is not proposed either: its requirements have been checked against a
+// linearizable read. Otherwise its change is a compare-and-set of the
+// current metadata file onto itself: in a transaction of several tables
+// each table's compare-and-set is what makes it all-or-nothing, and under
+// an Idempotency-Key the proposal records the answer. (A new file for a
+// no-op would be written without the current one in its metadata log:
+// iceberg-go logs the previous file only when something changed.)
 func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table, skipUnchanged bool) (prepared, error) {
 	var (
 		before  *tableMetadata
@@ -914,8 +953,17 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 			return prepared{}, badRequest("cannot apply %s to %s: %v", u.Action(), p.id, err)
 		}
 	}
-	if cur != nil && skipUnchanged && !builder.HasChanges() {
-		return prepared{before: before, after: before, unchanged: true}, nil
+	if cur != nil && !builder.HasChanges() {
+		if skipUnchanged {
+			return prepared{before: before, after: before, unchanged: true, skip: true}, nil
+		}
+		// The table's record as it is: nothing about it changes.
+		return prepared{change: fsm.TableChange{
+			Kind: fsm.ChangeUpdate, Ident: p.id, MetadataLocation: cur.MetadataLocation,
+			Location: cur.Location, LocationKey: fsm.LocationKey(cur.Location), UUID: cur.UUID,
+			SnapshotID:               currentSnapshotID(base),
+			ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
+		}, before: before, after: before, unchanged: true}, nil
 	}
 	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
 		if err := builder.SetLoc(s.defaultLocation(ctx, p.id)); err != nil {

@@ -122,15 +122,23 @@ did not complete (no leader, or the target did not take over in time).`,
 			if len(args) == 1 {
 				body = map[string]string{"id": args[0]}
 			}
+			if s.opts.json {
+				_, err := s.api.change(ctx, "POST", "/management/v1/cluster/leadership-transfer", body)
+				return err
+			}
+			// Only for the message: who led before and after.
+			before := leaderID(ctx, s)
 			if _, err := s.api.change(ctx, "POST", "/management/v1/cluster/leadership-transfer", body); err != nil {
 				return err
 			}
-			if s.opts.json {
-				return nil
-			}
-			if len(args) == 1 {
+			switch after := leaderID(ctx, s); {
+			case len(args) == 1 && before == args[0]:
+				fmt.Fprintf(s.stdout, "%s is the leader already\n", args[0])
+			case len(args) == 1:
 				fmt.Fprintf(s.stdout, "leadership transferred to %s\n", args[0])
-			} else {
+			case after != "" && after != before:
+				fmt.Fprintf(s.stdout, "leadership transferred to %s\n", after)
+			default:
 				fmt.Fprintln(s.stdout, "leadership transferred")
 			}
 			return nil
@@ -146,6 +154,21 @@ func addMember(ctx context.Context, s *cliSession, path, id, addr, as string) er
 		fmt.Fprintf(s.stdout, "added %s (%s) as %s\n", id, addr, as)
 	}
 	return nil
+}
+
+// leaderID is the id of the member the cluster's status names leader, ""
+// when it names none or cannot be read: for messages only.
+func leaderID(ctx context.Context, s *cliSession) string {
+	st, _, err := readCluster(ctx, s)
+	if err != nil {
+		return ""
+	}
+	for _, m := range st.Members {
+		if m.Leader {
+			return m.ID
+		}
+	}
+	return ""
 }
 
 // readCluster reads the cluster's status; raw is the answer as it came.
