@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -414,18 +415,28 @@ func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewReq
 		if err != nil {
 			return nil, err
 		}
-		if len(req.Updates) == 0 {
-			return after, nil // the view as it is: nothing written
+		// Without updates nothing was written: after is the current file,
+		// never to be discarded. Under an Idempotency-Key the
+		// compare-and-set of that file onto itself is proposed all the
+		// same, as for a table, so that the record keeps the answer.
+		unchanged := len(req.Updates) == 0
+		if unchanged && !idempotency.InRun(ctx) {
+			return after, nil
+		}
+		discard := func() {
+			if !unchanged {
+				s.discard(ctx, after.location)
+			}
 		}
 		res, err := s.store.Propose(ctx, cmd)
 		if err != nil {
 			if !isOutcomeUnknown(err) {
-				s.discard(ctx, after.location)
+				discard()
 			}
 			return nil, err
 		}
 		if err := res.Err(); err != nil {
-			s.discard(ctx, after.location)
+			discard()
 			if res.Status == fsm.StatusCommitFailed {
 				if attempt < s.cfg.CommitRetries {
 					s.metrics.commitRetries.Inc()
@@ -469,8 +480,13 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 	}
 	if len(req.Updates) == 0 {
 		// Nothing to change, as a table commit without changes: no new
-		// metadata file, the current one is the answer.
-		return fsm.ReplaceView{}, before, nil
+		// metadata file, the current one is the answer; the command, if
+		// proposed, sets the pointer to the file it holds.
+		return fsm.ReplaceView{
+			Ident: id, ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
+			MetadataLocation: cur.MetadataLocation, Location: cur.Location, LocationKey: fsm.LocationKey(cur.Location),
+			AtMs: s.cfg.Now().UnixMilli(),
+		}, before, nil
 	}
 	builder, err := view.MetadataBuilderFromBase(before.meta)
 	if err != nil {

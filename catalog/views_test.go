@@ -395,6 +395,19 @@ func testKeyedViews(t *testing.T, f *node) {
 	assert.Equal(t, a.json(t)["metadata-location"], b.json(t)["metadata-location"])
 	assert.Equal(t, 2, versions("v"), "one replace, not two")
 
+	// A keyed commit without updates writes nothing, and its replay
+	// answers what it answered, after the view moved on.
+	noop, noopKey := map[string]any{"requirements": []any{}, "updates": []any{}}, newKey(t)
+	first := f.vdo(t, "POST", "/v1/namespaces/kv/views/v", noop, "Idempotency-Key", noopKey)
+	require.Equal(t, 200, first.status, "%s", first.body)
+	assert.Equal(t, a.json(t)["metadata-location"], first.json(t)["metadata-location"], "the view as it is")
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces/kv/views/v", addVersionBody("select 3", "kv")).status)
+	replay := f.vdo(t, "POST", "/v1/namespaces/kv/views/v", noop, "Idempotency-Key", noopKey)
+	require.Equal(t, 200, replay.status, "%s", replay.body)
+	assert.Equal(t, "true", replay.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, first.json(t)["metadata-location"], replay.json(t)["metadata-location"])
+	assert.Equal(t, 3, versions("v"))
+
 	twice("POST", "/v1/views/rename", map[string]any{
 		"source": map[string]any{"namespace": []string{"kv"}, "name": "v"}, "destination": map[string]any{"namespace": []string{"kv"}, "name": "w"}}, 204)
 	r := f.vdo(t, "GET", "/v1/namespaces/kv/views/w", nil)
