@@ -494,8 +494,9 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	return req, nil
 }
 
-// checkPropertyUpdates refuses a set-properties update with a null value
-// and a remove-properties update with a null key, as Java's parser does.
+// checkPropertyUpdates refuses a set-properties update whose updates are
+// missing, null or hold a null value, and a remove-properties update whose
+// removals are missing, null or hold a null name, as Java's parser does.
 // iceberg-go, which decoded them already, reads a null as "": the table
 // would get a property set to "" (or "" removed) and the commit succeed.
 func checkPropertyUpdates(updates json.RawMessage) error {
@@ -503,7 +504,7 @@ func checkPropertyUpdates(updates json.RawMessage) error {
 		var u struct {
 			Action   string          `json:"action"`
 			Updates  json.RawMessage `json:"updates"`
-			Removals []*string       `json:"removals"`
+			Removals json.RawMessage `json:"removals"`
 		}
 		if json.Unmarshal(raw, &u) != nil {
 			continue // iceberg-go accepted it: not one of these
@@ -511,11 +512,21 @@ func checkPropertyUpdates(updates json.RawMessage) error {
 		switch u.Action {
 		case "set-properties":
 			var m stringMap
+			if isAbsent(u.Updates) {
+				return badRequest("set-properties has no updates: a map of property names to values")
+			}
 			if err := json.Unmarshal(u.Updates, &m); err != nil {
 				return badRequest("set-properties: %v", err)
 			}
 		case "remove-properties":
-			if slices.Contains(u.Removals, nil) {
+			var names []*string
+			if isAbsent(u.Removals) {
+				return badRequest("remove-properties has no removals: a list of property names")
+			}
+			if err := json.Unmarshal(u.Removals, &names); err != nil {
+				return badRequest("remove-properties: %v", err)
+			}
+			if slices.Contains(names, nil) {
 				return badRequest("remove-properties: a removal is null: property names are strings")
 			}
 		}
@@ -547,6 +558,11 @@ func checkOnlyKnownCommitFields(raw json.RawMessage) error {
 	}
 	slices.Sort(unknown)
 	return badRequest("a commit has requirements and updates (CommitTableRequest); this one has neither, and fields it does not define: %s", strings.Join(unknown, ", "))
+}
+
+// isAbsent reports whether a field decoded into raw was missing or null.
+func isAbsent(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
 }
 
 // updatesNaming returns the raw updates of a commit's update list whose

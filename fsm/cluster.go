@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -57,16 +58,18 @@ func (r *Reader) ClusterID() string {
 	return string(r.tx.Bucket(bucketRaft).Get(keyClusterID))
 }
 
-// ReplaceClusterIDInFile gives the state machine file at path the cluster
-// identity id, replacing the one it holds (if any), and returns the one it
+// WriteWithClusterID gives the state machine file at path the cluster
+// identity id, replacing the one it holds (if any), then writes the file's
+// state to w as Reader.WriteTo does (without the free space bbolt may have
+// added at the end while changing it), and returns the identity it
 // replaced ("" for none). The file must be a copy no FSM has open, such as
-// a backup's state (Reader.WriteTo's output) on its way to seeding a new
-// cluster: a restored cluster is another cluster, and a node of the one
-// the backup came from must be refused by it. This is not a command and no
-// replica applies it: the seeded node's snapshot carries the id to every
-// member that joins. On error the file may have been changed or not;
-// the caller discards it.
-func ReplaceClusterIDInFile(path, id string) (string, error) {
+// a backup's state staged on its way to seeding a new cluster: a restored
+// cluster is another cluster, and a node of the one the backup came from
+// must be refused by it. This is not a command and no replica applies it:
+// the seeded node's snapshot carries the id to every member that joins.
+// On error the file may have been changed or not, and w may hold part of
+// the state; the caller discards both.
+func WriteWithClusterID(path, id string, w io.Writer) (string, error) {
 	if id == "" || len(id) > maxClusterIDLen {
 		return "", fmt.Errorf("fsm: cluster id must be 1 to %d bytes", maxClusterIDLen)
 	}
@@ -83,6 +86,12 @@ func ReplaceClusterIDInFile(path, id string) (string, error) {
 		old = string(b.Get(keyClusterID))
 		return b.Put(keyClusterID, []byte(id))
 	})
+	if err == nil {
+		err = db.View(func(tx *bolt.Tx) error {
+			_, err := tx.WriteTo(w)
+			return err
+		})
+	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}

@@ -29,15 +29,15 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	require.NoError(t, f.View(func(r *Reader) error { _, err := r.WriteTo(&state); return err }))
 	path := filepath.Join(t.TempDir(), "copy.db")
 	require.NoError(t, os.WriteFile(path, state.Bytes(), 0o600))
-	old, err := ReplaceClusterIDInFile(path, "restored")
+	var out bytes.Buffer
+	old, err := WriteWithClusterID(path, "restored", &out)
 	require.NoError(t, err)
 	assert.Equal(t, "first", old)
 	assert.Equal(t, "first", clusterID(f), "the live state is not touched")
+	assert.LessOrEqual(t, out.Len(), state.Len()+64<<10, "no free space bbolt added at the end")
 
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
 	g := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
-	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(raw))))
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))
 	assert.Equal(t, "restored", clusterID(g))
 	assert.Equal(t, uint64(3), g.AppliedIndex())
 	require.NoError(t, g.View(func(r *Reader) error {
@@ -46,10 +46,10 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 		return nil
 	}))
 
-	_, err = ReplaceClusterIDInFile(path, "")
+	_, err = WriteWithClusterID(path, "", io.Discard)
 	assert.Error(t, err, "an empty id")
 	notState := filepath.Join(t.TempDir(), "other.db")
 	require.NoError(t, os.WriteFile(notState, []byte("not a state machine file"), 0o600))
-	_, err = ReplaceClusterIDInFile(notState, "x")
+	_, err = WriteWithClusterID(notState, "x", io.Discard)
 	assert.Error(t, err)
 }

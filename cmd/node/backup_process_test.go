@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -309,7 +310,8 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 		"--node-id", first.id, "--cluster-addr", first.clusterAddr)
 	require.Equal(t, 0, code, "floe restore: %s %s", stdout, stderr)
 	assert.Contains(t, stdout, "--join "+first.clusterAddr)
-	assert.Contains(t, stdout, "The restored cluster's identity is ")
+	newID := regexp.MustCompile(`The restored cluster's identity is (\S+):`).FindStringSubmatch(stdout)
+	require.Len(t, newID, 2, "the new identity in: %s", stdout)
 	for _, p := range nc.procs {
 		p.args = []string{
 			"--node-id", p.id,
@@ -346,6 +348,22 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 		st, err := nc.status(first)
 		return err == nil && len(st.Members) == 3
 	}, 20*time.Second, 100*time.Millisecond, "the joiners did not become members")
+	// The restored cluster has an identity of its own, on every member.
+	require.Eventually(t, func() bool {
+		st, err := nc.status(first)
+		if err != nil || st.ClusterID != newID[1] {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.ClusterID != newID[1] {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 100*time.Millisecond, "members' cluster id")
+	if header.ClusterID != "" {
+		assert.NotEqual(t, header.ClusterID, newID[1])
+	}
 
 	// Every node serves exactly the backup's catalog.
 	for _, p := range nc.procs {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 )
 
 // cliCluster is GET /management/v1/cluster: the cluster as one node sees it.
@@ -20,6 +21,7 @@ type cliCluster struct {
 	Term         uint64      `json:"term"`
 	CommitIndex  uint64      `json:"commit-index"`
 	AppliedIndex uint64      `json:"applied-index"`
+	ClusterID    string      `json:"cluster-id"`
 	Members      []cliMember `json:"members"`
 }
 
@@ -132,7 +134,7 @@ did not complete (no leader, or the target did not take over in time).`,
 				return err
 			}
 			switch after := leaderID(ctx, s); {
-			case len(args) == 1 && before == args[0]:
+			case len(args) == 1 && before == args[0] && after == args[0]:
 				fmt.Fprintf(s.stdout, "%s is the leader already\n", args[0])
 			case len(args) == 1:
 				fmt.Fprintf(s.stdout, "leadership transferred to %s\n", args[0])
@@ -156,9 +158,15 @@ func addMember(ctx context.Context, s *cliSession, path, id, addr, as string) er
 	return nil
 }
 
+// leaderIDTimeout bounds leaderID.
+const leaderIDTimeout = 2 * time.Second
+
 // leaderID is the id of the member the cluster's status names leader, ""
-// when it names none or cannot be read: for messages only.
+// when it names none or cannot be read within leaderIDTimeout: for
+// messages only, so it never holds up the command for long.
 func leaderID(ctx context.Context, s *cliSession) string {
+	ctx, cancel := context.WithTimeout(ctx, leaderIDTimeout)
+	defer cancel()
 	st, _, err := readCluster(ctx, s)
 	if err != nil {
 		return ""
@@ -300,6 +308,9 @@ func renderStatus(w io.Writer, node, self string, st cliCluster, health map[stri
 	fmt.Fprintf(tw, "term\t%d\n", st.Term)
 	fmt.Fprintf(tw, "commit index\t%d\n", st.CommitIndex)
 	fmt.Fprintf(tw, "applied index\t%d\n", st.AppliedIndex)
+	if st.ClusterID != "" {
+		fmt.Fprintf(tw, "cluster id\t%s\n", st.ClusterID)
+	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -203,6 +203,7 @@ type clusterStatus struct {
 	Self       string `json:"self"`
 	LeaderID   string `json:"leader-id"`
 	LeaderAddr string `json:"leader-address"`
+	ClusterID  string `json:"cluster-id"`
 	Members    []struct {
 		ID          string `json:"id"`
 		ClusterAddr string `json:"cluster-address"`
@@ -211,6 +212,7 @@ type clusterStatus struct {
 		Leader      bool   `json:"leader"`
 		Reachable   bool   `json:"reachable"`
 		State       string `json:"state"`
+		ClusterID   string `json:"cluster-id"`
 		Error       string `json:"error"`
 	} `json:"members"`
 }

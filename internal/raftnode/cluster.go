@@ -998,7 +998,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	st := Status{
 		Self: string(n.id), LeaderID: string(leaderID), LeaderAddr: string(leaderAddr),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.AppliedIndex(),
-		Members: []Member{},
+		ClusterID: n.ClusterID(), Members: []Member{},
 	}
 	servers := cf.Configuration().Servers
 	infos, errs := n.askAll(ctx, servers, statusProbeTimeout)
@@ -1009,8 +1009,8 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		} else {
 			info := infos[i]
 			m.Reachable = true
-			m.HTTPAddr, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastContact =
-				info.HTTPAddr, info.State, info.Term, info.CommitIndex, info.Applied, info.LastContact
+			m.HTTPAddr, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastContact, m.ClusterID =
+				info.HTTPAddr, info.State, info.Term, info.CommitIndex, info.Applied, info.LastContact, info.ClusterID
 		}
 		st.Members = append(st.Members, m)
 	}

@@ -70,7 +70,7 @@ type SeedConfig struct {
 	// after it.
 	Index uint64
 	// ClusterID, when set, replaces the cluster identity the state holds
-	// (fsm.ReplaceClusterIDInFile): the seeded cluster is a new cluster,
+	// (fsm.WriteWithClusterID): the seeded cluster is a new cluster,
 	// and nodes of the one the state came from are refused by it
 	// (checkSameCluster). The state is then staged in the data directory
 	// while it is changed, so it needs its size again in free space there.
@@ -156,18 +156,23 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("raftnode: seed: create data dir: %w", err)
 	}
+	// The state goes into the snapshot as it is, or, to get a new
+	// identity, staged in a file first (removed on every return; a
+	// leftover of a killed Seed is removed by the next Seed or Open).
+	write := func(w io.Writer) error {
+		_, err := io.Copy(w, state)
+		return err
+	}
 	if cfg.ClusterID != "" {
-		staged, err := stageWithClusterID(filepath.Join(cfg.DataDir, seedStateFile), state, cfg.ClusterID)
-		if staged != nil {
-			defer func() {
-				_ = staged.Close()
-				_ = os.Remove(staged.Name())
-			}()
-		}
-		if err != nil {
+		staged := filepath.Join(cfg.DataDir, seedStateFile)
+		defer os.Remove(staged)
+		if err := stage(staged, state); err != nil {
 			return err
 		}
-		state = staged
+		write = func(w io.Writer) error {
+			_, err := fsm.WriteWithClusterID(staged, cfg.ClusterID, w)
+			return err
+		}
 	}
 
 	store, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLog(cfg.Logger, "raft"))
@@ -186,7 +191,7 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 	if err != nil {
 		return fmt.Errorf("raftnode: seed: create snapshot: %w", err)
 	}
-	if _, err := io.Copy(sink, state); err != nil {
+	if err := write(sink); err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("raftnode: seed: %w", err)
 	}
@@ -205,31 +210,28 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 	return nil
 }
 
-// stageWithClusterID copies state into a file at path, gives it the
-// cluster identity id and returns it open for reading from its start. The
-// returned file, when not nil, is the caller's to close and remove, also
-// on error.
-func stageWithClusterID(path string, state io.Reader, id string) (*os.File, error) {
+// stage copies state into a new file at path (replacing a leftover).
+func stage(path string, state io.Reader) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: seed: %w", err)
+		return fmt.Errorf("raftnode: seed: %w", err)
 	}
-	if _, err := io.Copy(f, state); err != nil {
-		return f, fmt.Errorf("raftnode: seed: %w", err)
+	_, err = io.Copy(f, state)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if _, err := fsm.ReplaceClusterIDInFile(path, id); err != nil {
-		return f, fmt.Errorf("raftnode: seed: %w", err)
+	if err != nil {
+		return fmt.Errorf("raftnode: seed: %w", err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return f, fmt.Errorf("raftnode: seed: %w", err)
-	}
-	return f, nil
+	return nil
 }
 
 // checkSeed compares a seeded data directory's record with this node's ID
 // and address. It reports whether the directory was seeded and not yet
 // started; a mismatch is ErrSeedMismatch.
 func (n *Node) checkSeed() (bool, error) {
+	// A Seed killed while it staged the state leaves the staged copy.
+	_ = os.Remove(filepath.Join(n.cfg.DataDir, seedStateFile))
 	raw, err := os.ReadFile(filepath.Join(n.cfg.DataDir, seedFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil

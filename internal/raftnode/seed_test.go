@@ -68,7 +68,11 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 
 	cfg.NodeID = "r1"
 	cfg.Bootstrap = true // ignored: the node has state
+	// What a Seed killed while staging would leave: removed on start.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, seedStateFile), []byte("partial"), 0o600))
 	n := mustOpen(t, cfg)
+	_, err = os.Stat(filepath.Join(dir, seedStateFile))
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "a staged state left by a killed seed")
 	waitLeaderOf(t, n)
 	require.Eventually(t, func() bool { return n.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 	_, err = os.Stat(filepath.Join(dir, seedFile))
@@ -134,11 +138,13 @@ func TestSeedFailureLeavesDirectoryAsItWas(t *testing.T) {
 
 	existing := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(existing, "warehouse"), 0o755))
-	err = Seed(SeedConfig{DataDir: existing, NodeID: "a", Address: "127.0.0.1:1", Index: 3, Logger: testLogger(t)}, &failingReader{n: 10000})
-	require.Error(t, err)
-	entries, err := os.ReadDir(existing)
-	require.NoError(t, err)
-	require.Len(t, entries, 1)
-	assert.Equal(t, "warehouse", entries[0].Name())
-	assert.NoError(t, CheckNoState(existing))
+	for _, id := range []string{"", "new-cluster"} { // with an identity, the state is staged first
+		err = Seed(SeedConfig{DataDir: existing, NodeID: "a", Address: "127.0.0.1:1", Index: 3, ClusterID: id, Logger: testLogger(t)}, &failingReader{n: 10000})
+		require.Error(t, err)
+		entries, err := os.ReadDir(existing)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "cluster id %q", id)
+		assert.Equal(t, "warehouse", entries[0].Name())
+		assert.NoError(t, CheckNoState(existing))
+	}
 }

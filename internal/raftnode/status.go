@@ -35,16 +35,23 @@ type Member struct {
 	// LastContact is how long ago the member last heard from the leader
 	// ("0s" on the leader itself), as the member reports it.
 	LastContact string `json:"last-contact,omitempty"`
-	Error       string `json:"error,omitempty"`
+	// ClusterID is the cluster identity the member holds, as it reports
+	// it (see Status.ClusterID).
+	ClusterID string `json:"cluster-id,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Status is the cluster as seen from one node.
 type Status struct {
-	Self         string   `json:"self"`
-	LeaderID     string   `json:"leader-id"`
-	LeaderAddr   string   `json:"leader-address"`
-	Term         uint64   `json:"term"`
-	CommitIndex  uint64   `json:"commit-index"`
-	AppliedIndex uint64   `json:"applied-index"`
-	Members      []Member `json:"members"`
+	Self         string `json:"self"`
+	LeaderID     string `json:"leader-id"`
+	LeaderAddr   string `json:"leader-address"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit-index"`
+	AppliedIndex uint64 `json:"applied-index"`
+	// ClusterID is the identity of the cluster whose state the answering
+	// node holds (fsm.SetClusterID); absent until a leader stamped one.
+	// A cluster restored from a backup has one of its own.
+	ClusterID string   `json:"cluster-id,omitempty"`
+	Members   []Member `json:"members"`
 }
