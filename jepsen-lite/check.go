@@ -276,8 +276,8 @@ func checkDurability(ops []regOp, finals []tableState, tables []string, listing 
 	}
 	acked := 0
 	for _, op := range ops {
-		if op.Kind != "cas" || op.Outcome != outcomeOK {
-			continue
+		if op.Kind != "cas" || op.Outcome != outcomeOK || op.Touch {
+			continue // a touch adds no snapshot
 		}
 		acked++
 		if h, ok := have[op.Table]; ok && !h[op.New] {

@@ -28,6 +28,9 @@ type regOp struct {
 	Outcome string `json:"outcome"`
 	Status  int    `json:"status,omitempty"` // last HTTP status, 0 none
 	Key     string `json:"key,omitempty"`    // Idempotency-Key of a cas
+	// Touch: a cas of old onto old, a keyed commit with the requirement
+	// and no updates: it changes nothing, so it adds no snapshot.
+	Touch bool `json:"touch,omitempty"`
 	// Call and Return are nanoseconds since the run started. For an unknown
 	// outcome Return is when the client gave up; the checker treats the
 	// operation as still open.

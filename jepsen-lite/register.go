@@ -105,6 +105,9 @@ type registerWorkload struct {
 	readShare float64
 	// giveUpShare of the writes get one try only (see cas).
 	giveUpShare float64
+	// touchShare of the writes are touches (see cas): keyed commits that
+	// change nothing, answered with the table as it is.
+	touchShare float64
 
 	nextID atomic.Int64
 
@@ -112,7 +115,7 @@ type registerWorkload struct {
 	slots  []*regSlot
 	tables []string // every table created, in order
 
-	ops, casOK, casFail, casUnknown, reads atomic.Int64
+	ops, casOK, casFail, casUnknown, reads, touches atomic.Int64
 }
 
 type regSlot struct {
@@ -125,7 +128,7 @@ type regSlot struct {
 }
 
 func newRegisterWorkload(a *api, h *history, an *anomalies, slots, maxWrites int) *registerWorkload {
-	w := &registerWorkload{api: a, hist: h, anomalies: an, maxWrites: maxWrites, readShare: 0.4, giveUpShare: 0.1}
+	w := &registerWorkload{api: a, hist: h, anomalies: an, maxWrites: maxWrites, readShare: 0.4, giveUpShare: 0.1, touchShare: 0.1}
 	for i := range slots {
 		w.slots = append(w.slots, &regSlot{idx: i})
 	}
@@ -225,7 +228,11 @@ func (w *registerWorkload) worker(ctx, opCtx context.Context, client int, rng *r
 		if rop.Value < 0 || rng.Float64() < w.readShare || ctx.Err() != nil {
 			continue
 		}
-		w.cas(opCtx, rng, client, table, lr, rng.Float64() < w.giveUpShare)
+		if rng.Float64() < w.touchShare {
+			w.cas(opCtx, rng, client, table, lr, rng.Float64() < w.giveUpShare, true)
+			continue
+		}
+		w.cas(opCtx, rng, client, table, lr, rng.Float64() < w.giveUpShare, false)
 		s.mu.Lock()
 		s.writes++
 		rotate := s.writes >= w.maxWrites && !s.creating
@@ -293,10 +300,17 @@ func (w *registerWorkload) read(ctx context.Context, rng *rand.Rand, client int,
 
 // cas writes a fresh snapshot id over the value cur shows. With oneTry the
 // client gives up after one unanswered try, like a client that crashed: the
-// operation stays unknown, and floe may still apply it.
-func (w *registerWorkload) cas(ctx context.Context, rng *rand.Rand, client int, table string, cur loadResult, oneTry bool) {
+// operation stays unknown, and floe may still apply it. A touch sends the
+// same requirements without updates, as iceberg-js sends a commit that
+// changes nothing with a key: a cas of the value onto itself, answered 200
+// with the table as it is when the value still holds, else 409.
+func (w *registerWorkload) cas(ctx context.Context, rng *rand.Rand, client int, table string, cur loadResult, oneTry, touch bool) {
 	old := cur.main()
 	id := w.nextID.Add(1)
+	if touch {
+		id = old
+		w.touches.Add(1)
+	}
 	key := newKey()
 	var oldRef any // JSON null asserts that main does not exist yet
 	snap := map[string]any{
@@ -311,17 +325,21 @@ func (w *registerWorkload) cas(ctx context.Context, rng *rand.Rand, client int, 
 		oldRef = old
 		snap["parent-snapshot-id"] = old
 	}
+	updates := []any{
+		map[string]any{"action": "add-snapshot", "snapshot": snap},
+		map[string]any{"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": id},
+	}
+	if touch {
+		updates = []any{}
+	}
 	body, _ := json.Marshal(map[string]any{
 		"requirements": []any{
 			map[string]any{"type": "assert-table-uuid", "uuid": cur.Metadata.TableUUID},
 			map[string]any{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": oldRef},
 		},
-		"updates": []any{
-			map[string]any{"action": "add-snapshot", "snapshot": snap},
-			map[string]any{"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": id},
-		},
+		"updates": updates,
 	})
-	op := regOp{Client: client, Table: table, Kind: "cas", Old: old, New: id, Key: key, Call: w.hist.now()}
+	op := regOp{Client: client, Table: table, Kind: "cas", Old: old, New: id, Key: key, Touch: touch, Call: w.hist.now()}
 	tries := mutateAttempts
 	if oneTry {
 		tries = 1

@@ -22,8 +22,8 @@ func (r *runner) report() int {
 	fmt.Fprintf(tw, "  client requests\t%d (no answer %d, 5xx %d, idempotent replays %d)\n",
 		r.api.requests.Load(), r.api.noAnswer.Load(), r.api.serverErr.Load(), r.api.replays.Load())
 	if r.reg != nil {
-		fmt.Fprintf(tw, "  register\t%d reads; cas: %d ok, %d 409, %d unknown; %d tables\n",
-			r.reg.reads.Load(), r.reg.casOK.Load(), r.reg.casFail.Load(), r.reg.casUnknown.Load(), len(r.reg.allTables()))
+		fmt.Fprintf(tw, "  register\t%d reads; cas: %d ok, %d 409, %d unknown (%d of them touches: no updates); %d tables\n",
+			r.reg.reads.Load(), r.reg.casOK.Load(), r.reg.casFail.Load(), r.reg.casUnknown.Load(), r.reg.touches.Load(), len(r.reg.allTables()))
 	}
 	if r.purge != nil {
 		p := r.purge
