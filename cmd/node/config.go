@@ -170,6 +170,19 @@ func (c config) tls() *transport.TLSFiles {
 	return &transport.TLSFiles{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
 }
 
+// commandFlagsFirst returns a hint for args that put a command's flags
+// before the command (floe --json status), "" when no later argument is a
+// command: a node takes flags only, so the command was parsed as one.
+func commandFlagsFirst(args []string) string {
+	for i, a := range args {
+		if _, ok := commands[a]; ok && i > 0 {
+			rest := append(append([]string{a}, args[i+1:]...), args[:i]...)
+			return fmt.Sprintf("a command's flags go after it: floe %s", strings.Join(rest, " "))
+		}
+	}
+	return ""
+}
+
 // usageError is a bad flag or environment value: exit code 2.
 type usageError struct{ err error }
 
@@ -302,6 +315,9 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
 			return c, flag.ErrHelp
+		}
+		if hint := commandFlagsFirst(args); hint != "" {
+			return c, usagef("%v; %s", err, hint)
 		}
 		return c, usageError{err}
 	}

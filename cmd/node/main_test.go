@@ -321,6 +321,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--prefix=a/b"}, want: "--prefix"},
 		{args: []string{"--data-dir="}, want: "--data-dir"},
 		{args: []string{"extra"}, want: `unknown command "extra"`},
+		{args: []string{"--json", "status"}, want: "a command's flags go after it: floe status --json"},
 		{args: []string{"--data-dir=d", "extra"}, want: `unexpected argument "extra"`},
 		{env: []string{"FLOE_S3_PATH_STYLE=maybe"}, want: `invalid value "maybe" for FLOE_S3_PATH_STYLE`},
 		{env: []string{"FLOE_LOG_FORMAT=xml"}, want: "--log-format"},
