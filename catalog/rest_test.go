@@ -332,6 +332,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"data path outside the table", "POST", "/v1/namespaces/a/tables", `{"name":"wp","schema":{"type":"struct","fields":[]},"properties":{"write.data.path":"file:///etc"}}`, 400, "BadRequestException"},
 		{"data path escaping the table through a percent-escape", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.data.path":"` + n.warehouse + `/a/t/..%2F..%2Fu"}}]}`, 400, "BadRequestException"},
 		{"commit with neither requirements nor updates, but properties", "POST", "/v1/namespaces/a/tables/t", `{"properties":{"k":"v"}}`, 400, "BadRequestException"},
+		{"commit with null requirements and updates, and properties", "POST", "/v1/namespaces/a/tables/t", `{"requirements":null,"updates":null,"properties":{"k":"v"}}`, 400, "BadRequestException"},
 		{"null table property update", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"k":null}}]}`, 400, "BadRequestException"},
 		{"set-properties without updates", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties"}]}`, 400, "BadRequestException"},
 		{"set-properties with null updates", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":null}]}`, 400, "BadRequestException"},

@@ -458,7 +458,7 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return commitTableRequest{}, badRequest("a commit must be a JSON object")
 	}
-	if probe.Requirements == nil && probe.Updates == nil {
+	if isAbsent(probe.Requirements) && isAbsent(probe.Updates) {
 		if err := checkOnlyKnownCommitFields(raw); err != nil {
 			return commitTableRequest{}, err
 		}

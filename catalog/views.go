@@ -355,6 +355,11 @@ func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return commitViewRequest{}, badRequest("malformed view commit: %v", err)
 	}
+	if isAbsent(probe.Requirements) && isAbsent(probe.Updates) {
+		if err := checkOnlyKnownCommitFields(raw); err != nil {
+			return commitViewRequest{}, err
+		}
+	}
 	req := commitViewRequest{Identifier: probe.Identifier}
 	if probe.Requirements != nil {
 		if err := json.Unmarshal(probe.Requirements, &req.Requirements); err != nil {

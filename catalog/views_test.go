@@ -555,6 +555,7 @@ func testBadViewInput(t *testing.T, f *node) {
 		`{"updates":[{"action":"set-current-view-version","view-version-id":7}]}`,
 		`{"updates":[{"action":"set-properties","updates":{"k":null}}]}`,
 		`{"updates":[{"action":"remove-properties","removals":[null]}]}`,
+		`{"properties":{"k":"v"}}`,
 	} {
 		r := f.vdo(t, "POST", "/v1/namespaces/bad/views/v", body)
 		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)

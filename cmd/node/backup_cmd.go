@@ -60,6 +60,11 @@ type backupSummary struct {
 	ClusterID string `json:"cluster-id,omitempty"`
 	// NewClusterID (restore) is the identity the restored cluster got.
 	NewClusterID string `json:"new-cluster-id,omitempty"`
+	// StartNodeID and StartClusterAddr (restore) are the node ID and
+	// cluster address to start the node on DataDir with. (NodeID is the
+	// node the backup was taken on.)
+	StartNodeID      string `json:"start-node-id,omitempty"`
+	StartClusterAddr string `json:"start-cluster-address,omitempty"`
 }
 
 func summaryOf(file string, size int64, h backup.Header, sum string) backupSummary {
@@ -534,6 +539,7 @@ Flags:
 		s := summaryOf(from, size, h, sum)
 		s.DataDir = dataDir
 		s.NewClusterID = newID.String()
+		s.StartNodeID, s.StartClusterAddr = nodeID, clusterAddr
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s)

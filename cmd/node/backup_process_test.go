@@ -312,6 +312,18 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	assert.Contains(t, stdout, "--join "+first.clusterAddr)
 	newID := regexp.MustCompile(`The restored cluster's identity is (\S+):`).FindStringSubmatch(stdout)
 	require.Len(t, newID, 2, "the new identity in: %s", stdout)
+	// --json names the node to start, apart from the one the backup was
+	// taken on, and the new identity apart from the backup's.
+	code, stdout, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", filepath.Join(root, "json"),
+		"--node-id", "j1", "--cluster-addr", "127.0.0.1:1", "--json")
+	require.Equal(t, 0, code, "floe restore --json: %s %s", stdout, stderr)
+	var restored backupSummary
+	require.NoError(t, json.Unmarshal([]byte(stdout), &restored), stdout)
+	assert.Equal(t, follower.id, restored.NodeID)
+	assert.Equal(t, "j1", restored.StartNodeID)
+	assert.Equal(t, "127.0.0.1:1", restored.StartClusterAddr)
+	assert.NotEmpty(t, restored.NewClusterID)
+	assert.NotEqual(t, restored.ClusterID, restored.NewClusterID)
 	for _, p := range nc.procs {
 		p.args = []string{
 			"--node-id", p.id,

@@ -922,6 +922,16 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 			// cannot win: a term lost for nothing.
 			return fmt.Errorf("%w: %s is not a voter and cannot lead", ErrInvalidMember, id)
 		}
+		// A member that does not answer cannot take over: Raft would
+		// wait out its transfer timeout, refusing every write meanwhile,
+		// and report a timeout that does not say why.
+		pctx, cancel := context.WithTimeout(ctx, statusProbeTimeout)
+		var info nodeInfo
+		err := n.call(pctx, string(s.Address), rpcInfo, struct{}{}, &info)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: %s (%s) does not answer, so it cannot take leadership: %v", ErrInvalidMember, id, s.Address, err)
+		}
 		f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
 	}
 	if err := n.await(ctx, f); err != nil {

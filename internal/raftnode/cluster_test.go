@@ -162,6 +162,15 @@ func TestMembershipChanges(t *testing.T) {
 	target := others(nodes, leader)[1]
 	require.NoError(t, follower.TransferLeadership(ctx, target.ID()))
 	require.Equal(t, target, waitOneLeader(t, nodes))
+
+	// To a voter that does not answer: refused at once, naming it, and
+	// the cluster takes writes right after.
+	down := others(nodes, target)[0]
+	require.NoError(t, down.Shutdown())
+	err = target.TransferLeadership(ctx, down.ID())
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), "does not answer")
+	require.NoError(t, mustPropose(t, target, createNS("after-refused-transfer")).Err())
 }
 
 func TestLeaderTasksFollowLeadership(t *testing.T) {
