@@ -557,7 +557,7 @@ func checkOnlyKnownCommitFields(raw json.RawMessage) error {
 		return nil
 	}
 	slices.Sort(unknown)
-	return badRequest("a commit has requirements and updates (CommitTableRequest); this one has neither, and fields it does not define: %s", strings.Join(unknown, ", "))
+	return badRequest("a commit carries requirements and updates; this one has neither, and fields a commit does not define: %s", strings.Join(unknown, ", "))
 }
 
 // isAbsent reports whether a field decoded into raw was missing or null.
