@@ -925,10 +925,10 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 		// A member that does not answer cannot take over: Raft would
 		// wait out its transfer timeout, refusing every write meanwhile,
 		// and report a timeout that does not say why.
-		pctx, cancel := context.WithTimeout(ctx, statusProbeTimeout)
-		var info nodeInfo
-		err := n.call(pctx, string(s.Address), rpcInfo, struct{}{}, &info)
-		cancel()
+		info, err := n.probe(ctx, string(s.Address))
+		if err == nil && info.ID != id {
+			err = fmt.Errorf("the node there is %q", info.ID)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %s (%s) does not answer, so it cannot take leadership: %v", ErrInvalidMember, id, s.Address, err)
 		}
