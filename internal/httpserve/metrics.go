@@ -34,7 +34,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	// Known label values start at zero, so they show before the first event.
-	m.rejected.WithLabelValues(reasonInFlight)
+	for _, r := range []string{reasonInFlight, reasonMalformed, reasonHeadersTooLarge, reasonTransferEncoding} {
+		m.rejected.WithLabelValues(r)
+	}
 	m.tlsReloads.WithLabelValues(resultSuccess)
 	m.tlsReloads.WithLabelValues(resultFailure)
 	if reg != nil {

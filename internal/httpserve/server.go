@@ -85,6 +85,9 @@ type Server struct {
 	certs *certReloader // nil without TLS
 	m     *metrics
 	limit *limiter
+	// maxHeaderBytes is net/http's header limit as configured (its
+	// default for 0), named in the 431 answer.
+	maxHeaderBytes int
 }
 
 // New builds a Server around handler. With TLS configured it loads the
@@ -111,7 +114,11 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 	}
 	m := newMetrics(cfg.Registerer)
 	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, m)
-	s := &Server{m: m, limit: limit, srv: &http.Server{
+	maxHeaderBytes := cfg.MaxHeaderBytes
+	if maxHeaderBytes == 0 {
+		maxHeaderBytes = http.DefaultMaxHeaderBytes
+	}
+	s := &Server{m: m, limit: limit, maxHeaderBytes: maxHeaderBytes, srv: &http.Server{
 		Handler:           limit,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -144,12 +151,18 @@ func (s *Server) TLS() bool { return s.certs != nil }
 // (HTTP/2 and HTTP/1.1) when TLS is configured, plain HTTP/1.1 otherwise. It
 // always returns a non-nil error: http.ErrServerClosed after Shutdown or
 // Close.
+//
+// Over plain HTTP, the answers net/http gives by itself to a request it
+// cannot read are rewritten into the Iceberg error model (errorModelConn).
+// Over TLS they are net/http's plain text: the server must see the
+// *tls.Conn itself to negotiate HTTP/2, so its connections cannot be
+// wrapped.
 func (s *Server) Serve(ln net.Listener) error {
 	if s.certs != nil {
 		// The certificate comes from TLSConfig.GetCertificate.
 		return s.srv.ServeTLS(ln, "", "")
 	}
-	return s.srv.Serve(ln)
+	return s.srv.Serve(errorModelListener{Listener: ln, maxHeaderBytes: s.maxHeaderBytes, m: s.m})
 }
 
 // Shutdown stops accepting connections and waits for the requests in
