@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -64,9 +65,11 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 func page(r *http.Request) (after string, limit int, err error) {
 	q := r.URL.Query()
 	if tok := q.Get("pageToken"); tok != "" {
+		// A token this catalog issued decodes to a name: UTF-8 that
+		// validateName accepts. Anything else was not issued here.
 		b, err := base64.RawURLEncoding.DecodeString(tok)
-		if err != nil {
-			return "", 0, badRequest("malformed pageToken %q", tok)
+		if err != nil || !utf8.Valid(b) || validateName("", string(b)) != nil {
+			return "", 0, badRequest("malformed pageToken %q: pass the next-page-token of the previous page as it was", tok)
 		}
 		after = string(b)
 	}

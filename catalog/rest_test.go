@@ -124,6 +124,11 @@ func TestPagination(t *testing.T) {
 	assert.Equal(t, []string{"a", "b", "c", "d", "e"}, got)
 	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageSize=0", nil).errorStatus(t))
 	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageToken=***", nil).errorStatus(t))
+	// Tokens that decode, but to no name a page could end with.
+	for _, tok := range []string{"zzzz", "_w", "AA"} {
+		assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageToken="+tok, nil).errorStatus(t), tok)
+		assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces?pageToken="+tok, nil).errorStatus(t), tok)
+	}
 }
 
 func TestTableLifecycle(t *testing.T) {
