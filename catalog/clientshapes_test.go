@@ -180,6 +180,16 @@ func absent(path ...string) check {
 	}
 }
 
+// nullKey checks that the body's top level has key, with the value null.
+func nullKey(key string) check {
+	return func(t *testing.T, r response, _ vars) {
+		var top map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(r.body, &top), "body: %s", r.body)
+		v, ok := top[key]
+		assert.True(t, ok && string(v) == "null", "want %q: null in %s", key, r.body)
+	}
+}
+
 // present checks that the body has a non-null value at path.
 func present(path ...string) check {
 	return func(t *testing.T, r response, _ vars) {
@@ -337,6 +347,24 @@ var javaShapes = []shape{
 	{call: "createTable", method: "POST", target: "/v1/floe/namespaces/jdb/tables", headers: javaHeaders,
 		body:   `{"name":"other","schema":` + javaSchema + `,"partition-spec":{"spec-id":0,"fields":[]},"write-order":{"order-id":0,"fields":[]},"properties":{}}`,
 		status: 200, checks: []check{save("other-mdloc", "metadata-location")}},
+	// Spark's CREATE TABLE … PARTITIONED BY (bucket(16, id)) ORDERED BY id:
+	// SparkTypeToType numbers a new table's top-level columns from 0, and
+	// the spec and order refer to those ids. The catalog assigns fresh ids
+	// (1 and 2) and rebinds both by column name.
+	{call: "createTable (Spark)", method: "POST", target: "/v1/floe/namespaces/jdb%1Finner/tables", headers: javaHeaders,
+		body: `{"name":"spark0","location":null,"schema":{"type":"struct","schema-id":0,"fields":[{"id":0,"name":"id","required":false,"type":"long"},{"id":1,"name":"data","required":false,"type":"string"}]},` +
+			`"partition-spec":{"spec-id":0,"fields":[{"name":"id_bucket","transform":"bucket[16]","source-id":0,"field-id":1000}]},` +
+			`"write-order":{"order-id":1,"fields":[{"transform":"identity","source-id":0,"direction":"asc","null-order":"nulls-first"}]},` +
+			`"stage-create":false,"properties":{"owner":"spark"}}`,
+		status: 200, checks: []check{is(1.0, "metadata", "schemas", "0", "fields", "0", "id"), is("id", "metadata", "schemas", "0", "fields", "0", "name"),
+			is(1.0, "metadata", "partition-specs", "0", "fields", "0", "source-id"),
+			is(1.0, "metadata", "sort-orders", "0", "fields", "0", "source-id")}},
+	// The same as a CTAS's stage-create.
+	{call: "stageCreate (Spark)", method: "POST", target: "/v1/floe/namespaces/jdb%1Finner/tables", headers: javaHeaders,
+		body: `{"name":"spark0ctas","location":null,"schema":{"type":"struct","schema-id":0,"fields":[{"id":0,"name":"id","required":false,"type":"long"},{"id":1,"name":"data","required":false,"type":"string"}]},` +
+			`"partition-spec":{"spec-id":0,"fields":[{"name":"id","transform":"identity","source-id":0,"field-id":1000}]},` +
+			`"write-order":{"order-id":0,"fields":[]},"stage-create":true,"properties":{}}`,
+		status: 200, checks: []check{nullKey("metadata-location"), is(1.0, "metadata", "partition-specs", "0", "fields", "0", "source-id")}},
 	{call: "createTable", method: "POST", target: "/v1/floe/namespaces/nope/tables", headers: javaHeaders,
 		body:   `{"name":"x","schema":` + javaSchema + `}`,
 		status: 404, errType: "NoSuchNamespaceException"},
@@ -390,7 +418,7 @@ var javaShapes = []shape{
 	// (UpdateRequirements.forCreateTable).
 	{call: "stageCreate", method: "POST", target: "/v1/floe/namespaces/jdb/tables", headers: javaHeaders,
 		body:   `{"name":"staged","location":null,"schema":` + javaSchema + `,"partition-spec":{"spec-id":0,"fields":[]},"write-order":{"order-id":0,"fields":[]},"stage-create":true,"properties":{"created-by":"spark"}}`,
-		status: 200, checks: []check{absent("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
+		status: 200, checks: []check{nullKey("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
 			save("staged-loc", "metadata", "location"), save("staged-fv", "metadata", "format-version")}},
 	{call: "tableExists", method: "HEAD", target: "/v1/floe/namespaces/jdb/tables/staged", headers: javaHeaders, status: 404},
 	{call: "commit", method: "POST", target: "/v1/floe/namespaces/jdb/tables/staged", headers: javaHeaders,
@@ -571,11 +599,23 @@ var pyicebergShapes = []shape{
 	{call: "commit_table (0.5-0.6)", method: "POST", target: "/v1/floe/namespaces/pdb/tables/t", headers: pyHeaders,
 		body:   `{"identifier":{"namespace":["default","pdb"],"name":"t"},"requirements":[],"updates":[{"action":"set-properties","updates":{"py":"0.6"}}]}`,
 		status: 200, checks: []check{changed("mdloc", "metadata-location"), save("mdloc", "metadata-location")}},
+	// UpdateStatistics.set_statistics: a blob without properties, which
+	// BlobMetadata (Optional, exclude_none) leaves out. The metadata
+	// carries them as an empty map, never null: Java's and iceberg-rust's
+	// readers refuse a null map, so such a table could not be loaded.
+	{call: "commit_table (set_statistics)", method: "POST", target: "/v1/floe/namespaces/pdb/tables/t", headers: pyHeaders,
+		body: `{"identifier":{"namespace":["pdb"],"name":"t"},"requirements":[],"updates":[{"action":"set-statistics","snapshot-id":7,"statistics":` +
+			`{"snapshot-id":7,"statistics-path":"{{ploc}}/metadata/stats-7.puffin","file-size-in-bytes":100,"file-footer-size-in-bytes":20,` +
+			`"blob-metadata":[{"type":"apache-datasketches-theta-v1","snapshot-id":7,"sequence-number":1,"fields":[1]}]}}]}`,
+		status: 200, checks: []check{is(map[string]string{}, "metadata", "statistics", "0", "blob-metadata", "0", "properties"),
+			save("mdloc", "metadata-location")}},
+	{call: "load_table", method: "GET", target: "/v1/floe/namespaces/pdb/tables/t", headers: pyHeaders,
+		status: 200, checks: []check{is(map[string]string{}, "metadata", "statistics", "0", "blob-metadata", "0", "properties")}},
 	// create_table_transaction: stage-create, then commit_table with
 	// CreateTableTransaction._initial_changes and assert-create.
 	{call: "create_table_transaction", method: "POST", target: "/v1/floe/namespaces/pdb/tables", headers: pyHeaders,
 		body:   `{"name":"staged","schema":` + pySchema + `,"partition-spec":{"spec-id":0,"fields":[]},"write-order":{"order-id":0,"fields":[]},"stage-create":true,"properties":{}}`,
-		status: 200, checks: []check{absent("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
+		status: 200, checks: []check{nullKey("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
 			save("staged-loc", "metadata", "location"), save("staged-fv", "metadata", "format-version")}},
 	{call: "commit_table", method: "POST", target: "/v1/floe/namespaces/pdb/tables/staged", headers: pyHeaders,
 		body: `{"identifier":{"namespace":["pdb"],"name":"staged"},"requirements":[{"type":"assert-create"}],"updates":[` +
@@ -712,7 +752,7 @@ var icebergGoShapes = []shape{
 	// commitStagedCreate (the Java createChanges, in the same order).
 	{call: "CreateTable", method: "POST", target: "/v1/floe/namespaces/gdb/tables", headers: goHeaders,
 		body:   `{"name":"staged","schema":` + goSchema + `,"write-order":{"order-id":0,"fields":[]},"stage-create":true}`,
-		status: 200, checks: []check{absent("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
+		status: 200, checks: []check{nullKey("metadata-location"), save("staged-uuid", "metadata", "table-uuid"),
 			save("staged-loc", "metadata", "location"), save("staged-fv", "metadata", "format-version")}},
 	{call: "commitStagedCreate", method: "POST", target: "/v1/floe/namespaces/gdb/tables/staged", headers: goHeaders,
 		body: `{"identifier":{"namespace":["gdb"],"name":"staged"},"requirements":[{"type":"assert-create"}],"updates":[` +
@@ -823,13 +863,16 @@ var icebergRustShapes = []shape{
 		status: 200, checks: []check{is([][]string{{"rdb", "sub"}}, "namespaces")}},
 	{call: "list_namespaces", method: "GET", target: "/v1/floe/namespaces?parent=rdb%1Fsub", headers: rustHeaders,
 		status: 200, checks: []check{lists(0, "namespaces")}},
-	// create_table: CreateTableRequest with None fields as null, an
-	// UnboundPartitionSpec (no spec-id, no field-id) and stage-create false.
+	// create_table: CreateTableRequest with None fields as null and an
+	// UnboundPartitionSpec from its builder: spec_id and field_id are
+	// Options serialised without skip_serializing_if, so null
+	// (crates/iceberg/src/spec/partition.rs).
 	{call: "create_table", method: "POST", target: "/v1/floe/namespaces/rdb/tables", headers: rustHeaders,
-		body: `{"name":"t","location":null,"schema":` + rustSchema + `,"partition-spec":{"fields":[{"source-id":1,"name":"id_bucket","transform":"bucket[16]"}]},` +
+		body: `{"name":"t","location":null,"schema":` + rustSchema + `,"partition-spec":{"spec-id":null,"fields":[{"source-id":1,"field-id":null,"name":"id_bucket","transform":"bucket[16]"}]},` +
 			`"write-order":null,"stage-create":false,"properties":null}`,
 		status: 200, checks: []check{save("uuid", "metadata", "table-uuid"), save("mdloc", "metadata-location"),
-			is("bucket[16]", "metadata", "partition-specs", "0", "fields", "0", "transform")}},
+			is("bucket[16]", "metadata", "partition-specs", "0", "fields", "0", "transform"),
+			is(1000.0, "metadata", "partition-specs", "0", "fields", "0", "field-id")}},
 	{call: "create_table", method: "POST", target: "/v1/floe/namespaces/rdb%1Fsub/tables", headers: rustHeaders,
 		body:   `{"name":"u","location":null,"schema":` + rustSchema + `,"partition-spec":null,"write-order":null,"stage-create":false,"properties":{"owner":"rust"}}`,
 		status: 200},
@@ -847,6 +890,14 @@ var icebergRustShapes = []shape{
 	{call: "update_table", method: "POST", target: "/v1/floe/namespaces/rdb/tables/t", headers: rustHeaders,
 		body:   `{"identifier":{"namespace":["rdb"],"name":"t"},"requirements":[{"type":"assert-table-uuid","uuid":"00000000-0000-7000-8000-000000000000"}],"updates":[]}`,
 		status: 409, errType: "CommitFailedException"},
+	// TableUpdate::AddSpec carries the same UnboundPartitionSpec; its ids
+	// are assigned by the catalog. Then the default is the last added.
+	{call: "update_table", method: "POST", target: "/v1/floe/namespaces/rdb/tables/t", headers: rustHeaders,
+		body: `{"identifier":{"namespace":["rdb"],"name":"t"},"requirements":[{"type":"assert-table-uuid","uuid":"{{uuid}}"}],"updates":[` +
+			`{"action":"add-spec","spec":{"spec-id":null,"fields":[{"source-id":1,"field-id":null,"name":"id_bucket","transform":"bucket[16]"},{"source-id":2,"field-id":null,"name":"data_trunc","transform":"truncate[4]"}]}},` +
+			`{"action":"set-default-spec","spec-id":-1}]}`,
+		status: 200, checks: []check{changed("mdloc", "metadata-location"), save("mdloc", "metadata-location"),
+			is(1.0, "metadata", "default-spec-id"), is(1001.0, "metadata", "last-partition-id")}},
 	{call: "list_tables", method: "GET", target: "/v1/floe/namespaces/rdb/tables", headers: rustHeaders,
 		status: 200, checks: []check{is([]map[string]any{{"namespace": []string{"rdb"}, "name": "t"}}, "identifiers")}},
 	{call: "rename_table", method: "POST", target: "/v1/floe/tables/rename", headers: rustHeaders,

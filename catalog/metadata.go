@@ -84,7 +84,7 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	}
 	// Answers carry the document with the fields old readers require, also
 	// when another writer (or floe before it wrote them) left them out.
-	tm := &tableMetadata{location: loc, raw: withRequiredFields(raw), meta: meta}
+	tm := &tableMetadata{location: loc, raw: withEmptyCollections(withRequiredFields(raw)), meta: meta}
 	s.cache.add(tm)
 	return tm, nil
 }
@@ -113,7 +113,8 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 }
 
 // encodeMetadata serialises meta as json.Marshal(meta) does, once, with
-// the fields old readers require (withRequiredFields). iceberg-go's
+// the fields old readers require (withRequiredFields) and empty maps and
+// lists where iceberg-go writes null (withEmptyCollections). iceberg-go's
 // metadata types marshal themselves with json.Marshal, whose output is
 // already compact and HTML-escaped; json.Marshal(meta) would validate and
 // copy those bytes once more (its compaction of a Marshaler's output),
@@ -130,7 +131,38 @@ func encodeMetadata(meta table.Metadata) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return withRequiredFields(raw), nil
+	return withEmptyCollections(withRequiredFields(raw)), nil
+}
+
+// emptyCollections are the keys of maps and lists that iceberg-go writes
+// as null when they are empty or were absent where it read them: a
+// statistics file's blob-metadata, a blob's properties (Java and
+// iceberg-rust leave an empty map out, and iceberg-go reads that as nil)
+// and its fields. Java's and iceberg-rust's readers refuse the null, so a
+// table with such statistics could not be loaded by them. No metadata key
+// of these names holds anything but a map or a list.
+var emptyCollections = []struct{ null, empty []byte }{
+	{[]byte(`"properties":null`), []byte(`"properties":{}`)},
+	{[]byte(`"blob-metadata":null`), []byte(`"blob-metadata":[]`)},
+	{[]byte(`"fields":null`), []byte(`"fields":[]`)},
+}
+
+// withEmptyCollections replaces, in the compact metadata document raw,
+// each of emptyCollections' keys with a null value by the empty map or
+// list. A match is always such a key with a null value: inside a JSON
+// string the quote before the colon would be escaped, and the keys users
+// name (properties, snapshot summaries) hold strings, never null. raw
+// itself is not modified.
+func withEmptyCollections(raw []byte) []byte {
+	if !bytes.Contains(raw, []byte(`":null`)) {
+		return raw
+	}
+	for _, c := range emptyCollections {
+		if bytes.Contains(raw, c.null) {
+			raw = bytes.ReplaceAll(raw, c.null, c.empty)
+		}
+	}
+	return raw
 }
 
 // requiredFields are the top-level fields Java's metadata reader before

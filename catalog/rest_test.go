@@ -654,3 +654,56 @@ func TestPurgingDropStampsTheFirstPhase(t *testing.T) {
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("late")).status)
 	drop("late", purge.PhaseData)
 }
+
+// A metadata file that holds a statistics blob's properties as null (as
+// iceberg-go wrote it, and floe before it wrote an empty map) is served,
+// and rewritten by the next commit, with an empty map: Java's and
+// iceberg-rust's readers refuse the null.
+func TestNullStatisticsPropertiesAreServedEmpty(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	ctx := context.Background()
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", map[string]any{"updates": []any{
+		map[string]any{"action": "add-snapshot", "snapshot": map[string]any{"snapshot-id": 7, "sequence-number": 1,
+			"timestamp-ms": time.Now().UnixMilli(), "manifest-list": loc + "/metadata/snap-7.avro", "summary": map[string]any{"operation": "append"}, "schema-id": 0}},
+		map[string]any{"action": "set-snapshot-ref", "ref-name": "main", "snapshot-id": 7, "type": "branch"},
+		map[string]any{"action": "set-statistics", "statistics": map[string]any{"snapshot-id": 7, "statistics-path": loc + "/metadata/s.puffin",
+			"file-size-in-bytes": 100, "file-footer-size-in-bytes": 20,
+			"blob-metadata": []any{map[string]any{"type": "apache-datasketches-theta-v1", "snapshot-id": 7, "sequence-number": 1, "fields": []int{1}}}}},
+	}})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	blobProps := func(r response) any {
+		stats := r.json(t)["metadata"].(map[string]any)["statistics"].([]any)
+		return stats[0].(map[string]any)["blob-metadata"].([]any)[0].(map[string]any)["properties"]
+	}
+	assert.Equal(t, map[string]any{}, blobProps(r))
+	current := r.json(t)["metadata-location"].(string)
+
+	// The same file as iceberg-go writes it, registered after a drop that
+	// keeps the files.
+	raw, err := n.objects.Read(ctx, current)
+	require.NoError(t, err)
+	withNull := strings.Replace(string(raw), `"fields":[1],"properties":{}`, `"fields":[1],"properties":null`, 1)
+	require.NotEqual(t, string(raw), withNull)
+	nullLoc := loc + "/metadata/00002-null.metadata.json"
+	require.NoError(t, n.objects.Write(ctx, nullLoc, []byte(withNull)))
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/t", nil).status)
+	// Registration reads the file from storage, never from the cache.
+	r = n.do(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "t", "metadata-location": nullLoc})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, map[string]any{}, blobProps(r))
+	r = n.do(t, "GET", "/v1/namespaces/a/tables/t", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, map[string]any{}, blobProps(r))
+	assert.NotContains(t, string(r.body), `"properties":null`)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", map[string]any{"updates": []any{
+		map[string]any{"action": "set-properties", "updates": map[string]any{"k": "v"}}}})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, map[string]any{}, blobProps(r))
+	raw, err = n.objects.Read(ctx, r.json(t)["metadata-location"].(string))
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), `"properties":null`, "the file a commit writes")
+}

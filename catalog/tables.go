@@ -23,7 +23,10 @@ import (
 )
 
 type loadTableResult struct {
-	MetadataLocation   string              `json:"metadata-location,omitempty"`
+	// MetadataLocation is null for a staged create, which has no file
+	// yet: the spec marks it optional, and PyIceberg before 0.8 requires
+	// the key (its model's field has no default).
+	MetadataLocation   *string             `json:"metadata-location"`
 	Metadata           json.RawMessage     `json:"metadata"`
 	Config             map[string]string   `json:"config,omitempty"`
 	StorageCredentials []storageCredential `json:"storage-credentials,omitempty"`
@@ -46,7 +49,7 @@ func (s *Server) loadResult(w http.ResponseWriter, r *http.Request, id fsm.Ident
 func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.Ident, tm *tableMetadata, staged bool, vc vendedCredentials) loadTableResult {
 	res := loadTableResult{Metadata: tm.raw, Config: s.whOf(r.Context()).objects.ClientConfig(tm.meta.Location())}
 	if !staged {
-		res.MetadataLocation = tm.location
+		res.MetadataLocation = &tm.location
 		if w.Header().Get("ETag") == "" { // loadTable sets its mode's
 			setETag(w, tm.location)
 		}
@@ -192,13 +195,13 @@ func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd
 }
 
 type createTableRequest struct {
-	Name          string                 `json:"name"`
-	Location      string                 `json:"location"`
-	Schema        *iceberg.Schema        `json:"schema"`
-	PartitionSpec *iceberg.PartitionSpec `json:"partition-spec"`
-	WriteOrder    *table.SortOrder       `json:"write-order"`
-	StageCreate   bool                   `json:"stage-create"`
-	Properties    stringMap              `json:"properties"`
+	Name          string                  `json:"name"`
+	Location      string                  `json:"location"`
+	Schema        *iceberg.Schema         `json:"schema"`
+	PartitionSpec requestPartitionSpec    `json:"partition-spec"`
+	WriteOrder    *table.UnboundSortOrder `json:"write-order"`
+	StageCreate   bool                    `json:"stage-create"`
+	Properties    stringMap               `json:"properties"`
 }
 
 func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
@@ -219,8 +222,8 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err := validateProperties(req.Properties); err != nil {
 		return err
 	}
-	if req.PartitionSpec != nil {
-		for _, f := range req.PartitionSpec.Fields() {
+	if req.PartitionSpec.spec != nil {
+		for _, f := range req.PartitionSpec.spec.Fields() {
 			if err := checkSourceIDs(f.Name, f.SourceIDs); err != nil {
 				return err
 			}
@@ -263,13 +266,13 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	order := table.UnsortedSortOrder
 	if req.WriteOrder != nil {
-		order = *req.WriteOrder
+		order = req.WriteOrder.SortOrder
 	}
 	tableUUID, err := uuid.NewV7()
 	if err != nil {
 		return err
 	}
-	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec, order, loc, iceberg.Properties(req.Properties), tableUUID)
+	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec.spec, order, loc, iceberg.Properties(req.Properties), tableUUID)
 	if err != nil {
 		return badRequest("invalid table definition: %v", err)
 	}
@@ -472,6 +475,7 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 		probe.Updates = json.RawMessage("[]")
 	}
 	req := commitTableRequest{Identifier: probe.Identifier}
+	probe.Updates = addedSpecsWithoutNullIDs(probe.Updates)
 	reqs, err := nullMissingRefSnapshotIDs(probe.Requirements)
 	if err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
@@ -620,6 +624,106 @@ func checkAddedSpecSources(updates json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// requestPartitionSpec is the partition spec of a create-table request
+// (nil when absent or null), decoded as specWithoutNullIDs reads it. It is
+// unbound: its source ids refer to the request's schema, whose ids a
+// client numbers as it likes (Spark numbers a new table's columns from 0);
+// table.NewMetadataWithUUID binds it to that schema by name and assigns
+// fresh ids, as it does the write order (table.UnboundSortOrder).
+type requestPartitionSpec struct{ spec *iceberg.PartitionSpec }
+
+func (p *requestPartitionSpec) UnmarshalJSON(b []byte) error {
+	if isAbsent(b) {
+		p.spec = nil
+		return nil
+	}
+	var u iceberg.UnboundPartitionSpec
+	if err := json.Unmarshal(specWithoutNullIDs(b), &u); err != nil {
+		return err
+	}
+	p.spec = &u.PartitionSpec
+	return nil
+}
+
+// specWithoutNullIDs returns the partition spec raw with a null spec-id,
+// and a null field-id in any of its fields, left out: absent, as the
+// reference parser reads an unbound spec's missing ids, to be assigned.
+// iceberg-rust's unbound spec serialises both as null when unset (its
+// builder's usual output); iceberg-go refuses the null. Anything that is
+// not an object of that shape is returned as it is, for the parser to
+// refuse.
+func specWithoutNullIDs(raw json.RawMessage) json.RawMessage {
+	if !bytes.Contains(raw, []byte("null")) {
+		return raw
+	}
+	var spec map[string]json.RawMessage
+	if json.Unmarshal(raw, &spec) != nil {
+		return raw
+	}
+	changed := false
+	if v, ok := spec["spec-id"]; ok && isAbsent(v) {
+		delete(spec, "spec-id")
+		changed = true
+	}
+	var fields []map[string]json.RawMessage
+	if json.Unmarshal(spec["fields"], &fields) == nil {
+		fieldsChanged := false
+		for _, f := range fields {
+			if v, ok := f["field-id"]; ok && isAbsent(v) {
+				delete(f, "field-id")
+				fieldsChanged = true
+			}
+		}
+		if fieldsChanged {
+			b, err := json.Marshal(fields)
+			if err != nil {
+				return raw
+			}
+			spec["fields"], changed = b, true
+		}
+	}
+	if !changed {
+		return raw
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// addedSpecsWithoutNullIDs applies specWithoutNullIDs to the spec of each
+// add-spec update in the list updates.
+func addedSpecsWithoutNullIDs(updates json.RawMessage) json.RawMessage {
+	if !bytes.Contains(updates, []byte("add-spec")) || !bytes.Contains(updates, []byte("null")) {
+		return updates
+	}
+	var list []map[string]json.RawMessage
+	if json.Unmarshal(updates, &list) != nil {
+		return updates // not a list of objects: the parser says why
+	}
+	changed := false
+	for _, u := range list {
+		var action string
+		if json.Unmarshal(u["action"], &action) != nil || action != "add-spec" {
+			continue
+		}
+		if spec, ok := u["spec"]; ok {
+			if norm := specWithoutNullIDs(spec); !bytes.Equal(norm, spec) {
+				u["spec"], changed = norm, true
+			}
+		}
+	}
+	if !changed {
+		return updates
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return updates
+	}
+	return b
 }
 
 // checkRefRetention refuses a set-snapshot-ref whose retention the
