@@ -336,6 +336,39 @@ func (s *Server) defaultLocation(ctx context.Context, id fsm.Ident) string {
 	return s.whOf(ctx).location + "/" + strings.Join(external(id.Namespace), "/") + "/" + id.Name
 }
 
+// claimCheck is fsm.Reader.CheckClaim for a table, CheckViewClaim for a
+// view.
+type claimCheck func(rd *fsm.Reader, id fsm.Ident, loc string) error
+
+// newDefaultLocation is the location of a new table or view at id whose
+// request gave none. It is defaultLocation, unless that is held by
+// another live table (or view, for a view) whose location equals it or
+// lies inside it: after a rename, which moves a name and keeps the
+// location, the old name's default location still belongs to the renamed
+// object, and so would be refused to a new object of that name (Spark's
+// "rename the live table away, recreate it" pattern). Then it is
+// defaultLocation-<the new object's UUID>, which no other object holds.
+// When that is held too (the default lies inside another table's
+// location) it is defaultLocation, and the claim check that follows
+// refuses it, naming the owner; a location being purged is never avoided
+// either: that refusal is the tombstone's.
+//
+// It is advice, like every check before Apply: a create that races
+// another for the location is refused by the state machine.
+func (s *Server) newDefaultLocation(ctx context.Context, id fsm.Ident, objectUUID uuid.UUID, claim claimCheck) (string, error) {
+	loc := s.defaultLocation(ctx, id)
+	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		if !errors.Is(claim(rd, id, loc), fsm.ErrLocationInUse) {
+			return nil
+		}
+		if alt := loc + "-" + objectUUID.String(); claim(rd, id, alt) == nil {
+			loc = alt
+		}
+		return nil
+	})
+	return loc, err
+}
+
 // Location limits: S3 keys end at 1024 bytes and file names at 255, and a
 // table's files add their own names below its location.
 const (

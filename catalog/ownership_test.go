@@ -328,3 +328,81 @@ func TestOverlongNamesAndLocationsAre400(t *testing.T) {
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Equal(t, before, n.state(t))
 }
+
+// A rename keeps the location, so the old name's default location still
+// belongs to the renamed table or view. A new object under the old name
+// (Spark's "rename the live table away, create it again") gets a default
+// location of its own, <default>-<its UUID>, instead of a 409 for a name
+// that does not exist. A table named like a namespace holding tables
+// likewise. A default location inside another table's stays refused, and
+// a location being purged is never avoided.
+func TestNewObjectUnderARenamedNameGetsItsOwnLocation(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db"}}).status)
+	location := func(r response) string {
+		return r.json(t)["metadata"].(map[string]any)["location"].(string)
+	}
+	uuidOf := func(r response) string {
+		m := r.json(t)["metadata"].(map[string]any)
+		if u, ok := m["table-uuid"]; ok {
+			return u.(string)
+		}
+		return m["view-uuid"].(string)
+	}
+
+	r := n.do(t, "POST", "/v1/namespaces/db/tables", withName("e2"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, n.warehouse+"/db/e2", location(r))
+	r = n.do(t, "POST", "/v1/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"db"}, "name": "e2"}, "destination": map[string]any{"namespace": []string{"db"}, "name": "e2_old"}})
+	require.Equal(t, 204, r.status, "%s", r.body)
+	for _, stage := range []bool{true, false} {
+		body := withName("e2")
+		body["stage-create"] = stage
+		r = n.do(t, "POST", "/v1/namespaces/db/tables", body)
+		require.Equal(t, 200, r.status, "staged %v: %s", stage, r.body)
+		assert.Equal(t, n.warehouse+"/db/e2-"+uuidOf(r), location(r), "staged %v", stage)
+	}
+	r = n.do(t, "GET", "/v1/namespaces/db/tables/e2_old", nil)
+	assert.Equal(t, n.warehouse+"/db/e2", location(r), "the renamed table keeps its location")
+
+	// Views: the same after a view rename.
+	r = n.vdo(t, "POST", "/v1/namespaces/db/views", createViewBody("v2", "select 1", "db"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, 204, n.vdo(t, "POST", "/v1/views/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"db"}, "name": "v2"}, "destination": map[string]any{"namespace": []string{"db"}, "name": "v2_old"}}).status)
+	r = n.vdo(t, "POST", "/v1/namespaces/db/views", createViewBody("v2", "select 2", "db"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, n.warehouse+"/db/v2-"+uuidOf(r), location(r))
+
+	// A table named like a namespace that holds a table: the default
+	// location would contain that table's.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db", "jv"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/db%1Fjv/tables", withName("x")).status)
+	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("jv"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, n.warehouse+"/db/jv-"+uuidOf(r), location(r))
+
+	// The other way round: the default location of a table in namespace
+	// db.e2 lies inside that of db.e2_old (renamed from db.e2). Refused,
+	// naming it.
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"db", "e2"}}).status)
+	before := n.state(t)
+	r = n.do(t, "POST", "/v1/namespaces/db%1Fe2/tables", withName("y"))
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "db.e2_old")
+	assert.Equal(t, before, n.state(t))
+
+	// A location being purged is refused, not avoided.
+	r = n.do(t, "DELETE", "/v1/namespaces/db/tables/e2_old?purgeRequested=true", nil, "X-Gravitino-Async-Purge", "true")
+	require.Equal(t, 204, r.status, "%s", r.body)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/db/tables/e2", nil).status)
+	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("e2"))
+	if r.status == 409 {
+		assert.Contains(t, string(r.body), "purge")
+	} else {
+		// The purge finished first: the location is free again.
+		require.Equal(t, 200, r.status, "%s", r.body)
+		assert.Equal(t, n.warehouse+"/db/e2", location(r))
+	}
+}

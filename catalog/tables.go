@@ -245,14 +245,20 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	tableUUID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
-		loc = s.defaultLocation(r.Context(), id)
-	}
-	if err := checkNewLocationSpelling(loc); err != nil {
-		if req.Location == "" {
+		if err := checkNewLocationSpelling(s.defaultLocation(r.Context(), id)); err != nil {
 			return badRequest("table name %q cannot make a default location (%v): give the table a location", req.Name, err)
 		}
+		if loc, err = s.newDefaultLocation(r.Context(), id, tableUUID, (*fsm.Reader).CheckClaim); err != nil {
+			return err
+		}
+	}
+	if err := checkNewLocationSpelling(loc); err != nil {
 		return err
 	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {
@@ -267,10 +273,6 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	order := table.UnsortedSortOrder
 	if req.WriteOrder != nil {
 		order = req.WriteOrder.SortOrder
-	}
-	tableUUID, err := uuid.NewV7()
-	if err != nil {
-		return err
 	}
 	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec.spec, order, loc, iceberg.Properties(req.Properties), tableUUID)
 	if err != nil {

@@ -247,14 +247,20 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkViewName(r.Context(), id); err != nil {
 		return err
 	}
+	viewUUID, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
-		loc = s.defaultLocation(r.Context(), id)
-	}
-	if err := checkNewLocationSpelling(loc); err != nil {
-		if req.Location == "" {
+		if err := checkNewLocationSpelling(s.defaultLocation(r.Context(), id)); err != nil {
 			return badRequest("view name %q cannot make a default location (%v): give the view a location", req.Name, err)
 		}
+		if loc, err = s.newDefaultLocation(r.Context(), id, viewUUID, (*fsm.Reader).CheckViewClaim); err != nil {
+			return err
+		}
+	}
+	if err := checkNewLocationSpelling(loc); err != nil {
 		return err
 	}
 	if err := s.checkLocation(r.Context(), loc); err != nil {
@@ -264,10 +270,6 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.checkViewOwner(r.Context(), id, loc); err != nil {
-		return err
-	}
-	viewUUID, err := uuid.NewV7()
-	if err != nil {
 		return err
 	}
 	// The builder gives the version id 1 and the schema id it assigns to
