@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -21,14 +20,10 @@ import (
 	"github.com/floe-catalog/floe/transport"
 )
 
-// These mirror internal/raftnode's unexported transport settings
-// (transportMaxPool, transportTimeout) and snapshot retention; keep them in
-// step so the raw baseline runs Raft exactly as a floe node does.
-const (
-	rawTransportMaxPool  = 3
-	rawTransportTimeout  = 10 * time.Second
-	rawSnapshotsRetained = 2
-)
+// rawSnapshotsRetained mirrors internal/raftnode's unexported snapshot
+// retention; keep it in step so the raw baseline runs Raft exactly as a
+// floe node does (the transport is raftnode.NewNetworkTransport itself).
+const rawSnapshotsRetained = 2
 
 // RawFSM selects the state machine of a raw Raft cluster.
 type RawFSM int
@@ -53,7 +48,7 @@ func (k RawFSM) String() string {
 // RawCluster is a hashicorp/raft cluster inside this process built from
 // floe's parts: the internal/raftlog bbolt log and stable store, the
 // cluster port of package transport (transport.Listen, then
-// raft.NewNetworkTransport on its RaftLayer) and internal/raftnode's
+// raftnode.NewNetworkTransport on its RaftLayer) and internal/raftnode's
 // default Raft settings. It has no catalog, no HTTP and no forwarding: it is
 // what floe's commits would cost if they were nothing but log entries.
 type RawCluster struct {
@@ -122,7 +117,7 @@ func StartRawCluster(ctx context.Context, dir string, size int, kind RawFSM, log
 			rc.closeNode(n)
 			return rc, err
 		}
-		n.trans = raft.NewNetworkTransportWithLogger(n.mux.RaftLayer(), rawTransportMaxPool, rawTransportTimeout, hlog)
+		n.trans = raftnode.NewNetworkTransport(n.mux.RaftLayer(), hlog)
 		rc.Nodes = append(rc.Nodes, n)
 		servers = append(servers, raft.Server{ID: n.id, Address: n.trans.LocalAddr(), Suffrage: raft.Voter})
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -86,6 +87,34 @@ const (
 	transportTimeout  = 10 * time.Second
 	monitorInterval   = 100 * time.Millisecond
 )
+
+// NewNetworkTransport is the Raft transport a node runs over stream:
+// hashicorp/raft's NetworkTransport with a pool of 3 connections per peer,
+// a 10 s I/O deadline, and no pipelined replication (MaxRPCsInFlight 1:
+// each AppendEntries to a follower waits for its answer before the next).
+//
+// hashicorp/raft's pipeline (v1.8.0) can deadlock: when its decoder stops,
+// on a follower's Success=false (a log mismatch after a restart) or an
+// answer from a newer term, a send already under way blocks on a hand-off
+// to the response reader, which blocks on the decoder that has gone, and
+// the pipeline is closed only once that send returns. The follower then
+// gets heartbeats but no more entries, so it never calls an election that
+// would heal it; and Raft's Shutdown waits for that goroutine forever.
+// Synchronous replication has no such hand-off; Raft still batches every
+// entry waiting for a follower into one request, and hashicorp's own
+// measurements show pipelining barely helps with batching.
+//
+// Tools that build raw Raft clusters to compare floe against use it too,
+// so the comparison keeps to the same transport.
+func NewNetworkTransport(stream raft.StreamLayer, logger hclog.Logger) *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:          stream,
+		MaxPool:         transportMaxPool,
+		Timeout:         transportTimeout,
+		Logger:          logger,
+		MaxRPCsInFlight: 1,
+	})
+}
 
 // Config configures a Node. DataDir and ClusterAddr are required.
 type Config struct {
@@ -398,7 +427,7 @@ func Open(cfg Config) (*Node, error) {
 		// whether its ID is a member (see Config.RejoinAsNonvoter).
 		n.hold.held.Store(true)
 	}
-	n.trans = &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithLogger(layer, transportMaxPool, transportTimeout, hlog)}
+	n.trans = &gatedTransport{NetworkTransport: NewNetworkTransport(layer, hlog)}
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
 		cfg.NodeID = string(n.trans.LocalAddr())

@@ -440,3 +440,13 @@ func TestProposeContextEnded(t *testing.T) {
 type unknownCommand struct{}
 
 func (unknownCommand) Type() fsm.CommandType { return 0x7d }
+
+// Replication to followers is synchronous: hashicorp/raft's pipelined
+// replication can deadlock once a follower answers Success=false or a newer
+// term, leaving that follower without entries and Shutdown waiting forever
+// (NewNetworkTransport).
+func TestTransportDoesNotPipelineReplication(t *testing.T) {
+	n := mustOpen(t, testConfig(t, t.TempDir(), freeAddr(t)))
+	_, err := n.trans.AppendEntriesPipeline("peer", "127.0.0.1:1")
+	require.ErrorIs(t, err, raft.ErrPipelineReplicationNotSupported)
+}
