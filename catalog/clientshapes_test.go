@@ -891,13 +891,27 @@ var icebergRustShapes = []shape{
 		body:   `{"identifier":{"namespace":["rdb"],"name":"t"},"requirements":[{"type":"assert-table-uuid","uuid":"00000000-0000-7000-8000-000000000000"}],"updates":[]}`,
 		status: 409, errType: "CommitFailedException"},
 	// TableUpdate::AddSpec carries the same UnboundPartitionSpec; its ids
-	// are assigned by the catalog. Then the default is the last added.
+	// are assigned by the catalog: a new field gets the next above
+	// last-partition-id (never an id an earlier spec gave another field),
+	// a field of the same source and transform as an earlier one its id.
+	// Then the default is the last added.
 	{call: "update_table", method: "POST", target: "/v1/floe/namespaces/rdb/tables/t", headers: rustHeaders,
 		body: `{"identifier":{"namespace":["rdb"],"name":"t"},"requirements":[{"type":"assert-table-uuid","uuid":"{{uuid}}"}],"updates":[` +
-			`{"action":"add-spec","spec":{"spec-id":null,"fields":[{"source-id":1,"field-id":null,"name":"id_bucket","transform":"bucket[16]"},{"source-id":2,"field-id":null,"name":"data_trunc","transform":"truncate[4]"}]}},` +
+			`{"action":"add-spec","spec":{"spec-id":null,"fields":[{"source-id":2,"field-id":null,"name":"data_trunc","transform":"truncate[4]"}]}},` +
 			`{"action":"set-default-spec","spec-id":-1}]}`,
 		status: 200, checks: []check{changed("mdloc", "metadata-location"), save("mdloc", "metadata-location"),
-			is(1.0, "metadata", "default-spec-id"), is(1001.0, "metadata", "last-partition-id")}},
+			is(1.0, "metadata", "default-spec-id"), is(1001.0, "metadata", "last-partition-id"),
+			is(1001.0, "metadata", "partition-specs", "1", "fields", "0", "field-id")}},
+	{call: "update_table", method: "POST", target: "/v1/floe/namespaces/rdb/tables/t", headers: rustHeaders,
+		body: `{"identifier":{"namespace":["rdb"],"name":"t"},"requirements":[{"type":"assert-table-uuid","uuid":"{{uuid}}"}],"updates":[` +
+			`{"action":"add-spec","spec":{"spec-id":null,"fields":[{"source-id":2,"field-id":null,"name":"data_trunc","transform":"truncate[4]"},` +
+			`{"source-id":1,"field-id":null,"name":"id_bucket","transform":"bucket[16]"},{"source-id":1,"name":"id_ident","transform":"identity"}]}},` +
+			`{"action":"set-default-spec","spec-id":-1}]}`,
+		status: 200, checks: []check{changed("mdloc", "metadata-location"), save("mdloc", "metadata-location"),
+			is(2.0, "metadata", "default-spec-id"), is(1002.0, "metadata", "last-partition-id"),
+			is(1001.0, "metadata", "partition-specs", "2", "fields", "0", "field-id"),
+			is(1000.0, "metadata", "partition-specs", "2", "fields", "1", "field-id"),
+			is(1002.0, "metadata", "partition-specs", "2", "fields", "2", "field-id")}},
 	{call: "list_tables", method: "GET", target: "/v1/floe/namespaces/rdb/tables", headers: rustHeaders,
 		status: 200, checks: []check{is([]map[string]any{{"namespace": []string{"rdb"}, "name": "t"}}, "identifiers")}},
 	{call: "rename_table", method: "POST", target: "/v1/floe/tables/rename", headers: rustHeaders,

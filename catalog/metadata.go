@@ -361,7 +361,10 @@ func (s *Server) newDefaultLocation(ctx context.Context, id fsm.Ident, objectUUI
 		if !errors.Is(claim(rd, id, loc), fsm.ErrLocationInUse) {
 			return nil
 		}
-		if alt := loc + "-" + objectUUID.String(); claim(rd, id, alt) == nil {
+		// Only a location that passes checkLocation's limits (a long
+		// name plus the suffix may not): otherwise the owner's 409 says
+		// more than a 400 about a location the client never gave.
+		if alt := loc + "-" + objectUUID.String(); claim(rd, id, alt) == nil && s.checkLocation(ctx, alt) == nil {
 			loc = alt
 		}
 		return nil

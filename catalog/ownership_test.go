@@ -366,6 +366,33 @@ func TestNewObjectUnderARenamedNameGetsItsOwnLocation(t *testing.T) {
 	r = n.do(t, "GET", "/v1/namespaces/db/tables/e2_old", nil)
 	assert.Equal(t, n.warehouse+"/db/e2", location(r), "the renamed table keeps its location")
 
+	// A staged create completed by a commit without set-location (the
+	// catalog picks the location): the same, with the UUID the commit
+	// assigns, or the one the catalog gives it.
+	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("s1"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, 204, n.do(t, "POST", "/v1/tables/rename", map[string]any{
+		"source": map[string]any{"namespace": []string{"db"}, "name": "s1"}, "destination": map[string]any{"namespace": []string{"db"}, "name": "s1_old"}}).status)
+	const assigned = "01936f5e-0000-7000-8000-00000000beef"
+	for _, uuidUpdate := range [][]any{{map[string]any{"action": "assign-uuid", "uuid": assigned}}, nil} {
+		updates := append(uuidUpdate,
+			map[string]any{"action": "upgrade-format-version", "format-version": 2},
+			map[string]any{"action": "add-schema", "schema": tableBody["schema"]},
+			map[string]any{"action": "set-current-schema", "schema-id": -1},
+			map[string]any{"action": "add-spec", "spec": map[string]any{"spec-id": 0, "fields": []any{}}},
+			map[string]any{"action": "set-default-spec", "spec-id": -1},
+			map[string]any{"action": "add-sort-order", "sort-order": map[string]any{"order-id": 0, "fields": []any{}}},
+			map[string]any{"action": "set-default-sort-order", "sort-order-id": -1})
+		r = n.do(t, "POST", "/v1/namespaces/db/tables/s1", map[string]any{
+			"requirements": []any{map[string]any{"type": "assert-create"}}, "updates": updates})
+		require.Equal(t, 200, r.status, "%s", r.body)
+		if uuidUpdate != nil {
+			assert.Equal(t, assigned, uuidOf(r))
+		}
+		assert.Equal(t, n.warehouse+"/db/s1-"+uuidOf(r), location(r))
+		require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/db/tables/s1", nil).status)
+	}
+
 	// Views: the same after a view rename.
 	r = n.vdo(t, "POST", "/v1/namespaces/db/views", createViewBody("v2", "select 1", "db"))
 	require.Equal(t, 200, r.status, "%s", r.body)

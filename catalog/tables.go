@@ -440,6 +440,10 @@ type commitTableRequest struct {
 	Identifier   *tableIdentifier   `json:"identifier"`
 	Requirements table.Requirements `json:"requirements"`
 	Updates      table.Updates      `json:"updates"`
+	// unnumberedSpecs holds, by position in Updates, the spec of each
+	// add-spec update with a field that has no field-id (without the
+	// nulls): numberAddedSpecs numbers them against the table.
+	unnumberedSpecs map[int]json.RawMessage
 }
 
 type commitTableResponse struct {
@@ -477,7 +481,7 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 		probe.Updates = json.RawMessage("[]")
 	}
 	req := commitTableRequest{Identifier: probe.Identifier}
-	probe.Updates = addedSpecsWithoutNullIDs(probe.Updates)
+	probe.Updates, req.unnumberedSpecs = addedSpecs(probe.Updates)
 	reqs, err := nullMissingRefSnapshotIDs(probe.Requirements)
 	if err != nil {
 		return commitTableRequest{}, badRequest("invalid commit: %v", err)
@@ -696,36 +700,190 @@ func specWithoutNullIDs(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-// addedSpecsWithoutNullIDs applies specWithoutNullIDs to the spec of each
-// add-spec update in the list updates.
-func addedSpecsWithoutNullIDs(updates json.RawMessage) json.RawMessage {
-	if !bytes.Contains(updates, []byte("add-spec")) || !bytes.Contains(updates, []byte("null")) {
-		return updates
+// addedSpecs applies specWithoutNullIDs to the spec of each add-spec
+// update in the list updates, and returns, by position, those specs with a
+// field that has no field-id: iceberg-go numbers such fields from 1000
+// whatever the table holds, so that a new field would take the id of
+// another in an earlier spec. numberAddedSpecs numbers them against the
+// table instead.
+func addedSpecs(updates json.RawMessage) (json.RawMessage, map[int]json.RawMessage) {
+	if !bytes.Contains(updates, []byte("add-spec")) {
+		return updates, nil
 	}
 	var list []map[string]json.RawMessage
 	if json.Unmarshal(updates, &list) != nil {
-		return updates // not a list of objects: the parser says why
+		return updates, nil // not a list of objects: the parser says why
 	}
 	changed := false
-	for _, u := range list {
+	var unnumbered map[int]json.RawMessage
+	for i, u := range list {
 		var action string
 		if json.Unmarshal(u["action"], &action) != nil || action != "add-spec" {
 			continue
 		}
-		if spec, ok := u["spec"]; ok {
-			if norm := specWithoutNullIDs(spec); !bytes.Equal(norm, spec) {
-				u["spec"], changed = norm, true
+		spec, ok := u["spec"]
+		if !ok {
+			continue
+		}
+		norm := specWithoutNullIDs(spec)
+		if !bytes.Equal(norm, spec) {
+			u["spec"], changed = norm, true
+		}
+		if hasUnnumberedField(norm) {
+			if unnumbered == nil {
+				unnumbered = map[int]json.RawMessage{}
 			}
+			unnumbered[i] = norm
 		}
 	}
 	if !changed {
-		return updates
+		return updates, unnumbered
 	}
 	b, err := json.Marshal(list)
 	if err != nil {
-		return updates
+		return updates, nil
+	}
+	return b, unnumbered
+}
+
+// specFields returns the fields of the partition spec raw, each as its
+// keys; false when raw is not a spec object with a list of objects.
+func specFields(raw json.RawMessage) (map[string]json.RawMessage, []map[string]json.RawMessage, bool) {
+	var spec map[string]json.RawMessage
+	if json.Unmarshal(raw, &spec) != nil {
+		return nil, nil, false
+	}
+	var fields []map[string]json.RawMessage
+	if json.Unmarshal(spec["fields"], &fields) != nil {
+		return nil, nil, false
+	}
+	return spec, fields, true
+}
+
+func hasUnnumberedField(spec json.RawMessage) bool {
+	_, fields, ok := specFields(spec)
+	return ok && slices.ContainsFunc(fields, func(f map[string]json.RawMessage) bool {
+		_, has := f["field-id"]
+		return f != nil && !has
+	})
+}
+
+// firstPartitionFieldID is the id of a table's first partition field.
+const firstPartitionFieldID = 1000
+
+// numberAddedSpecs returns req's updates with the fields of each spec in
+// req.unnumberedSpecs given field ids as the reference implementation's
+// spec evolution does: the id of a field of the same source and transform
+// in any of the table's specs (base; nil for a staged create), or else the
+// next above the table's last-partition-id and every id in use. A field
+// numbered by the client keeps its id. The updates are built anew from the
+// table each time, so a commit retried on a newer version numbers against
+// that version. A spec that does not decode once numbered is a 400.
+func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Updates, error) {
+	if len(req.unnumberedSpecs) == 0 {
+		return req.Updates, nil
+	}
+	type sourceTransform struct {
+		source    int
+		transform string
+	}
+	ids := map[sourceTransform]int{}
+	next := firstPartitionFieldID
+	if base != nil {
+		for _, spec := range base.PartitionSpecs() {
+			for _, f := range spec.Fields() {
+				ids[sourceTransform{f.SourceID(), f.Transform.String()}] = f.FieldID
+				next = max(next, f.FieldID+1)
+			}
+		}
+		if last := base.LastPartitionSpecID(); last != nil {
+			next = max(next, *last+1)
+		}
+	}
+	out := slices.Clone(req.Updates)
+	for i := range out {
+		raw, ok := req.unnumberedSpecs[i]
+		if !ok {
+			continue
+		}
+		spec, fields, ok := specFields(raw)
+		if !ok {
+			continue
+		}
+		for _, f := range fields {
+			var id int
+			if json.Unmarshal(f["field-id"], &id) == nil {
+				next = max(next, id+1)
+			}
+		}
+		for _, f := range fields {
+			if _, has := f["field-id"]; has || f == nil {
+				continue
+			}
+			var field struct {
+				SourceID  *int   `json:"source-id"`
+				SourceIDs []int  `json:"source-ids"`
+				Transform string `json:"transform"`
+			}
+			if json.Unmarshal(mustMarshal(f), &field) != nil {
+				continue // the parser says why
+			}
+			key := sourceTransform{transform: field.Transform}
+			switch {
+			case field.SourceID != nil:
+				key.source = *field.SourceID
+			case len(field.SourceIDs) > 0:
+				key.source = field.SourceIDs[0]
+			}
+			if t, err := iceberg.ParseTransform(field.Transform); err == nil {
+				key.transform = t.String()
+			}
+			id, ok := ids[key]
+			if !ok {
+				id, next = next, next+1
+				ids[key] = id
+			}
+			f["field-id"] = json.RawMessage(strconv.Itoa(id))
+		}
+		spec["fields"] = mustMarshal(fields)
+		var numbered iceberg.UnboundPartitionSpec
+		if err := json.Unmarshal(mustMarshal(spec), &numbered); err != nil {
+			return nil, badRequest("invalid add-spec: %v", err)
+		}
+		out[i] = table.NewAddPartitionSpecUpdate(&numbered.PartitionSpec, false)
+	}
+	return out, nil
+}
+
+// mustMarshal marshals what was just unmarshalled from JSON, which cannot
+// fail.
+func mustMarshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
 	}
 	return b
+}
+
+// assignedUUID is the UUID the last assign-uuid update among updates
+// sets, if any.
+func assignedUUID(updates table.Updates) (uuid.UUID, bool) {
+	var (
+		found bool
+		last  uuid.UUID
+	)
+	for _, u := range updates {
+		if u.Action() != table.UpdateAssignUUID {
+			continue
+		}
+		var v struct {
+			UUID uuid.UUID `json:"uuid"`
+		}
+		if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &v) == nil {
+			last, found = v.UUID, true
+		}
+	}
+	return last, found
 }
 
 // checkRefRetention refuses a set-snapshot-ref whose retention the
@@ -1070,7 +1228,11 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 			return prepared{}, commitFailed("requirement failed for %s: %v", p.id, err)
 		}
 	}
-	for _, u := range p.req.Updates {
+	updates, err := numberAddedSpecs(base, p.req)
+	if err != nil {
+		return prepared{}, err
+	}
+	for _, u := range updates {
 		if err := u.Apply(builder); err != nil {
 			return prepared{}, badRequest("cannot apply %s to %s: %v", u.Action(), p.id, err)
 		}
@@ -1087,14 +1249,22 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 			ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
 		}, before: before, after: before, unchanged: true}, nil
 	}
-	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
-		if err := builder.SetLoc(s.defaultLocation(ctx, p.id)); err != nil {
-			return prepared{}, err
+	if cur == nil {
+		tableUUID, assigned := assignedUUID(p.req.Updates)
+		if !assigned {
+			tableUUID = uuid.Must(uuid.NewV7())
+			if err := builder.SetUUID(tableUUID); err != nil {
+				return prepared{}, err
+			}
 		}
-	}
-	if cur == nil && !hasUpdate(p.req.Updates, table.UpdateAssignUUID) {
-		if err := builder.SetUUID(uuid.Must(uuid.NewV7())); err != nil {
-			return prepared{}, err
+		if !hasUpdate(p.req.Updates, table.UpdateSetLocation) {
+			loc, err := s.newDefaultLocation(ctx, p.id, tableUUID, (*fsm.Reader).CheckClaim)
+			if err != nil {
+				return prepared{}, err
+			}
+			if err := builder.SetLoc(loc); err != nil {
+				return prepared{}, err
+			}
 		}
 	}
 	meta, err := builder.Build()

@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	// Known label values start at zero, so they show before the first event.
-	for _, r := range []string{reasonInFlight, reasonMalformed, reasonHeadersTooLarge, reasonTransferEncoding} {
+	for _, r := range []string{reasonInFlight, reasonMalformed, reasonHeadersTooLarge, reasonTransferEncoding, reasonProtocolVersion} {
 		m.rejected.WithLabelValues(r)
 	}
 	m.tlsReloads.WithLabelValues(resultSuccess)

@@ -14,15 +14,17 @@ const (
 	reasonMalformed        = "malformed"
 	reasonHeadersTooLarge  = "headers_too_large"
 	reasonTransferEncoding = "transfer_encoding"
+	reasonProtocolVersion  = "protocol_version"
 )
 
 // netHTTPErrorHeaders is what net/http's server writes after the status
 // line of an answer it gives by itself, to a request it could not read
 // (http.Server.serve, Go 1.22 to 1.26): one Write on the connection, with
 // the status line, these headers and a plain-text body. A response from a
-// handler never has this shape: net/http writes its headers sorted, with a
-// Date and a length, and the catalog's bodies are JSON, in which CR LF
-// cannot appear unescaped.
+// handler never has this shape: net/http adds a Date header to every
+// handler's response (floe's handlers never suppress it) and writes the
+// handler's headers sorted, Connection before Content-Type; and the
+// catalog's bodies are JSON, in which CR LF cannot appear unescaped.
 const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
 // errorModelListener wraps the accepted connections of a plain-HTTP server
@@ -43,7 +45,8 @@ func (l errorModelListener) Accept() (net.Conn, error) {
 
 // errorModelConn rewrites net/http's own plain-text answers to requests it
 // cannot read (a path with an invalid %-escape, a malformed header or Host,
-// headers over the limit, an unsupported Transfer-Encoding) into the
+// headers over the limit, an unsupported Transfer-Encoding or HTTP
+// version) into the
 // Iceberg error model, so that a client's error handler reads a message and
 // a type instead of failing to parse the body. Every other write passes
 // through unchanged.
@@ -104,10 +107,13 @@ func (c *errorModelConn) errorModelAnswer(status int, detail string) []byte {
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
 		reason = reasonHeadersTooLarge
-		msg = "the request line and headers exceed this server's limit of " + strconv.Itoa(c.maxHeaderBytes) + " bytes (--http-max-header-bytes)"
+		msg = "the request line and headers exceed this server's limit (--http-max-header-bytes " + strconv.Itoa(c.maxHeaderBytes) + ", and 4096 bytes net/http allows beyond it)"
 	case http.StatusNotImplemented:
 		typ, reason = "UnsupportedOperationException", reasonTransferEncoding
 		msg = "unsupported Transfer-Encoding: only chunked is accepted"
+	case http.StatusHTTPVersionNotSupported:
+		typ, reason = "UnsupportedOperationException", reasonProtocolVersion
+		msg = "unsupported HTTP version: send HTTP/1.x, or HTTP/2 over TLS"
 	default:
 		msg = "malformed HTTP request: the request line, the URL (an invalid %-escape, say) or a header could not be parsed"
 		if detail != "" {

@@ -55,9 +55,11 @@ func TestRequestsNetHTTPCannotReadGetTheErrorModel(t *testing.T) {
 		{"no Host", "GET /v1/config HTTP/1.1\r\n\r\n",
 			"BadRequestException", "missing required Host header", reasonMalformed, http.StatusBadRequest},
 		{"headers over the limit", "GET /v1/config HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 16<<10) + "\r\n\r\n",
-			"BadRequestException", "limit of 1024 bytes", reasonHeadersTooLarge, http.StatusRequestHeaderFieldsTooLarge},
+			"BadRequestException", "--http-max-header-bytes 1024", reasonHeadersTooLarge, http.StatusRequestHeaderFieldsTooLarge},
 		{"unknown transfer encoding", "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
 			"UnsupportedOperationException", "Transfer-Encoding", reasonTransferEncoding, http.StatusNotImplemented},
+		{"HTTP/2 in plain text", "GET /v1/config HTTP/2.0\r\nHost: x\r\n\r\n",
+			"UnsupportedOperationException", "unsupported HTTP version", reasonProtocolVersion, http.StatusHTTPVersionNotSupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := value(s.m.rejected.WithLabelValues(tc.reason))
