@@ -114,6 +114,7 @@ FUZZ_TARGETS := \
 	./catalog:FuzzDecodeCommit \
 	./catalog:FuzzRequestBody \
 	./catalog:FuzzWithRequiredFields \
+	./catalog:FuzzWithEmptyCollections \
 	./transport:FuzzReadFrame \
 	./idempotency:FuzzParseKey
 

@@ -286,3 +286,61 @@ func countPresent(fields map[string]json.RawMessage) int {
 	}
 	return n
 }
+
+// withEmptyCollections changes nothing in a document but a null value of
+// a key named properties, blob-metadata or fields, which becomes the empty
+// map or list: not a key spelled with an escaped quote before it, not a
+// string that looks like one.
+func FuzzWithEmptyCollections(f *testing.F) {
+	for _, s := range []string{
+		`{"properties":null}`, `{"a":[{"blob-metadata":null,"fields":null,"properties":null}]}`,
+		`{"x\"properties":null}`, `{"a":"\"properties\":null"}`, `{"a":"\\","properties":null}`,
+		`{"properties":{"properties":"null"}}`, `{"fields":null,"fields2":null}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var before any
+		if json.Unmarshal([]byte(in), &before) != nil {
+			return
+		}
+		out := withEmptyCollections([]byte(in))
+		require.True(t, json.Valid(out), "%q -> %q", in, out)
+		var after any
+		require.NoError(t, json.Unmarshal(out, &after))
+		requireSameButEmptied(t, before, after, "", in)
+	})
+}
+
+// requireSameButEmptied requires after to equal before but where before
+// has null under one of emptyCollections' keys (key is the key holding
+// the values compared, "" for none).
+func requireSameButEmptied(t *testing.T, before, after any, key, in string) {
+	t.Helper()
+	if before == nil {
+		for _, c := range emptyCollections {
+			if `"`+key+`":null` == string(c.null) {
+				require.Equal(t, string(c.empty), `"`+key+`":`+string(mustMarshal(after)), "%q at %q", in, key)
+				return
+			}
+		}
+	}
+	switch b := before.(type) {
+	case map[string]any:
+		a, ok := after.(map[string]any)
+		require.True(t, ok, "%q at %q", in, key)
+		require.Len(t, a, len(b), "%q at %q", in, key)
+		for k, v := range b {
+			requireSameButEmptied(t, v, a[k], k, in)
+		}
+	case []any:
+		a, ok := after.([]any)
+		require.True(t, ok, "%q at %q", in, key)
+		require.Len(t, a, len(b), "%q at %q", in, key)
+		for i := range b {
+			requireSameButEmptied(t, b[i], a[i], "", in)
+		}
+	default:
+		require.Equal(t, before, after, "%q at %q", in, key)
+	}
+}

@@ -149,17 +149,34 @@ var emptyCollections = []struct{ null, empty []byte }{
 
 // withEmptyCollections replaces, in the compact metadata document raw,
 // each of emptyCollections' keys with a null value by the empty map or
-// list. A match is always such a key with a null value: inside a JSON
-// string the quote before the colon would be escaped, and the keys users
-// name (properties, snapshot summaries) hold strings, never null. raw
-// itself is not modified.
+// list. A match not preceded by a backslash is always such a key: in valid
+// JSON a quote followed by a name and '":' opens a key, unless it is an
+// escaped quote inside a string (a closing quote is never followed by a
+// letter). raw itself is not modified.
 func withEmptyCollections(raw []byte) []byte {
 	if !bytes.Contains(raw, []byte(`":null`)) {
 		return raw
 	}
 	for _, c := range emptyCollections {
-		if bytes.Contains(raw, c.null) {
-			raw = bytes.ReplaceAll(raw, c.null, c.empty)
+		var out []byte
+		rest := raw
+		for {
+			i := bytes.Index(rest, c.null)
+			if i < 0 {
+				break
+			}
+			if out == nil {
+				out = make([]byte, 0, len(raw))
+			}
+			if i > 0 && rest[i-1] == '\\' {
+				out = append(out, rest[:i+len(c.null)]...)
+			} else {
+				out = append(append(out, rest[:i]...), c.empty...)
+			}
+			rest = rest[i+len(c.null):]
+		}
+		if out != nil {
+			raw = append(out, rest...)
 		}
 	}
 	return raw
