@@ -707,3 +707,67 @@ func TestNullStatisticsPropertiesAreServedEmpty(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(raw), `"properties":null`, "the file a commit writes")
 }
+
+// Fields an add-spec sends without a field-id (or with 0) are numbered
+// against the table as spec evolution numbers them from format version 2:
+// an earlier field's id for the same source and transform, else the next
+// free id, never an id another field of the table or of the commit holds,
+// never twice in a spec. Version 1 specs are numbered by position.
+func TestAddedSpecFieldsAreNumberedAgainstTheTable(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	schema := map[string]any{"type": "struct", "schema-id": 0, "fields": []any{
+		map[string]any{"id": 1, "name": "id", "type": "long", "required": true},
+		map[string]any{"id": 2, "name": "data", "type": "string", "required": false},
+		map[string]any{"id": 3, "name": "cat", "type": "string", "required": false}}}
+	create := func(name string, props map[string]any) {
+		r := n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": name, "schema": schema, "properties": props,
+			"partition-spec": map[string]any{"spec-id": 0, "fields": []any{map[string]any{"source-id": 2, "field-id": 1000, "name": "data", "transform": "identity"}}}})
+		require.Equal(t, 200, r.status, "%s", r.body)
+	}
+	field := func(source int, name, transform string, id any) map[string]any {
+		f := map[string]any{"source-id": source, "name": name, "transform": transform}
+		if id != "absent" {
+			f["field-id"] = id
+		}
+		return f
+	}
+	addSpecs := func(name string, specs ...[]any) response {
+		var updates []any
+		for _, fields := range specs {
+			updates = append(updates, map[string]any{"action": "add-spec", "spec": map[string]any{"fields": fields}})
+		}
+		return n.do(t, "POST", "/v1/namespaces/a/tables/"+name, map[string]any{"updates": updates})
+	}
+	ids := func(r response, spec int) []any {
+		var out []any
+		specs := r.json(t)["metadata"].(map[string]any)["partition-specs"].([]any)
+		for _, f := range specs[spec].(map[string]any)["fields"].([]any) {
+			out = append(out, f.(map[string]any)["field-id"])
+		}
+		return out
+	}
+
+	create("v2", nil)
+	// Explicit 1001 in the first spec, then a new field without an id and
+	// one like spec 0's, with 0: 1002 and 1000.
+	r := addSpecs("v2",
+		[]any{field(3, "cat", "identity", 1001)},
+		[]any{field(1, "id_bucket", "bucket[4]", "absent"), field(2, "data", "identity", 0)})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, []any{1001.0}, ids(r, 1))
+	assert.Equal(t, []any{1002.0, 1000.0}, ids(r, 2))
+	assert.Equal(t, 1002.0, r.json(t)["metadata"].(map[string]any)["last-partition-id"])
+	// Two fields that would reuse the same id: the second gets a new one.
+	r = addSpecs("v2", []any{field(3, "cat", "identity", nil), field(3, "cat2", "identity", nil)})
+	require.Equal(t, 400, r.status, "two identity fields of one column are refused anyway: %s", r.body)
+	r = addSpecs("v2", []any{field(3, "cat_void", "void", nil), field(2, "data_void", "void", nil), field(3, "cat", "identity", nil)})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, []any{1003.0, 1004.0, 1001.0}, ids(r, 3))
+
+	// Version 1: ids by position, as iceberg-go requires of v1 specs.
+	create("v1", map[string]any{"format-version": "1"})
+	r = addSpecs("v1", []any{field(2, "data", "identity", nil), field(3, "cat", "identity", nil)})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, []any{1000.0, 1001.0}, ids(r, 1))
+}

@@ -763,36 +763,73 @@ func specFields(raw json.RawMessage) (map[string]json.RawMessage, []map[string]j
 func hasUnnumberedField(spec json.RawMessage) bool {
 	_, fields, ok := specFields(spec)
 	return ok && slices.ContainsFunc(fields, func(f map[string]json.RawMessage) bool {
-		_, has := f["field-id"]
-		return f != nil && !has
+		return f != nil && !hasFieldID(f)
 	})
+}
+
+// hasFieldID reports whether the partition field f carries a field id:
+// present and not 0, which iceberg-go, like an absent one, numbers itself.
+func hasFieldID(f map[string]json.RawMessage) bool {
+	v, ok := f["field-id"]
+	if !ok {
+		return false
+	}
+	var id int
+	return json.Unmarshal(v, &id) != nil || id != 0 // not a number: the parser says why
 }
 
 // firstPartitionFieldID is the id of a table's first partition field.
 const firstPartitionFieldID = 1000
 
+// partitionFieldKey identifies a partition field across specs for id
+// reuse: its source columns and its transform.
+type partitionFieldKey struct {
+	sources   string
+	transform string
+}
+
+// fieldKey is the partitionFieldKey of a field as a request spells it.
+func fieldKey(f map[string]json.RawMessage) partitionFieldKey {
+	var field struct {
+		SourceID  *int   `json:"source-id"`
+		SourceIDs []int  `json:"source-ids"`
+		Transform string `json:"transform"`
+	}
+	_ = json.Unmarshal(mustMarshal(f), &field) // a malformed field: the parser says why
+	sources := field.SourceIDs
+	if field.SourceID != nil {
+		sources = []int{*field.SourceID}
+	}
+	k := partitionFieldKey{sources: fmt.Sprint(sources), transform: field.Transform}
+	if t, err := iceberg.ParseTransform(field.Transform); err == nil {
+		k.transform = t.String()
+	}
+	return k
+}
+
 // numberAddedSpecs returns req's updates with the fields of each spec in
 // req.unnumberedSpecs given field ids as the reference implementation's
-// spec evolution does: the id of a field of the same source and transform
-// in any of the table's specs (base; nil for a staged create), or else the
-// next above the table's last-partition-id and every id in use. A field
-// numbered by the client keeps its id. The updates are built anew from the
+// spec evolution does from format version 2: the id of a field of the
+// same source columns and transform in one of the table's specs (base; nil
+// for a staged create) or in a spec added earlier in the commit, or else
+// the next above the table's last-partition-id and every id in use. A
+// field numbered by the client keeps its id; no id is given twice within
+// a spec. Version 1 specs are left to iceberg-go, which numbers them by
+// position, as that version requires. The updates are built anew from the
 // table each time, so a commit retried on a newer version numbers against
 // that version. A spec that does not decode once numbered is a 400.
 func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Updates, error) {
 	if len(req.unnumberedSpecs) == 0 {
 		return req.Updates, nil
 	}
-	type sourceTransform struct {
-		source    int
-		transform string
-	}
-	ids := map[sourceTransform]int{}
+	ids := map[partitionFieldKey]int{}
 	next := firstPartitionFieldID
+	version := stagedFormatVersion(req.Updates)
 	if base != nil {
+		version = base.Version()
 		for _, spec := range base.PartitionSpecs() {
 			for _, f := range spec.Fields() {
-				ids[sourceTransform{f.SourceID(), f.Transform.String()}] = f.FieldID
+				ids[partitionFieldKey{fmt.Sprint(f.SourceIDs), f.Transform.String()}] = f.FieldID
 				next = max(next, f.FieldID+1)
 			}
 		}
@@ -800,51 +837,68 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 			next = max(next, *last+1)
 		}
 	}
+	// learn records the fields of a spec as it will be added.
+	learn := func(fields []map[string]json.RawMessage) {
+		for _, f := range fields {
+			var id int
+			if f != nil && json.Unmarshal(f["field-id"], &id) == nil && id != 0 {
+				ids[fieldKey(f)] = id
+				next = max(next, id+1)
+			}
+		}
+	}
 	out := slices.Clone(req.Updates)
-	for i := range out {
-		raw, ok := req.unnumberedSpecs[i]
-		if !ok {
+	for i, u := range out {
+		switch u.Action() {
+		case table.UpdateUpgradeFormatVersion:
+			var v struct {
+				FormatVersion int `json:"format-version"`
+			}
+			if json.Unmarshal(mustMarshal(u), &v) == nil {
+				version = max(version, v.FormatVersion)
+			}
+			continue
+		case table.UpdateAddSpec:
+		default:
+			continue
+		}
+		raw, unnumbered := req.unnumberedSpecs[i]
+		if !unnumbered {
+			var added struct {
+				Spec json.RawMessage `json:"spec"`
+			}
+			if json.Unmarshal(mustMarshal(u), &added) == nil {
+				if _, fields, ok := specFields(added.Spec); ok {
+					learn(fields)
+				}
+			}
 			continue
 		}
 		spec, fields, ok := specFields(raw)
-		if !ok {
+		if !ok || version < 2 {
 			continue
 		}
+		used := map[int]bool{}
 		for _, f := range fields {
 			var id int
-			if json.Unmarshal(f["field-id"], &id) == nil {
+			if f != nil && hasFieldID(f) && json.Unmarshal(f["field-id"], &id) == nil {
+				used[id] = true
 				next = max(next, id+1)
 			}
 		}
 		for _, f := range fields {
-			if _, has := f["field-id"]; has || f == nil {
+			if f == nil || hasFieldID(f) {
 				continue
 			}
-			var field struct {
-				SourceID  *int   `json:"source-id"`
-				SourceIDs []int  `json:"source-ids"`
-				Transform string `json:"transform"`
-			}
-			if json.Unmarshal(mustMarshal(f), &field) != nil {
-				continue // the parser says why
-			}
-			key := sourceTransform{transform: field.Transform}
-			switch {
-			case field.SourceID != nil:
-				key.source = *field.SourceID
-			case len(field.SourceIDs) > 0:
-				key.source = field.SourceIDs[0]
-			}
-			if t, err := iceberg.ParseTransform(field.Transform); err == nil {
-				key.transform = t.String()
-			}
+			key := fieldKey(f)
 			id, ok := ids[key]
-			if !ok {
+			if !ok || used[id] {
 				id, next = next, next+1
-				ids[key] = id
 			}
+			used[id] = true
 			f["field-id"] = json.RawMessage(strconv.Itoa(id))
 		}
+		learn(fields)
 		spec["fields"] = mustMarshal(fields)
 		var numbered iceberg.UnboundPartitionSpec
 		if err := json.Unmarshal(mustMarshal(spec), &numbered); err != nil {

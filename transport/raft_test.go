@@ -77,7 +77,12 @@ func startCluster(t *testing.T, tlsFiles []*TLSFiles) []*testNode {
 		conf.CommitTimeout = 5 * time.Millisecond
 		conf.Logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard})
 
-		trans := raft.NewNetworkTransport(n.mux.RaftLayer(), 3, 2*time.Second, io.Discard)
+		// No pipelined replication, as a node runs (raftnode.NewNetworkTransport):
+		// hashicorp/raft's pipeline can deadlock and hang Shutdown.
+		trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: n.mux.RaftLayer(), MaxPool: 3, Timeout: 2 * time.Second,
+			Logger: hclog.New(&hclog.LoggerOptions{Output: io.Discard}), MaxRPCsInFlight: 1,
+		})
 		logs := raft.NewInmemStore()
 		r, err := raft.NewRaft(conf, n.fsm, logs, logs, raft.NewInmemSnapshotStore(), trans)
 		require.NoError(t, err)

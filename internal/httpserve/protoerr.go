@@ -113,7 +113,7 @@ func (c *errorModelConn) errorModelAnswer(status int, detail string) []byte {
 		msg = "unsupported Transfer-Encoding: only chunked is accepted"
 	case http.StatusHTTPVersionNotSupported:
 		typ, reason = "UnsupportedOperationException", reasonProtocolVersion
-		msg = "unsupported HTTP version: send HTTP/1.x, or HTTP/2 over TLS"
+		msg = "unsupported HTTP version: this port serves HTTP/1.1"
 	default:
 		msg = "malformed HTTP request: the request line, the URL (an invalid %-escape, say) or a header could not be parsed"
 		if detail != "" {

@@ -94,15 +94,16 @@ const (
 // each AppendEntries to a follower waits for its answer before the next).
 //
 // hashicorp/raft's pipeline (v1.8.0) can deadlock: when its decoder stops,
-// on a follower's Success=false (a log mismatch after a restart) or an
-// answer from a newer term, a send already under way blocks on a hand-off
-// to the response reader, which blocks on the decoder that has gone, and
-// the pipeline is closed only once that send returns. The follower then
-// gets heartbeats but no more entries, so it never calls an election that
-// would heal it; and Raft's Shutdown waits for that goroutine forever.
-// Synchronous replication has no such hand-off; Raft still batches every
-// entry waiting for a follower into one request, and hashicorp's own
-// measurements show pipelining barely helps with batching.
+// on a follower's Success=false (a log mismatch after a restart; a failed
+// read looks the same) or an answer from a newer term, a send under way,
+// or one started after (a select may still pick another ready case), blocks
+// on a hand-off to the response reader, which blocks on the decoder that
+// has gone, and the pipeline is closed only once that send returns. The
+// follower then gets heartbeats but no more entries, so it never calls an
+// election that would heal it; and Raft's Shutdown waits for that
+// goroutine forever. Synchronous replication has no such hand-off; each
+// request still carries up to MaxAppendEntries (64) waiting entries, and
+// hashicorp's own measurements show pipelining barely helps with batching.
 //
 // Tools that build raw Raft clusters to compare floe against use it too,
 // so the comparison keeps to the same transport.
