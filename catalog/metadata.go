@@ -373,8 +373,10 @@ type claimCheck func(rd *fsm.Reader, id fsm.Ident, loc string) error
 // It is advice, like every check before Apply: a create that races
 // another for the location is refused by the state machine.
 func (s *Server) newDefaultLocation(ctx context.Context, id fsm.Ident, objectUUID uuid.UUID, claim claimCheck) (string, error) {
-	loc := s.defaultLocation(ctx, id)
+	def := s.defaultLocation(ctx, id)
+	var loc string
 	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		loc = def
 		if !errors.Is(claim(rd, id, loc), fsm.ErrLocationInUse) {
 			return nil
 		}

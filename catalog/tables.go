@@ -854,7 +854,7 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 			var v struct {
 				FormatVersion int `json:"format-version"`
 			}
-			if json.Unmarshal(mustMarshal(u), &v) == nil {
+			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &v) == nil {
 				version = max(version, v.FormatVersion)
 			}
 			continue
@@ -867,7 +867,7 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 			var added struct {
 				Spec json.RawMessage `json:"spec"`
 			}
-			if json.Unmarshal(mustMarshal(u), &added) == nil {
+			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &added) == nil {
 				if _, fields, ok := specFields(added.Spec); ok {
 					learn(fields)
 				}
@@ -909,8 +909,10 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 	return out, nil
 }
 
-// mustMarshal marshals what was just unmarshalled from JSON, which cannot
-// fail.
+// mustMarshal marshals JSON values this package just unmarshalled (maps
+// and lists of json.RawMessage), which cannot fail. Values of other
+// packages (iceberg-go's updates) are marshalled with their errors
+// checked instead.
 func mustMarshal(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
