@@ -189,9 +189,14 @@ func tableDropped(t *txn, c Command, res Result) []Event {
 	out := []Event{{Type: EventTableDropped, AtMs: cmd.AtMs, Ident: identPtr(cmd.Ident), UUID: tb.UUID,
 		MetadataLocation: tb.MetadataLocation, Purge: cmd.Purge}}
 	if cmd.Purge && cmd.Job != nil {
-		out[0].PurgeJob = &PurgeJobEvent{ID: cmd.Job.ID}
 		// The job this entry added, as addPurgeJob made it: not read back.
-		out = append(out, jobEvent(newPurgeJob(tb, *cmd.Job, cmd.AtMs, t.index), cmd.AtMs))
+		// The drop's event carries it too, so a reader of table-dropped
+		// alone sees the job's state (PENDING, or RUNNING for a drop that
+		// leases its own job) rather than an empty one.
+		je := jobEvent(newPurgeJob(tb, *cmd.Job, cmd.AtMs, t.index), cmd.AtMs)
+		job := *je.PurgeJob
+		out[0].PurgeJob = &job
+		out = append(out, je)
 	}
 	return out
 }

@@ -168,6 +168,7 @@ func TestEventsForEachCommandKind(t *testing.T) {
 	assert.Equal(t, "s3://b/wh/a/t1/metadata/00001.metadata.json", drop.MetadataLocation, "the last metadata file")
 	require.NotNil(t, drop.PurgeJob)
 	assert.Equal(t, "job-1", drop.PurgeJob.ID)
+	assert.Equal(t, JobPending, drop.PurgeJob.State, "the drop's event shows the job as the drop added it")
 	assert.Equal(t, "n1", byIndex[11].PurgeJob.Node)
 	assert.Equal(t, "boom", byIndex[13].PurgeJob.LastError)
 	assert.Equal(t, 1, byIndex[13].PurgeJob.Attempts)
