@@ -435,11 +435,20 @@ func (s *Server) checkLocation(ctx context.Context, loc string) error {
 // "%2e"): clients read a location as a URI, and some drop what follows
 // '?' or '#' (Java's S3URI, PyIceberg's urlparse) or decode the escapes
 // (Hadoop's Path), so two tables' locations that floe tells apart could
-// name the same files for them. Locations a table already holds are not
-// judged again.
+// name the same files for them. Likewise an empty path segment (a doubled
+// '/' after the scheme's "//"): S3 keeps "a//b" and "a/b" apart, but
+// Hadoop's Path, S3A and S3 servers backed by a file system read them as
+// one place. Locations a table already holds are not judged again.
 func checkNewLocationSpelling(loc string) error {
 	if i := strings.IndexAny(loc, "?#"); i >= 0 {
 		return badRequest("location %q contains %q: clients read locations as URIs, and some drop what follows it", loc, loc[i:i+1])
+	}
+	path := loc
+	if i := strings.Index(path, "://"); i >= 0 {
+		path = path[i+len("://"):]
+	}
+	if strings.Contains(path, "//") {
+		return badRequest("location %q has an empty path segment (\"//\"): some clients and stores read it as the path without it, others do not", loc)
 	}
 	for i := strings.IndexByte(loc, '%'); i >= 0 && i+2 < len(loc); {
 		if isHex(loc[i+1]) && isHex(loc[i+2]) {
@@ -465,6 +474,46 @@ func isHex(c byte) bool {
 // cannot both win.
 func (s *Server) checkOwner(ctx context.Context, id fsm.Ident, loc string) error {
 	return s.store.Read(ctx, func(rd *fsm.Reader) error { return rd.CheckClaim(id, loc) })
+}
+
+// tableFiles is files of the table at id.
+type tableFiles struct {
+	id    fsm.Ident
+	files []string
+}
+
+// ownedOnly returns the files of each table that no other live table
+// holds (nor a live view as its current metadata file), read linearizably
+// just before they are deleted: a registered table's metadata log may name
+// any file inside its location, including one of a view or table that
+// shares or lies inside it. When the read fails nothing is returned, so
+// nothing is deleted: the files are left as orphans.
+func (s *Server) ownedOnly(ctx context.Context, files []tableFiles) []string {
+	var keep []string
+	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		keep = keep[:0]
+		for _, tf := range files {
+			for _, f := range tf.files {
+				if owner, ok := rd.LocationOwnerExcept(f, tf.id); ok {
+					s.log.Warn("expired metadata file left in place: another table or view holds it",
+						"table", tf.id.String(), "file", f, "owner", owner.Ident().String())
+					continue
+				}
+				keep = append(keep, f)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		n := 0
+		for _, tf := range files {
+			n += len(tf.files)
+		}
+		s.metrics.orphanedFiles.Add(float64(n))
+		s.log.Warn("could not check expired metadata files against other tables; left in place", "files", n, "error", err)
+		return nil
+	}
+	return keep
 }
 
 // expiredMetadataFiles lists the metadata files that fell out of the

@@ -433,3 +433,52 @@ func TestNewObjectUnderARenamedNameGetsItsOwnLocation(t *testing.T) {
 		assert.Equal(t, n.warehouse+"/db/e2", location(r))
 	}
 }
+
+// A registered table's metadata log may name any file inside its
+// location, including the current metadata file of a view that shares it.
+// A commit that expires such a log entry (write.metadata.delete-after-commit)
+// leaves that file in place: only files no other table or view holds are
+// the table's to delete.
+func TestExpiredMetadataFilesOfOthersAreKept(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	ctx := context.Background()
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	shared := n.warehouse + "/ns/shared"
+	vb := createViewBody("v", "select 1", "ns")
+	vb["location"] = shared
+	r := n.do(t, "POST", "/v1/namespaces/ns/views", vb)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	viewMeta := r.json(t)["metadata-location"].(string)
+
+	// A table's metadata, moved to the view's location, whose log names
+	// the view's current metadata file and one file of its own.
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withName("src"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	md := r.json(t)["metadata"].(map[string]any)
+	own := shared + "/metadata/00001-00000000-0000-0000-0000-000000000001.metadata.json"
+	md["location"] = shared
+	md["table-uuid"] = "00000000-0000-0000-0000-0000000000aa"
+	md["properties"] = map[string]string{"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1"}
+	md["metadata-log"] = []any{
+		map[string]any{"metadata-file": viewMeta, "timestamp-ms": 1},
+		map[string]any{"metadata-file": own, "timestamp-ms": 2},
+	}
+	b, err := json.Marshal(md)
+	require.NoError(t, err)
+	require.NoError(t, n.objects.Write(ctx, own, []byte("{}")))
+	reg := shared + "/metadata/00002-00000000-0000-0000-0000-000000000002.metadata.json"
+	require.NoError(t, n.objects.Write(ctx, reg, b))
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "t", "metadata-location": reg})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/t", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"k": "v"}}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	_, err = n.objects.Read(ctx, own)
+	assert.Error(t, err, "the table's own expired file is deleted")
+	_, err = n.objects.Read(ctx, viewMeta)
+	assert.NoError(t, err, "the view's current metadata file is kept")
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/ns/views/v", nil).status)
+}

@@ -1186,15 +1186,17 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 			return nil, outcomeError("updateTable", res)
 		}
 		out := make([]*tableMetadata, len(preps))
-		var expired []string
+		var expired []tableFiles
 		for i, p := range preps {
 			out[i] = p.after
 			if p.before != nil && !p.unchanged {
-				expired = append(expired, expiredMetadataFiles(p.before.location, p.before.meta, p.after.meta)...)
+				if files := expiredMetadataFiles(p.before.location, p.before.meta, p.after.meta); len(files) > 0 {
+					expired = append(expired, tableFiles{p.change.Ident, files})
+				}
 			}
 		}
 		if len(expired) > 0 {
-			s.discard(ctx, expired...)
+			s.discard(ctx, s.ownedOnly(ctx, expired)...)
 		}
 		return out, nil
 	}

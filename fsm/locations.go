@@ -35,7 +35,8 @@ func init() {
 
 // LocationKey is the normalised form locations are compared in: scheme,
 // bucket and key as location.ParseURI normalises them (s3a:// and s3n:// are
-// s3://, file:/x and file:///x are /x), with exactly one trailing slash, so
+// s3://, file:/x and file:///x are /x), with repeated slashes collapsed (in
+// S3 keys too) and exactly one trailing slash, so
 // "equal, inside or containing" become string-prefix tests on whole path
 // segments: s3://b/t1/ never prefixes s3://b/t10/. A location ParseURI
 // refuses is kept verbatim behind a marker (control bytes escaped): it
@@ -51,6 +52,12 @@ func LocationKey(uri string) string {
 		return "raw:" + raw + "/"
 	}
 	key = strings.Trim(key, "/")
+	// S3 keeps "a//b" apart from "a/b"; Hadoop's Path, S3A and S3 servers
+	// backed by a file system do not. Ownership must hold for all of them,
+	// so keys compare with empty segments removed.
+	for strings.Contains(key, "//") {
+		key = strings.ReplaceAll(key, "//", "/")
+	}
 	n := scheme + "://" + bucket + "/"
 	if key != "" {
 		n += key + "/"
@@ -339,10 +346,21 @@ func (r *Reader) LocationOwner(uri string) (Table, bool) {
 	return h.asTable(), true
 }
 
-// LocationOwnerExcept is LocationOwner ignoring the table at self (a table
-// never conflicts with itself).
+// LocationOwnerExcept is LocationOwner ignoring the table at self: a live
+// table other than self whose location is equal to, inside or contains
+// uri, or a live view whose current metadata file is uri. A commit asks it
+// before deleting the metadata files that fell out of its table's log
+// (write.metadata.delete-after-commit): a registered table's log may name
+// any file, and only those self alone holds are its to delete.
 func (r *Reader) LocationOwnerExcept(uri string, self Ident) (Table, bool) {
-	h, ok := locationOwner(r.tx, LocationKey(uri), isTable(self))
+	key := LocationKey(uri)
+	selfTable := isTable(self)
+	h, ok := locationOwner(r.tx, key, func(h locHolder) bool {
+		if h.table != nil {
+			return selfTable(h)
+		}
+		return LocationKey(h.view.MetadataLocation) != key
+	})
 	if !ok {
 		return Table{}, false
 	}

@@ -64,7 +64,8 @@ func TestLocationKeyNormalises(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"s3://b/w/t", "s3://b/w/t/"},
 		{"s3a://b/w/t/", "s3://b/w/t/"},
-		{"s3n://b/w//t", "s3://b/w//t/"},
+		{"s3n://b/w//t", "s3://b/w/t/"},
+		{"s3://b//w///t//", "s3://b/w/t/"},
 		{"s3://b", "s3://b/"},
 		{"file:///w/t", "file:///w/t/"},
 		{"file:/w/t/", "file:///w/t/"},
@@ -90,6 +91,8 @@ func TestLocationBelongsToOneTable(t *testing.T) {
 		"s3://b/w",      // around
 		"s3n://b",       // the bucket root is around everything in it
 		"s3://b/w/a/x/", // inside, trailing slash
+		"s3://b/w//a",   // equal for S3A and file-backed S3 servers
+		"s3://b//w/a/x", // inside, the same way
 	} {
 		res := o.create("n", loc)
 		assert.ErrorIs(t, res.Err(), ErrLocationInUse, loc)

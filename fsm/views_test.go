@@ -143,6 +143,30 @@ func TestNamespaceWithAViewIsNotEmpty(t *testing.T) {
 	require.NoError(t, o.apply(DropNamespace{Namespace: nsA}).Err())
 }
 
+// A commit deletes a metadata file that fell out of its log only when no
+// live table but itself, and no live view as its current metadata file,
+// holds it.
+func TestLocationOwnerExcept(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("t", "s3://b/w/t").Err())
+	require.NoError(t, o.create("inner", "s3://b/w/other/inner").Err())
+	require.NoError(t, o.apply(createView("beside", "s3://b/w/t")).Err())
+	self := Ident{Namespace: nsA, Name: "t"}
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		_, found := r.LocationOwnerExcept("s3://b/w/t/metadata/00001-x.metadata.json", self)
+		assert.False(t, found, "the table's own file")
+		owner, found := r.LocationOwnerExcept("s3://b/w/t/metadata/00000-a.metadata.json", self)
+		require.True(t, found, "the current metadata file of a view beside the table")
+		assert.Equal(t, viewIdent("beside"), owner.Ident())
+		owner, found = r.LocationOwnerExcept("s3://b/w//other/inner/metadata/00000.metadata.json", self)
+		require.True(t, found, "another table's file, spelled with an empty segment")
+		assert.Equal(t, "inner", owner.Name)
+		_, found = r.LocationOwnerExcept("s3://b/w/nobody/f.json", self)
+		assert.False(t, found)
+		return nil
+	}))
+}
+
 func TestViewLocationOwnership(t *testing.T) {
 	o := newOwnFSM(t)
 	require.NoError(t, o.create("t", "s3://b/w/t").Err())
