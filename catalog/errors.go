@@ -8,6 +8,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/replica"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // apiError is an error with its place in the Iceberg error model: the HTTP
@@ -114,6 +115,16 @@ func toAPIError(err error, kind opKind) *apiError {
 		// (which Java's client makes by itself on a 503) is safe.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
+	case errors.Is(err, storage.ErrTimeout):
+		// Object storage stalled. A resend (Java's client makes one by
+		// itself on a 503) is safe: without an Idempotency-Key every
+		// storage call of a change precedes its proposal (the metadata
+		// file a commit writes, a file it reads) and the answer is built
+		// from what was written, so nothing was applied; with a key, a
+		// change that was applied is answered by its record, and only
+		// reading the answer's metadata file can have stalled.
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: msg, retryAfter: "5"}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)

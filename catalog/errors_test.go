@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/floe-catalog/floe/internal/replica"
+	"github.com/floe-catalog/floe/internal/storage"
 )
 
 // A store failure is a 503 only when nothing was applied: clients (Java's
@@ -30,6 +31,8 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},
 		{"anything else, commit", errors.New("disk on fire"), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
+		{"object storage stalled before proposing, commit", &storage.ObjectError{Op: "write", URI: "s3://b/k", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ae := toAPIError(tc.err, tc.kind)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -23,6 +25,7 @@ type s3Storage struct {
 	batchSize   int
 	clientProps map[string]string // see Mux.FileIOConfig
 	awsCfg      aws.Config
+	timeout     time.Duration // Config.S3RequestTimeout
 }
 
 func newS3Storage(cfg Config) (*s3Storage, error) {
@@ -62,12 +65,35 @@ func newS3Storage(cfg Config) (*s3Storage, error) {
 		// response carries no checksum; this package does not log.
 		o.DisableLogOutputChecksumValidationSkipped = true
 	})
+	timeout := cfg.S3RequestTimeout
+	if timeout <= 0 {
+		timeout = defaultS3RequestTimeout
+	}
 	return &s3Storage{
 		client:      client,
 		batchSize:   cfg.DeleteBatchSize,
 		clientProps: s3ClientProps(cfg, awsCfg.Region),
 		awsCfg:      awsCfg,
+		timeout:     timeout,
 	}, nil
+}
+
+// errStalled is the cause a call's context is cancelled with when the
+// call outlived s.timeout.
+var errStalled = errors.New("stalled")
+
+// bounded is ctx with s.timeout as the deadline of one call.
+func (s *s3Storage) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, s.timeout, errStalled)
+}
+
+// timedOut marks err with ErrTimeout when cctx ended because the call
+// outlived s.timeout, not because the caller gave up.
+func (s *s3Storage) timedOut(cctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(cctx), errStalled) {
+		return fmt.Errorf("%w (no progress for %s): %w", ErrTimeout, s.timeout, err)
+	}
+	return err
 }
 
 func requireKey(l location) error {
@@ -81,63 +107,107 @@ func (s *s3Storage) write(ctx context.Context, uri string, l location, data []by
 	if err := requireKey(l); err != nil {
 		return objErr("write", uri, err)
 	}
-	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+	cctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, err := s.client.PutObject(cctx, &s3.PutObjectInput{
 		Bucket:        aws.String(l.bucket),
 		Key:           aws.String(l.key),
 		Body:          bytes.NewReader(data),
 		ContentLength: aws.Int64(int64(len(data))),
 	})
 	if err != nil {
-		return objErr("write", uri, err)
+		return objErr("write", uri, s.timedOut(cctx, err))
 	}
 	return nil
 }
 
 func (s *s3Storage) read(ctx context.Context, uri string, l location) ([]byte, error) {
-	if err := requireKey(l); err != nil {
-		return nil, objErr("read", uri, err)
-	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
-		Bucket: aws.String(l.bucket),
-		Key:    aws.String(l.key),
-	})
+	body, err := s.get(ctx, "read", uri, l)
 	if err != nil {
-		if isNoSuchKey(err) {
-			err = fmt.Errorf("%w (%w)", ErrNotFound, err)
-		}
-		return nil, objErr("read", uri, err)
+		return nil, err
 	}
-	defer out.Body.Close()
-	data, err := io.ReadAll(out.Body)
+	defer body.Close()
+	data, err := io.ReadAll(body)
 	if err != nil {
-		return nil, objErr("read", uri, err)
+		return nil, err // an ObjectError already (watchedBody.Read)
 	}
 	return data, nil
 }
 
 // open is read without reading: the body is the caller's to read and close.
 func (s *s3Storage) open(ctx context.Context, uri string, l location) (io.ReadCloser, error) {
+	return s.get(ctx, "open", uri, l)
+}
+
+// get sends a GetObject that must answer within s.timeout, and returns its
+// body, each Read of which must deliver within s.timeout too: a stalled
+// server fails the read with ErrTimeout, while a caller that reads slowly
+// (a purge streaming a large manifest) is never cut off.
+func (s *s3Storage) get(ctx context.Context, op, uri string, l location) (io.ReadCloser, error) {
 	if err := requireKey(l); err != nil {
-		return nil, objErr("open", uri, err)
+		return nil, objErr(op, uri, err)
 	}
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(l.bucket), Key: aws.String(l.key)})
+	cctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(s.timeout, func() { cancel(errStalled) })
+	out, err := s.client.GetObject(cctx, &s3.GetObjectInput{Bucket: aws.String(l.bucket), Key: aws.String(l.key)})
+	timer.Stop()
 	if err != nil {
+		err = s.timedOut(cctx, err)
+		cancel(nil)
 		if isNoSuchKey(err) {
 			err = fmt.Errorf("%w (%w)", ErrNotFound, err)
 		}
-		return nil, objErr("open", uri, err)
+		return nil, objErr(op, uri, err)
 	}
-	return out.Body, nil
+	return &watchedBody{s: s, op: op, uri: uri, body: out.Body, ctx: cctx, cancel: cancel, timer: timer}, nil
+}
+
+// watchedBody is a GetObject body whose every Read must return within
+// s.timeout, else the request is cancelled.
+type watchedBody struct {
+	s       *s3Storage
+	op, uri string
+	body    io.ReadCloser
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex // Reset and Stop of timer
+	timer   *time.Timer
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	b.timer.Reset(b.s.timeout)
+	b.mu.Unlock()
+	n, err := b.body.Read(p)
+	b.mu.Lock()
+	b.timer.Stop()
+	b.mu.Unlock()
+	if err != nil && err != io.EOF {
+		err = objErr(b.op, b.uri, b.s.timedOut(b.ctx, err))
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	b.mu.Lock()
+	b.timer.Stop()
+	b.mu.Unlock()
+	err := b.body.Close()
+	b.cancel(nil)
+	return err
 }
 
 func (s *s3Storage) exists(ctx context.Context, uri string, l location) (bool, error) {
 	if err := requireKey(l); err != nil {
 		return false, objErr("exists", uri, err)
 	}
-	_, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{
+	cctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, err := s.client.HeadObject(cctx, &s3.HeadObjectInput{
 		Bucket: aws.String(l.bucket),
 		Key:    aws.String(l.key),
 	})
+	err = s.timedOut(cctx, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -228,12 +298,14 @@ func (s *s3Storage) deleteBatch(ctx context.Context, bucket string, keys []strin
 	for i, k := range keys {
 		objs[i] = types.ObjectIdentifier{Key: aws.String(k)}
 	}
-	out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+	cctx, cancel := s.bounded(ctx)
+	defer cancel()
+	out, err := s.client.DeleteObjects(cctx, &s3.DeleteObjectsInput{
 		Bucket: aws.String(bucket),
 		Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)},
 	})
 	if err != nil {
-		return failAll(err)
+		return failAll(s.timedOut(cctx, err))
 	}
 	failed := map[string]error{}
 	inBatch := make(map[string]bool, len(keys))
@@ -272,7 +344,10 @@ func (s *s3Storage) list(ctx context.Context, prefix string, l location, fn func
 		Prefix: aws.String(l.key),
 	})
 	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+		cctx, cancel := s.bounded(ctx)
+		page, err := p.NextPage(cctx)
+		err = s.timedOut(cctx, err)
+		cancel()
 		if err != nil {
 			return objErr("list", prefix, err)
 		}

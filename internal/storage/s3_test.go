@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -122,7 +123,7 @@ func (f *fakeS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // newFakeS3 serves buckets "bucket", "other" and "broken" from memory and
 // returns a Mux for them.
-func newFakeS3(t *testing.T, batch int) (*storage.Mux, *fakeS3) {
+func newFakeS3(t *testing.T, batch int, opts ...func(*storage.Config)) (*storage.Mux, *fakeS3) {
 	t.Helper()
 	backend := s3mem.New()
 	for _, b := range []string{"bucket", "other", "broken"} {
@@ -131,14 +132,18 @@ func newFakeS3(t *testing.T, batch int) (*storage.Mux, *fakeS3) {
 	f := &fakeS3{backend: backend, faker: gofakes3.New(backend).Server()}
 	ts := httptest.NewServer(f)
 	t.Cleanup(ts.Close)
-	m, err := storage.New(storage.Config{
+	cfg := storage.Config{
 		S3Endpoint:        ts.URL,
 		S3Region:          "us-east-1",
 		S3AccessKeyID:     "key",
 		S3SecretAccessKey: "secret",
 		S3PathStyle:       true,
 		DeleteBatchSize:   batch,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := storage.New(cfg)
 	require.NoError(t, err)
 	return m, f
 }
@@ -289,4 +294,102 @@ func TestS3MissingBucket(t *testing.T) {
 	assert.NotErrorIs(t, err, storage.ErrNotFound, "a missing bucket is a failure, not a missing object")
 	assert.Error(t, m.Write(ctx, "s3://nobucket/x", []byte("x")))
 	assert.Error(t, m.List(ctx, "s3://nobucket/", func(string) error { return nil }))
+}
+
+// stalledS3 answers nothing until released: every request blocks, except
+// a GET of "slow-body", which gets its headers and the first bytes of its
+// body, then stalls.
+func stalledS3(t *testing.T, timeout time.Duration) *storage.Mux {
+	t.Helper()
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/slow-body") {
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("first bytes"))
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); ts.Close() })
+	m, err := storage.New(storage.Config{
+		S3Endpoint: ts.URL, S3Region: "us-east-1", S3AccessKeyID: "key", S3SecretAccessKey: "secret",
+		S3PathStyle: true, S3RequestTimeout: timeout,
+	})
+	require.NoError(t, err)
+	return m
+}
+
+// A stalled S3 server fails each call with ErrTimeout instead of holding
+// it (and the catalog request or purge batch behind it) forever.
+func TestS3StalledServerTimesOut(t *testing.T) {
+	ctx := context.Background()
+	m := stalledS3(t, 300*time.Millisecond)
+	calls := map[string]func() error{
+		"write":                   func() error { return m.Write(ctx, "s3://bucket/x", []byte("x")) },
+		"read":                    func() error { _, err := m.Read(ctx, "s3://bucket/x"); return err },
+		"open":                    func() error { _, err := m.Open(ctx, "s3://bucket/x"); return err },
+		"exists":                  func() error { _, err := m.Exists(ctx, "s3://bucket/x"); return err },
+		"list":                    func() error { return m.List(ctx, "s3://bucket/", func(string) error { return nil }) },
+		"delete":                  func() error { _, err := m.Delete(ctx, []string{"s3://bucket/x"}); return err },
+		"read a body that stalls": func() error { _, err := m.Read(ctx, "s3://bucket/slow-body"); return err },
+		"stream a body that stalls": func() error {
+			body, err := m.Open(ctx, "s3://bucket/slow-body")
+			if err != nil {
+				return fmt.Errorf("open should answer once the headers came: %w", err)
+			}
+			defer body.Close()
+			_, err = io.ReadAll(body)
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { done <- call() }()
+			select {
+			case err := <-done:
+				require.Error(t, err)
+				assert.ErrorIs(t, err, storage.ErrTimeout)
+			case <-time.After(time.Minute):
+				t.Fatal("the call is still waiting for the stalled server")
+			}
+		})
+	}
+}
+
+// A caller that gives up is not a timeout, and a reader that pauses
+// between reads of a body is not cut off.
+func TestS3TimeoutIsTheServersNotTheCallers(t *testing.T) {
+	m, _ := newFakeS3(t, 0, func(c *storage.Config) { c.S3RequestTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("x"), 64<<10)
+	require.NoError(t, m.Write(ctx, "s3://bucket/big", big))
+
+	body, err := m.Open(ctx, "s3://bucket/big")
+	require.NoError(t, err)
+	first := make([]byte, 10)
+	_, err = io.ReadFull(body, first)
+	require.NoError(t, err)
+	time.Sleep(600 * time.Millisecond) // the reader pauses, longer than the timeout
+	rest, err := io.ReadAll(body)
+	require.NoError(t, err, "a pause between reads is the reader's, not a stall")
+	require.NoError(t, body.Close())
+	assert.Equal(t, big, append(first, rest...))
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = m.Read(cctx, "s3://bucket/big")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, storage.ErrTimeout)
+
+	stalled := stalledS3(t, 10*time.Second)
+	cctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err = stalled.Write(cctx, "s3://bucket/x", []byte("x"))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, storage.ErrTimeout, "the caller's deadline, not the server's")
 }

@@ -40,6 +40,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	iceio "github.com/apache/iceberg-go/io"
 
@@ -49,6 +50,10 @@ import (
 var (
 	// ErrNotFound is wrapped by errors for objects that do not exist.
 	ErrNotFound = errors.New("object not found")
+	// ErrTimeout is wrapped by errors of S3 calls that made no progress
+	// for Config.S3RequestTimeout: the server or the path to it stalled.
+	// A write that timed out may still land later; nothing refers to it.
+	ErrTimeout = errors.New("object storage did not answer in time")
 	// ErrUnsupportedScheme is wrapped by errors for URIs whose scheme is
 	// neither file nor s3 (s3a, s3n): location.ErrUnsupportedScheme.
 	ErrUnsupportedScheme = loc.ErrUnsupportedScheme
@@ -128,6 +133,14 @@ type Config struct {
 	// S3PathStyle addresses buckets as endpoint/bucket/key instead of
 	// bucket.endpoint/key. Most S3-compatible servers need it.
 	S3PathStyle bool
+	// S3RequestTimeout bounds every S3 call, so that a stalled server or
+	// a half-open connection fails the call (ErrTimeout) instead of
+	// holding it, and whatever waits on it, forever: a PutObject,
+	// HeadObject, DeleteObjects request or List page, the SDK's own
+	// retries included, must finish within it, and a GetObject must
+	// answer and then deliver each read of its body within it (a slow
+	// reader of a large object is not cut off). 0 means 30s.
+	S3RequestTimeout time.Duration
 	// DeleteBatchSize is the number of keys per S3 DeleteObjects request,
 	// 1 to 1000; 0 means 1000.
 	DeleteBatchSize int
@@ -146,6 +159,7 @@ const (
 	maxDeleteBatchSize            = 1000 // S3 DeleteObjects limit
 	defaultLocalDeleteConcurrency = 8
 	defaultS3Region               = "us-east-1"
+	defaultS3RequestTimeout       = 30 * time.Second
 )
 
 // Mux implements Storage for file and s3 URIs, dispatching on the scheme.
