@@ -153,6 +153,28 @@ const (
 
 var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "views": true, "config": true, "oauth": true}
 
+// CheckPrefix refuses a URL prefix (--prefix, a named warehouse's name)
+// clients could not address: empty, reserved, "." or ".." (which HTTP
+// clients and servers rewrite as path segments), not UTF-8, or holding a
+// '/', '?', '#', '%', ':', a space or a control character.
+func CheckPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty")
+	case reservedPrefixes[p]:
+		return fmt.Errorf("%q is a path segment of the catalog's own routes", p)
+	case p == "." || p == "..":
+		return fmt.Errorf("%q is rewritten by HTTP clients and servers", p)
+	case !utf8.ValidString(p):
+		return errors.New("not UTF-8")
+	case strings.ContainsAny(p, "/?#%: "):
+		return errors.New("want a single path segment without '/', '?', '#', '%', ':' or spaces")
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("contains a control character")
+	}
+	return nil
+}
+
 // Server is the catalog's HTTP service.
 type Server struct {
 	cfg   Config
@@ -179,8 +201,8 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "floe"
 	}
-	if reservedPrefixes[cfg.Prefix] || strings.ContainsAny(cfg.Prefix, "/?#%") {
-		return nil, fmt.Errorf("catalog: prefix %q is reserved or not a single path segment", cfg.Prefix)
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("catalog: prefix %q: %w", cfg.Prefix, err)
 	}
 	if _, _, _, err := storage.ParseURI(cfg.Warehouse); err != nil {
 		return nil, fmt.Errorf("catalog: warehouse: %w", err)

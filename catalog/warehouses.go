@@ -115,8 +115,8 @@ func newWarehouses(cfg Config, objects Objects) ([]*warehouse, error) {
 	out := []*warehouse{def}
 	seen := map[string]bool{cfg.Prefix: true}
 	for _, wc := range cfg.Warehouses {
-		if wc.Name == "" || reservedPrefixes[wc.Name] || strings.ContainsAny(wc.Name, "/?#%:") || validateName("warehouse name", wc.Name) != nil {
-			return nil, fmt.Errorf("catalog: warehouse name %q is reserved, empty or not a single path segment", wc.Name)
+		if err := CheckPrefix(wc.Name); err != nil {
+			return nil, fmt.Errorf("catalog: warehouse name %q: %w", wc.Name, err)
 		}
 		if seen[wc.Name] {
 			return nil, fmt.Errorf("catalog: warehouse %q is defined twice (or is the default warehouse's prefix)", wc.Name)

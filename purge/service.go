@@ -31,8 +31,13 @@ type Objects interface {
 
 // Defaults for the Config knobs left zero.
 const (
-	DefaultWorkerThreads    = 2
-	DefaultDeleteThreads    = 4
+	DefaultWorkerThreads = 2
+	DefaultDeleteThreads = 4
+	// MaxWorkerThreads and MaxDeleteThreads bound the pools: the delete
+	// pool's threads all start with the service, so a mistyped count
+	// would take the host's memory before the first purge.
+	MaxWorkerThreads        = 256
+	MaxDeleteThreads        = 1024
 	DefaultDeleteBatchSize  = 1000
 	DefaultHeartbeatTimeout = 10 * time.Second
 	DefaultMaxAttempts      = 5
@@ -130,6 +135,9 @@ func (c *Config) setDefaults() error {
 	defd(&c.PollInterval, min(max(c.HeartbeatTimeout/4, 20*time.Millisecond), time.Second))
 	if c.WorkerThreads < 1 || c.DeleteThreads < 1 || c.MaxAttempts < 1 {
 		return errors.New("purge: WorkerThreads, DeleteThreads and MaxAttempts must be positive")
+	}
+	if c.WorkerThreads > MaxWorkerThreads || c.DeleteThreads > MaxDeleteThreads {
+		return fmt.Errorf("purge: WorkerThreads %d, DeleteThreads %d: at most %d and %d", c.WorkerThreads, c.DeleteThreads, MaxWorkerThreads, MaxDeleteThreads)
 	}
 	if c.DeleteBatchSize < 1 || c.DeleteBatchSize > 1000 {
 		return fmt.Errorf("purge: DeleteBatchSize %d out of range 1..1000", c.DeleteBatchSize)

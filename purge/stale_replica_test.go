@@ -129,3 +129,37 @@ func TestRestartedNodeResumesFromTheCommittedCheckpoint(t *testing.T) {
 	assert.Empty(t, job.LastError)
 	assert.Equal(t, 0, job.Attempts)
 }
+
+// A run fences itself at every batch: the guard's linearizable read also
+// checks that the job is still RUNNING under the run's token, so a run
+// whose lease was lost deletes nothing more, even while the node's own
+// replica (which its sweep stops runs by) has not seen the change.
+func TestGuardRefusesABatchOnceTheLeaseIsLost(t *testing.T) {
+	dir := t.TempDir()
+	root := "file://" + filepath.ToSlash(dir) + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
+	st := newLaggingStore(t, root, 0)
+	token := st.i
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
+		Logger:  slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
+	require.NoError(t, err)
+	var job fsm.PurgeJob
+	require.NoError(t, st.StaleRead(func(r *fsm.Reader) error { job, _ = r.PurgeJob("job"); return nil }))
+	run := &jobRun{s: s, job: job, token: token, log: slog.New(slog.DiscardHandler), ctx: context.Background()}
+	file := "file://" + filepath.ToSlash(dir) + "/db/t/data/f.parquet"
+
+	keep, err := run.guard([]string{file})
+	require.NoError(t, err)
+	assert.Equal(t, []string{file}, keep, "leased to the run: the batch may go")
+
+	// The job fails elsewhere (its lease expired); this node's replica lags.
+	require.NoError(t, st.apply(t, fsm.FinishPurgeJob{JobID: "job", Token: token, Outcome: fsm.OutcomeFailed, Error: "lease expired", MaxAttempts: 1, AtMs: 1}, false).Err())
+	require.NoError(t, st.StaleRead(func(r *fsm.Reader) error {
+		j, _ := r.PurgeJob("job")
+		require.Equal(t, fsm.JobRunning, j.State, "the local replica has not seen it")
+		return nil
+	}))
+	keep, err = run.guard([]string{file})
+	require.ErrorIs(t, err, errStale)
+	assert.Empty(t, keep)
+}

@@ -477,6 +477,12 @@ func (r *jobRun) guard(uris []string) ([]string, error) {
 	defer cancel()
 	err := r.s.cfg.Store.Read(ctx, func(rd *fsm.Reader) error {
 		keep, skips = keep[:0], skips[:0]
+		// The same read fences the run: a run whose lease was lost (the
+		// job failed or released, or leased again elsewhere) deletes no
+		// further batch, even before the local replica's sweep stops it.
+		if j, ok := rd.PurgeJob(r.job.ID); !ok || j.State != fsm.JobRunning || j.Lease == nil || j.Lease.Token != r.token {
+			return fmt.Errorf("%w: job %s is no longer leased to this run (token %d)", errStale, r.job.ID, r.token)
+		}
 		for _, u := range uris {
 			if !r.s.allowed(u) {
 				skips = append(skips, skipped{uri: u, reason: "disallowed"})

@@ -291,6 +291,9 @@ func TestAuthProcesses(t *testing.T) {
 
 	t.Run("rotation keeps unexpired tokens valid", func(t *testing.T) {
 		before := alice
+		// The route takes no fields: a body that sets any is refused.
+		c.mustCall(t, n3, testRootToken, "POST", "/management/v1/auth/keys/rotate", `{"x":1}`, http.StatusBadRequest)
+		c.mustCall(t, n3, testRootToken, "POST", "/management/v1/auth/keys/rotate", "not json", http.StatusBadRequest)
 		c.mustCall(t, n3, testRootToken, "POST", "/management/v1/auth/keys/rotate", "", http.StatusOK)
 		for _, p := range c.procs {
 			c.mustCall(t, p, before, "GET", "/v1/namespaces/sales", "", http.StatusOK)

@@ -47,13 +47,18 @@ func newAPIClient(node, token, caFile string) (*apiClient, error) {
 	}
 	u, err := url.Parse(node)
 	if err != nil {
+		if strings.Contains(node, "@") {
+			// url's error quotes the input, password and all.
+			return nil, errors.New("--node: not a URL (and one with user information, which floe does not take)")
+		}
 		return nil, fmt.Errorf("--node %q: %v", node, err)
 	}
+	shown := u.Redacted() // never echo a password given in the URL
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("--node %q: want an http:// or https:// URL", node)
+		return nil, fmt.Errorf("--node %q: want an http:// or https:// URL", shown)
 	}
 	if u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("--node %q: want scheme://host:port", node)
+		return nil, fmt.Errorf("--node %q: want scheme://host:port", shown)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	if caFile != "" {
@@ -70,7 +75,11 @@ func newAPIClient(node, token, caFile string) (*apiClient, error) {
 	return &apiClient{
 		base:  strings.TrimSuffix(u.String(), "/"),
 		token: token,
-		http:  &http.Client{Transport: transport},
+		// A node never redirects; following one would send the token
+		// (and turn a POST into a GET) somewhere the operator never named.
+		http: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
 	}, nil
 }
 

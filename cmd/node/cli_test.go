@@ -206,6 +206,8 @@ func TestCLIUsageErrorsExit2(t *testing.T) {
 		{[]string{"status", "--token", "a\nb"}, "holds a line break"},
 		{[]string{"status", "--node", "ftp://host:1"}, "want an http:// or https:// URL"},
 		{[]string{"status", "--node", "http://host:1/?x=1"}, "want scheme://host:port"},
+		{[]string{"status", "--node", "http://user:NODEPASS@host:1"}, `--node "http://user:xxxxx@host:1": want scheme://host:port`},
+		{[]string{"status", "--node", "http://user:NODEPASS@host:1:2"}, "--node: not a URL"},
 		{[]string{"status", "--ca", filepath.Join(t.TempDir(), "missing.pem")}, "--ca"},
 	} {
 		code, out, errOut := runCLI(t, tc.args...)
@@ -214,6 +216,24 @@ func TestCLIUsageErrorsExit2(t *testing.T) {
 		assert.Empty(t, out, "%q", tc.args)
 	}
 	assert.Empty(t, f.requests(), "a usage error sends nothing")
+	for _, node := range []string{"http://user:NODEPASS@host:1", "http://user:NODEPASS@host:1:2"} {
+		_, _, errOut := runCLI(t, "status", "--node", node)
+		assert.NotContains(t, errOut, "NODEPASS", "a password in --node is never echoed")
+	}
+}
+
+// A node never redirects: the CLI does not follow a redirect, so its token
+// goes nowhere but the node it was given.
+func TestCLIDoesNotFollowRedirects(t *testing.T) {
+	fastCLI(t)
+	elsewhere := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusOK) })
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	})
+	code, _, _ := runCLI(t, "status", "--node", f.URL, "--token", "secret-token")
+	assert.NotEqual(t, 0, code)
+	assert.NotEmpty(t, f.requests())
+	assert.Empty(t, elsewhere.requests(), "the redirect was not followed")
 }
 
 func TestCLIExitCodes(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/auth"
 	"github.com/floe-catalog/floe/internal/httpserve"
@@ -260,8 +261,8 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.VendRoleARN, "vend-role-arn", "", "role assumed for --vend-credentials=sts")
 	fs.StringVar(&c.VendExternalID, "vend-external-id", "", "external ID passed when assuming --vend-role-arn, if its trust policy wants one")
 	fs.DurationVar(&c.VendDuration, "vend-duration", vending.DefaultDuration, "lifetime of STS credentials vended to clients, 15m to 12h; reused for half of it")
-	fs.IntVar(&c.PurgeWorkerThreads, "purge-worker-threads", purge.DefaultWorkerThreads, "purge jobs this node runs at once")
-	fs.IntVar(&c.PurgeDeleteThreads, "purge-delete-threads", purge.DefaultDeleteThreads, "threads of the node's one bulk-delete pool, shared by all purge jobs")
+	fs.IntVar(&c.PurgeWorkerThreads, "purge-worker-threads", purge.DefaultWorkerThreads, "purge jobs this node runs at once, 1 to 256")
+	fs.IntVar(&c.PurgeDeleteThreads, "purge-delete-threads", purge.DefaultDeleteThreads, "threads of the node's one bulk-delete pool, shared by all purge jobs, 1 to 1024")
 	fs.IntVar(&c.PurgeDeleteBatchSize, "purge-delete-batch-size", purge.DefaultDeleteBatchSize, "files per bulk delete (one S3 DeleteObjects request), 1 to 1000")
 	fs.DurationVar(&c.PurgeHeartbeatTimeout, "purge-heartbeat-timeout", purge.DefaultHeartbeatTimeout, "silence after which the leader reassigns a node's purge jobs (nodes heartbeat every third of it)")
 	fs.IntVar(&c.PurgeMaxAttempts, "purge-max-attempts", purge.DefaultMaxAttempts, "failed runs after which a purge job is FAILED")
@@ -476,8 +477,8 @@ func (c *config) validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return usagef("--log-format %q: want text or json", c.LogFormat)
 	}
-	if c.Prefix == "" || strings.ContainsAny(c.Prefix, "/?#% ") {
-		return usagef("--prefix %q: want a single non-empty path segment", c.Prefix)
+	if err := catalog.CheckPrefix(c.Prefix); err != nil {
+		return usagef("--prefix %q: %v", c.Prefix, err)
 	}
 	if c.MaxBodyBytes <= 0 {
 		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
@@ -559,6 +560,12 @@ func (c *config) validate() error {
 	}
 	if c.PurgeWorkerThreads < 1 || c.PurgeDeleteThreads < 1 || c.PurgeMaxAttempts < 1 {
 		return usagef("--purge-worker-threads, --purge-delete-threads and --purge-max-attempts must be at least 1")
+	}
+	if c.PurgeWorkerThreads > purge.MaxWorkerThreads {
+		return usagef("--purge-worker-threads %d: want at most %d", c.PurgeWorkerThreads, purge.MaxWorkerThreads)
+	}
+	if c.PurgeDeleteThreads > purge.MaxDeleteThreads {
+		return usagef("--purge-delete-threads %d: want at most %d (each is a thread the node starts)", c.PurgeDeleteThreads, purge.MaxDeleteThreads)
 	}
 	if c.PurgeDeleteBatchSize < 1 || c.PurgeDeleteBatchSize > 1000 {
 		return usagef("--purge-delete-batch-size %d: want 1 to 1000", c.PurgeDeleteBatchSize)

@@ -68,8 +68,8 @@ func parseWarehouses(v, prefix, def string) ([]warehouseSpec, error) {
 	}
 	seen := map[string]bool{prefix: true}
 	for _, w := range out {
-		if w.Name == "" || strings.ContainsAny(w.Name, "/?#%: ") || strings.ContainsFunc(w.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return nil, usagef("--%s: warehouse name %q: want a single path segment without spaces or colons", warehousesFlag, w.Name)
+		if err := catalog.CheckPrefix(w.Name); err != nil {
+			return nil, usagef("--%s: warehouse name %q: %v", warehousesFlag, w.Name, err)
 		}
 		if seen[w.Name] {
 			return nil, usagef("--%s: warehouse %q is named twice, or is --prefix (the default warehouse's)", warehousesFlag, w.Name)

@@ -58,6 +58,8 @@ warehouses:
 		"a bad location":                           {"--warehouses", "sales=http://x/y"},
 		"a name with a slash":                      {"--warehouses", "a/b=s3://b/x"},
 		"a name with a colon":                      {"--warehouses", "a:b=s3://b/x"},
+		"a dot-dot name":                           {"--warehouses", `{"..":{"location":"s3://b/x"}}`},
+		"a reserved name":                          {"--warehouses", "views=s3://b/x"},
 		"the default's prefix":                     {"--warehouses", "floe=s3://b/x"},
 		"a name twice":                             {"--warehouses", "a=s3://b/x,a=s3://b/y"},
 		"an unknown JSON key":                      {"--warehouses", `{"a":{"location":"s3://b/x","bucket":"y"}}`},

@@ -267,6 +267,22 @@ type memberRequest struct {
 // decodeStrict decodes the JSON body into v: ErrBadRequest when it does
 // not parse, holds a field v does not have (an operator who sends one
 // believes it set something), or has data after the value.
+// noFields reads and returns the body of a route that takes no fields:
+// none, or an empty JSON object. An operator who sends more believes it
+// set something.
+func noFields(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeStrict(body, &struct{}{}); err != nil {
+			return nil, fmt.Errorf("%w (this route takes no fields)", err)
+		}
+	}
+	return body, nil
+}
+
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -477,6 +477,9 @@ func RotateCommand(now time.Time, window time.Duration) (fsm.AddSigningKey, erro
 }
 
 func (a *authAPI) rotate(w http.ResponseWriter, r *http.Request) error {
+	if _, err := noFields(r); err != nil {
+		return err
+	}
 	hasKey := func(rd *fsm.Reader, id string) bool {
 		return slices.ContainsFunc(rd.SigningKeys(), func(k fsm.SigningKey) bool { return k.ID == id })
 	}

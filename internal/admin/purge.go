@@ -1,11 +1,9 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -285,16 +283,9 @@ func (p *purgeAPI) change(w http.ResponseWriter, r *http.Request, what string, c
 	if err != nil {
 		return err
 	}
-	// The route takes no fields: a body, if any, is an empty JSON object.
-	// An operator who sends more believes it set something.
-	body, err := io.ReadAll(r.Body)
+	body, err := noFields(r)
 	if err != nil {
-		return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
-	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := decodeStrict(body, &struct{}{}); err != nil {
-			return fmt.Errorf("%w (this route takes no fields)", err)
-		}
+		return err
 	}
 	answer := func(ctx context.Context, res fsm.Result, replayed bool) error {
 		if err := res.Err(); err != nil {

@@ -621,9 +621,14 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 			return err
 		}
 	} else if raft.ServerID(id) != n.id || addr != n.Addr() {
-		// A non-voter need not be running yet; one that answers must not
-		// belong to another cluster.
+		// A non-voter need not be running yet; one that answers must be
+		// id (another member's address in another spelling would make a
+		// phantom member that sends that node a second log stream) and
+		// must not belong to another cluster.
 		if info, err := n.probe(ctx, addr); err == nil {
+			if info.ID != "" && info.ID != id {
+				return fmt.Errorf("%w: the node at %s is %q, not %q", ErrInvalidMember, addr, info.ID, id)
+			}
 			if err := n.checkSameCluster(addr, info); err != nil {
 				return err
 			}

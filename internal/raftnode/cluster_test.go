@@ -415,6 +415,14 @@ func TestAddVoterRefusesAnAddressThatDoesNotAnswerAsIt(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidMember)
 	assert.True(t, n.IsLeader())
 
+	// A non-voter need not answer yet, but one that does must answer as
+	// the id it is added as: another node's address (in any spelling)
+	// would make a phantom member streaming that node a second log.
+	err = n.AddNonvoter(ctxTimeout(t, 10*time.Second), "phantom", other.Addr())
+	require.ErrorIs(t, err, ErrInvalidMember)
+	assert.Contains(t, err.Error(), `is "other", not "phantom"`)
+	assert.NotContains(t, suffrages(t, n), "phantom")
+
 	// The node that does answer as itself is added.
 	require.NoError(t, n.AddVoter(ctxTimeout(t, 10*time.Second), "other", other.Addr()))
 	assert.Equal(t, raft.Voter, suffrages(t, n)["other"])
