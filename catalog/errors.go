@@ -110,13 +110,17 @@ func toAPIError(err error, kind opKind) *apiError {
 		// Nothing was proposed: the client may retry, here or elsewhere.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "no leader available: " + msg, retryAfter: "1"}
+	case errors.Is(err, replica.ErrBehind):
+		// A read this node could not serve: nothing was read or changed.
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: "this node is not keeping up with the cluster, another may answer: " + msg, retryAfter: "1"}
 	case errors.Is(err, replica.ErrNotAccepted):
 		// The leader's log was full: nothing was appended, so a resend
 		// (which Java's client makes by itself on a 503) is safe.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
-	case errors.Is(err, storage.ErrTimeout):
-		// Object storage stalled. A resend (Java's client makes one by
+	case errors.Is(err, storage.ErrTimeout), errors.Is(err, storage.ErrUnreachable):
+		// Object storage stalled or cannot be reached. A resend (Java's client makes one by
 		// itself on a 503) is safe: without an Idempotency-Key every
 		// storage call of a change precedes its proposal (the metadata
 		// file a commit writes, a file it reads) and the answer is built

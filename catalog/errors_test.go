@@ -27,12 +27,14 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"not leader", replica.ErrNotLeader, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"no leader", fmt.Errorf("propose: %w", replica.ErrNoLeader), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"shutdown", replica.ErrShutdown, opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a follower whose log stands still", fmt.Errorf("read: %w", replica.ErrBehind), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"not accepted by an overloaded leader, commit", fmt.Errorf("propose: %w: %w", replica.ErrNotAccepted, context.DeadlineExceeded), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},
 		{"anything else, commit", errors.New("disk on fire"), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"object storage stalled before proposing, commit", &storage.ObjectError{Op: "write", URI: "s3://b/k", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"object storage unreachable before proposing, commit", fmt.Errorf("write metadata: %w", storage.ErrUnreachable), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ae := toAPIError(tc.err, tc.kind)

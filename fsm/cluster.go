@@ -58,6 +58,31 @@ func (r *Reader) ClusterID() string {
 	return string(r.tx.Bucket(bucketRaft).Get(keyClusterID))
 }
 
+// AppliedIndexOf returns the applied index stored in the state machine
+// file at path (0 for a state that reflects no entry), opening it read-only.
+func AppliedIndexOf(path string) (uint64, error) {
+	opts := *boltOptions()
+	opts.ReadOnly = true
+	db, err := bolt.Open(path, 0o600, &opts)
+	if err != nil {
+		return 0, fmt.Errorf("fsm: open %s: %w", path, err)
+	}
+	defer db.Close()
+	var idx uint64
+	err = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRaft)
+		if b == nil {
+			return errors.New("not a state machine file (it has no raft bucket)")
+		}
+		idx = getUint64(b, keyAppliedIndex)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("fsm: %s: %w", path, err)
+	}
+	return idx, nil
+}
+
 // WriteWithClusterID gives the state machine file at path the cluster
 // identity id, replacing the one it holds (if any), then writes the file's
 // state to w as Reader.WriteTo does (without the free space bbolt may have

@@ -380,8 +380,19 @@ func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	resp := readIndexResponse{Index: index}
 	// raft.AppliedIndex passes an entry once Raft has handed it to the state
 	// machine, so every entry up to the read index is then in the local log
-	// (or compacted into a snapshot this node already applied).
+	// (or compacted into a snapshot this node already applied). A log that
+	// stops advancing for readStallLimit (it cannot append: a full disk)
+	// ends the wait with ErrBehind rather than holding the read, and marks
+	// the node not ready until its log reaches the index.
+	last, progressed := n.raft.AppliedIndex(), time.Now()
 	for wait := time.Millisecond; n.raft.AppliedIndex() < resp.Index; wait = min(2*wait, 20*time.Millisecond) {
+		if a := n.raft.AppliedIndex(); a != last {
+			last, progressed = a, time.Now()
+		} else if time.Since(progressed) > readStallLimit {
+			n.behindAt.Store(resp.Index)
+			n.logger.Warn("read gave up: this node's log is not advancing", "applied_index", a, "read_index", resp.Index, "stalled_for", readStallLimit)
+			return fmt.Errorf("%w: its log has stayed at index %d for %s, below the read index %d", ErrBehind, a, readStallLimit, resp.Index)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("raftnode: read: waiting for index %d: %w", resp.Index, ctx.Err())
@@ -392,6 +403,12 @@ func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	}
 	return nil
 }
+
+// readStallLimit is how long a follower's read waits for its log to move
+// at all towards the read index before giving up (ErrBehind). A follower
+// that is merely behind keeps applying and is waited for however long it
+// takes; only one whose log stands still this long is given up on.
+var readStallLimit = 10 * time.Second
 
 // nodeInfo is what a node reports about itself.
 type nodeInfo struct {

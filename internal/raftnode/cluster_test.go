@@ -622,3 +622,31 @@ func TestClusterIDFromMembers(t *testing.T) {
 		assert.Equal(t, c.failed, err != nil, c.name)
 	}
 }
+
+// A follower whose log stops advancing (it cannot append: a full disk)
+// gives up on a read after readStallLimit with ErrBehind instead of
+// holding it, and reports itself not ready until its log reaches the
+// read index it gave up on.
+func TestFollowerReadGivesUpWhenItsLogStandsStill(t *testing.T) {
+	old := readStallLimit
+	readStallLimit = 300 * time.Millisecond
+	t.Cleanup(func() { readStallLimit = old })
+
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	follower := others(nodes, leader)[0]
+	require.NoError(t, mustPropose(t, leader, createNS("a")).Err())
+	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+
+	// A read index two entries beyond anything proposed: the follower's
+	// log does not move towards it.
+	target := follower.raft.AppliedIndex() + 2
+	err := follower.waitLogReaches(ctxTimeout(t, 30*time.Second), target)
+	require.ErrorIs(t, err, ErrBehind)
+	require.ErrorIs(t, follower.Ready(), ErrCatchingUp, "not ready while its log is below the index it gave up on")
+
+	// Once its log reaches that index it is ready again.
+	require.NoError(t, mustPropose(t, leader, createNS("b")).Err())
+	require.NoError(t, mustPropose(t, leader, createNS("c")).Err())
+	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+}

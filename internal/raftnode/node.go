@@ -59,6 +59,9 @@ var (
 	// ErrNotAccepted: Raft did not take the command within the enqueue
 	// timeout (the leader is overloaded); nothing was appended to the log.
 	ErrNotAccepted = replica.ErrNotAccepted
+	// ErrBehind: a follower's read gave up because its log stopped
+	// advancing towards the read index (see readStallLimit).
+	ErrBehind = replica.ErrBehind
 	// ErrCatchingUp is wrapped by Ready while a leader is known but the
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.
@@ -293,9 +296,13 @@ type Node struct {
 	followerBatch *indexBatcher
 
 	// Readiness (see Ready): openedAt is fixed at Open.
-	openedAt    time.Time
-	readyMu     sync.Mutex
-	caughtUp    atomic.Bool
+	openedAt time.Time
+	readyMu  sync.Mutex
+	caughtUp atomic.Bool
+	// behindAt is the read index a follower's read gave up waiting for
+	// (0: none): until the log reaches it, Ready reports catching up, so
+	// a load balancer stops sending reads this node cannot answer.
+	behindAt    atomic.Uint64
 	readyTarget uint64
 	readyWant   uint64 // the leader's commit index, once it answered
 	// stamping: a stampClusterID runs; lastStamp is when it last asked
@@ -892,7 +899,16 @@ func (n *Node) Ready() error {
 	if _, id := n.raft.LeaderWithID(); id == "" {
 		return ErrNoLeader
 	}
-	return n.updateReadiness()
+	if err := n.updateReadiness(); err != nil {
+		return err
+	}
+	if at := n.behindAt.Load(); at != 0 {
+		if applied := n.raft.AppliedIndex(); applied < at {
+			return fmt.Errorf("%w: this node's log stopped advancing at %d, below the read index %d a read waited for", ErrCatchingUp, applied, at)
+		}
+		n.behindAt.CompareAndSwap(at, 0)
+	}
+	return nil
 }
 
 // updateReadiness is called by Ready and by the monitor loop.

@@ -169,6 +169,18 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 		if err := stage(staged, state); err != nil {
 			return err
 		}
+		// The index the snapshot is filed under must be the one the state
+		// was applied up to: above it the seeded log would start with a
+		// gap, below it the state machine would skip the next entries as
+		// applied. (A backup's header is checksummed, not signed: an
+		// edited one must be refused here, not by a panic at start.)
+		applied, err := fsm.AppliedIndexOf(staged)
+		if err != nil {
+			return fmt.Errorf("raftnode: seed: %w", err)
+		}
+		if max(applied, 1) != cfg.Index {
+			return fmt.Errorf("raftnode: seed: the state was applied up to log index %d, not %d as given", applied, cfg.Index)
+		}
 		write = func(w io.Writer) error {
 			_, err := fsm.WriteWithClusterID(staged, cfg.ClusterID, w)
 			return err

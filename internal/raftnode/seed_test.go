@@ -51,6 +51,17 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 	state, index := copyState(t, src)
 	require.NoError(t, src.Shutdown())
 
+	// An index other than the one the state was applied up to (an edited
+	// backup header) is refused, and leaves nothing behind.
+	for _, wrong := range []uint64{index + 1, index - 1, ^uint64(0)} {
+		bad := filepath.Join(t.TempDir(), "bad")
+		err := Seed(SeedConfig{DataDir: bad, NodeID: "r1", Address: freeAddr(t), Index: wrong, ClusterID: "x", Logger: testLogger(t)}, bytes.NewReader(state))
+		require.Error(t, err, "index %d", wrong)
+		assert.Contains(t, err.Error(), fmt.Sprintf("applied up to log index %d", index))
+		_, statErr := os.Stat(bad)
+		assert.True(t, errors.Is(statErr, fs.ErrNotExist), "nothing left behind")
+	}
+
 	dir := filepath.Join(t.TempDir(), "seeded")
 	addr := freeAddr(t)
 	const newID = "restored-cluster"

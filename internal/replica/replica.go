@@ -39,4 +39,9 @@ var (
 	// enqueue timeout (the leader is overloaded). Nothing was appended: the
 	// command will never be applied, and it is safe to send it again.
 	ErrNotAccepted = errors.New("raftnode: command not accepted in time")
+	// ErrBehind: a read on a follower gave up because the follower's log
+	// stopped advancing towards the leader's read index (it cannot append
+	// or apply: a full disk, say). Nothing was read; another node may
+	// answer.
+	ErrBehind = errors.New("raftnode: this replica is not keeping up with the leader")
 )

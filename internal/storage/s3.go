@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -88,12 +90,26 @@ func (s *s3Storage) bounded(ctx context.Context) (context.Context, context.Cance
 }
 
 // timedOut marks err with ErrTimeout when cctx ended because the call
-// outlived s.timeout, not because the caller gave up.
+// outlived s.timeout, not because the caller gave up, and with
+// ErrUnreachable when the server could not be reached at all.
 func (s *s3Storage) timedOut(cctx context.Context, err error) error {
-	if err != nil && errors.Is(context.Cause(cctx), errStalled) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(context.Cause(cctx), errStalled):
 		return fmt.Errorf("%w (no progress for %s): %w", ErrTimeout, s.timeout, err)
+	case unreachable(err):
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	return err
+}
+
+// unreachable reports whether err says no connection to the server could
+// be made or kept: refused, reset, or a name that does not resolve.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || errors.As(err, &dns)
 }
 
 func requireKey(l location) error {

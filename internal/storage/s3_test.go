@@ -393,3 +393,21 @@ func TestS3TimeoutIsTheServersNotTheCallers(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, storage.ErrTimeout, "the caller's deadline, not the server's")
 }
+
+// A server nobody listens at: the call fails with ErrUnreachable (after the
+// SDK's own retries), which the catalog answers 503 like a stall.
+func TestS3UnreachableServer(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	url := ts.URL
+	ts.Close()
+	m, err := storage.New(storage.Config{
+		S3Endpoint: url, S3Region: "us-east-1", S3AccessKeyID: "key", S3SecretAccessKey: "secret", S3PathStyle: true,
+	})
+	require.NoError(t, err)
+	err = m.Write(context.Background(), "s3://bucket/x", []byte("x"))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, storage.ErrUnreachable)
+	assert.NotErrorIs(t, err, storage.ErrTimeout)
+	_, err = m.Read(context.Background(), "s3://bucket/x")
+	assert.ErrorIs(t, err, storage.ErrUnreachable)
+}

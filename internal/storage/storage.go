@@ -54,6 +54,10 @@ var (
 	// for Config.S3RequestTimeout: the server or the path to it stalled.
 	// A write that timed out may still land later; nothing refers to it.
 	ErrTimeout = errors.New("object storage did not answer in time")
+	// ErrUnreachable is wrapped by errors of S3 calls that could not reach
+	// the server at all (connection refused or reset, no such host), after
+	// the SDK's own retries. Nothing was written.
+	ErrUnreachable = errors.New("object storage is unreachable")
 	// ErrUnsupportedScheme is wrapped by errors for URIs whose scheme is
 	// neither file nor s3 (s3a, s3n): location.ErrUnsupportedScheme.
 	ErrUnsupportedScheme = loc.ErrUnsupportedScheme
