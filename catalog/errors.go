@@ -120,13 +120,15 @@ func toAPIError(err error, kind opKind) *apiError {
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
 	case errors.Is(err, storage.ErrTimeout), errors.Is(err, storage.ErrUnreachable):
-		// Object storage stalled or cannot be reached. A resend (Java's client makes one by
-		// itself on a 503) is safe: without an Idempotency-Key every
-		// storage call of a change precedes its proposal (the metadata
-		// file a commit writes, a file it reads) and the answer is built
-		// from what was written, so nothing was applied; with a key, a
-		// change that was applied is answered by its record, and only
-		// reading the answer's metadata file can have stalled.
+		// Object storage stalled or cannot be reached. A resend (Java's
+		// client makes one by itself on a 503) is safe: without an
+		// Idempotency-Key every storage call of a change precedes its
+		// proposal (the metadata file a commit writes, a file it reads)
+		// and the answer is built from what was written, so nothing was
+		// applied; the one handler that reads after proposing
+		// (unregisterTable) answers such a failure 500 itself. With a
+		// key, a change that was applied is answered by its record, and
+		// only reading the answer's metadata file can have stalled.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: msg, retryAfter: "5"}
 	case errors.Is(err, replica.ErrUnknownOutcome):

@@ -443,11 +443,7 @@ func checkNewLocationSpelling(loc string) error {
 	if i := strings.IndexAny(loc, "?#"); i >= 0 {
 		return badRequest("location %q contains %q: clients read locations as URIs, and some drop what follows it", loc, loc[i:i+1])
 	}
-	path := loc
-	if i := strings.Index(path, "://"); i >= 0 {
-		path = path[i+len("://"):]
-	}
-	if strings.Contains(path, "//") {
+	if hasEmptySegment(loc) {
 		return badRequest("location %q has an empty path segment (\"//\"): some clients and stores read it as the path without it, others do not", loc)
 	}
 	for i := strings.IndexByte(loc, '%'); i >= 0 && i+2 < len(loc); {
@@ -459,6 +455,28 @@ func checkNewLocationSpelling(loc string) error {
 			break
 		}
 		i += 1 + j
+	}
+	return nil
+}
+
+// hasEmptySegment reports whether loc's path, after the scheme's "//",
+// holds "//".
+func hasEmptySegment(loc string) bool {
+	if i := strings.Index(loc, "://"); i >= 0 {
+		loc = loc[i+len("://"):]
+	}
+	return strings.Contains(loc, "//")
+}
+
+// checkRootLocation checks a warehouse or allowed location at start: one
+// with an empty path segment would make every default location, and any
+// location inside it, one the catalog refuses (checkNewLocationSpelling).
+func checkRootLocation(loc string) error {
+	if _, _, _, err := storage.ParseURI(loc); err != nil {
+		return err
+	}
+	if hasEmptySegment(strings.TrimSuffix(loc, "/") + "/") { // as locations below it are made
+		return fmt.Errorf("%q has an empty path segment (\"//\"), which S3 and file-backed stores read differently; remove it", loc)
 	}
 	return nil
 }

@@ -32,7 +32,6 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
-	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -154,21 +153,24 @@ const (
 var reservedPrefixes = map[string]bool{"namespaces": true, "tables": true, "transactions": true, "views": true, "config": true, "oauth": true}
 
 // CheckPrefix refuses a URL prefix (--prefix, a named warehouse's name)
-// clients could not address: empty, reserved, "." or ".." (which HTTP
-// clients and servers rewrite as path segments), not UTF-8, or holding a
-// '/', '?', '#', '%', ':', a space or a control character.
+// clients could not address: empty, longer than a name may be, reserved,
+// "." or ".." (which HTTP clients and servers rewrite as path segments),
+// not UTF-8, or holding a '/', '?', '#', '%', a space or a control
+// character.
 func CheckPrefix(p string) error {
 	switch {
 	case p == "":
 		return errors.New("empty")
+	case len(p) > maxNameLength:
+		return fmt.Errorf("%d bytes long, the limit is %d", len(p), maxNameLength)
 	case reservedPrefixes[p]:
 		return fmt.Errorf("%q is a path segment of the catalog's own routes", p)
 	case p == "." || p == "..":
 		return fmt.Errorf("%q is rewritten by HTTP clients and servers", p)
 	case !utf8.ValidString(p):
 		return errors.New("not UTF-8")
-	case strings.ContainsAny(p, "/?#%: "):
-		return errors.New("want a single path segment without '/', '?', '#', '%', ':' or spaces")
+	case strings.ContainsAny(p, "/?#% "):
+		return errors.New("want a single path segment without '/', '?', '#', '%' or spaces")
 	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return errors.New("contains a control character")
 	}
@@ -204,7 +206,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if err := CheckPrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("catalog: prefix %q: %w", cfg.Prefix, err)
 	}
-	if _, _, _, err := storage.ParseURI(cfg.Warehouse); err != nil {
+	if err := checkRootLocation(cfg.Warehouse); err != nil {
 		return nil, fmt.Errorf("catalog: warehouse: %w", err)
 	}
 	cfg.Warehouse = strings.TrimSuffix(cfg.Warehouse, "/")
@@ -212,7 +214,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		cfg.AllowedLocations = []string{cfg.Warehouse}
 	}
 	for _, loc := range cfg.AllowedLocations {
-		if _, _, _, err := storage.ParseURI(loc); err != nil {
+		if err := checkRootLocation(loc); err != nil {
 			return nil, fmt.Errorf("catalog: allowed location: %w", err)
 		}
 	}

@@ -1495,7 +1495,10 @@ func (s *Server) unregisterTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	tm, err := s.readMetadata(r.Context(), res.Tables[0].MetadataLocation)
 	if err != nil {
-		return err
+		// The table is unregistered already: never the 503 a storage
+		// failure before a change gets, which clients resend.
+		return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError",
+			msg: fmt.Sprintf("table %s was unregistered, but its metadata file %s could not be read: %v", id, res.Tables[0].MetadataLocation, err)}
 	}
 	writeJSON(w, http.StatusOK, commitTableResponse{MetadataLocation: tm.location, Metadata: tm.raw})
 	return nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/floe-catalog/floe/fsm"
-	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -118,11 +117,16 @@ func newWarehouses(cfg Config, objects Objects) ([]*warehouse, error) {
 		if err := CheckPrefix(wc.Name); err != nil {
 			return nil, fmt.Errorf("catalog: warehouse name %q: %w", wc.Name, err)
 		}
+		if strings.Contains(wc.Name, ":") {
+			// A warehouse is named by its prefix or by its location, and
+			// a location holds a ':'.
+			return nil, fmt.Errorf("catalog: warehouse name %q: holds a ':'", wc.Name)
+		}
 		if seen[wc.Name] {
 			return nil, fmt.Errorf("catalog: warehouse %q is defined twice (or is the default warehouse's prefix)", wc.Name)
 		}
 		seen[wc.Name] = true
-		if _, _, _, err := storage.ParseURI(wc.Location); err != nil {
+		if err := checkRootLocation(wc.Location); err != nil {
 			return nil, fmt.Errorf("catalog: warehouse %s: location: %w", wc.Name, err)
 		}
 		w := &warehouse{
@@ -135,7 +139,7 @@ func newWarehouses(cfg Config, objects Objects) ([]*warehouse, error) {
 			w.allowed = []string{w.location}
 		}
 		for _, loc := range w.allowed {
-			if _, _, _, err := storage.ParseURI(loc); err != nil {
+			if err := checkRootLocation(loc); err != nil {
 				return nil, fmt.Errorf("catalog: warehouse %s: allowed location: %w", wc.Name, err)
 			}
 		}

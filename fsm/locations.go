@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -35,8 +36,7 @@ func init() {
 
 // LocationKey is the normalised form locations are compared in: scheme,
 // bucket and key as location.ParseURI normalises them (s3a:// and s3n:// are
-// s3://, file:/x and file:///x are /x), with repeated slashes collapsed (in
-// S3 keys too) and exactly one trailing slash, so
+// s3://, file:/x and file:///x are /x), with exactly one trailing slash, so
 // "equal, inside or containing" become string-prefix tests on whole path
 // segments: s3://b/t1/ never prefixes s3://b/t10/. A location ParseURI
 // refuses is kept verbatim behind a marker (control bytes escaped): it
@@ -52,12 +52,6 @@ func LocationKey(uri string) string {
 		return "raw:" + raw + "/"
 	}
 	key = strings.Trim(key, "/")
-	// S3 keeps "a//b" apart from "a/b"; Hadoop's Path, S3A and S3 servers
-	// backed by a file system do not. Ownership must hold for all of them,
-	// so keys compare with empty segments removed.
-	for strings.Contains(key, "//") {
-		key = strings.ReplaceAll(key, "//", "/")
-	}
 	n := scheme + "://" + bucket + "/"
 	if key != "" {
 		n += key + "/"
@@ -333,17 +327,43 @@ func buildLocationIndex(tx *bolt.Tx) error {
 // deleted. (A view may share a table's location, so the rest of a view's
 // location belongs to whichever table lies there.)
 func (r *Reader) LocationOwner(uri string) (Table, bool) {
+	for _, key := range fileKeys(uri) {
+		if h, ok := locationOwner(r.tx, key, func(h locHolder) bool { return h.view != nil }); ok {
+			return h.asTable(), true
+		}
+		if h, ok := locationOwner(r.tx, key, func(h locHolder) bool {
+			return h.table != nil || !sameFileKey(h.view.MetadataLocation, key)
+		}); ok {
+			return h.asTable(), true
+		}
+	}
+	return Table{}, false
+}
+
+// fileKeys are the location keys a file is looked up under by the readers
+// that protect files (LocationOwner, LocationOwnerExcept): LocationKey(uri)
+// and, when its S3 key holds an empty segment, the same with repeated
+// slashes collapsed. S3 keeps "a//b" apart from "a/b"; Hadoop's Path, S3A
+// and S3 servers backed by a file system read them as one place, so a file
+// either spelling names is protected. (Apply keys locations with
+// LocationKey alone, unchanged, so every binary decides the same; the
+// catalog refuses new locations with an empty segment.)
+func fileKeys(uri string) []string {
 	key := LocationKey(uri)
-	if h, ok := locationOwner(r.tx, key, func(h locHolder) bool { return h.view != nil }); ok {
-		return h.asTable(), true
+	if !strings.HasPrefix(key, "s3://") || !strings.Contains(key[len("s3://"):], "//") {
+		return []string{key}
 	}
-	h, ok := locationOwner(r.tx, key, func(h locHolder) bool {
-		return h.table != nil || LocationKey(h.view.MetadataLocation) != key
-	})
-	if !ok {
-		return Table{}, false
+	rest := key[len("s3://"):]
+	for strings.Contains(rest, "//") {
+		rest = strings.ReplaceAll(rest, "//", "/")
 	}
-	return h.asTable(), true
+	return []string{key, "s3://" + rest}
+}
+
+// sameFileKey reports whether loc names the file whose key (one of
+// fileKeys) is key.
+func sameFileKey(loc, key string) bool {
+	return slices.Contains(fileKeys(loc), key)
 }
 
 // LocationOwnerExcept is LocationOwner ignoring the table at self: a live
@@ -353,14 +373,21 @@ func (r *Reader) LocationOwner(uri string) (Table, bool) {
 // (write.metadata.delete-after-commit): a registered table's log may name
 // any file, and only those self alone holds are its to delete.
 func (r *Reader) LocationOwnerExcept(uri string, self Ident) (Table, bool) {
-	key := LocationKey(uri)
 	selfTable := isTable(self)
-	h, ok := locationOwner(r.tx, key, func(h locHolder) bool {
-		if h.table != nil {
-			return selfTable(h)
+	var (
+		h  locHolder
+		ok bool
+	)
+	for _, key := range fileKeys(uri) {
+		if h, ok = locationOwner(r.tx, key, func(h locHolder) bool {
+			if h.table != nil {
+				return selfTable(h)
+			}
+			return !sameFileKey(h.view.MetadataLocation, key)
+		}); ok {
+			break
 		}
-		return LocationKey(h.view.MetadataLocation) != key
-	})
+	}
 	if !ok {
 		return Table{}, false
 	}

@@ -64,8 +64,7 @@ func TestLocationKeyNormalises(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"s3://b/w/t", "s3://b/w/t/"},
 		{"s3a://b/w/t/", "s3://b/w/t/"},
-		{"s3n://b/w//t", "s3://b/w/t/"},
-		{"s3://b//w///t//", "s3://b/w/t/"},
+		{"s3n://b/w//t", "s3://b/w//t/"},
 		{"s3://b", "s3://b/"},
 		{"file:///w/t", "file:///w/t/"},
 		{"file:/w/t/", "file:///w/t/"},
@@ -91,8 +90,6 @@ func TestLocationBelongsToOneTable(t *testing.T) {
 		"s3://b/w",      // around
 		"s3n://b",       // the bucket root is around everything in it
 		"s3://b/w/a/x/", // inside, trailing slash
-		"s3://b/w//a",   // equal for S3A and file-backed S3 servers
-		"s3://b//w/a/x", // inside, the same way
 	} {
 		res := o.create("n", loc)
 		assert.ErrorIs(t, res.Err(), ErrLocationInUse, loc)
@@ -445,4 +442,32 @@ func TestOnlyMovesAreWrittenAsVersion3(t *testing.T) {
 	again, err := Encode(decoded)
 	require.NoError(t, err)
 	assert.Equal(t, b, again, "a version 3 entry encodes again as version 3")
+}
+
+// S3 keeps "a//b" apart from "a/b", but S3A and file-backed S3 servers do
+// not: the readers that protect files find a table under either spelling,
+// while Apply keys locations as it always did.
+func TestLocationOwnerReadsBothSpellings(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("a", "s3://b/w/a").Err())
+	require.NoError(t, o.create("legacy", "s3://b/x//l").Err(), "Apply keys it as it always did (the catalog refuses such a new location)")
+	assert.Equal(t, "s3://b/w//a/", LocationKey("s3://b/w//a"), "LocationKey is unchanged")
+	self := Ident{Namespace: nsA, Name: "other"}
+	require.NoError(t, o.f.View(func(r *Reader) error {
+		for uri, want := range map[string]string{
+			"s3://b/w//a/data/f.parquet":  "a",
+			"s3://b//w/a/metadata/m.json": "a",
+			"s3://b/x//l/data/f.parquet":  "legacy",
+		} {
+			owner, found := r.LocationOwner(uri)
+			require.True(t, found, uri)
+			assert.Equal(t, want, owner.Name, uri)
+			owner, found = r.LocationOwnerExcept(uri, self)
+			require.True(t, found, uri)
+			assert.Equal(t, want, owner.Name, uri)
+		}
+		_, found := r.LocationOwner("s3://b/w//other/f")
+		assert.False(t, found)
+		return nil
+	}))
 }

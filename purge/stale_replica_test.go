@@ -132,8 +132,9 @@ func TestRestartedNodeResumesFromTheCommittedCheckpoint(t *testing.T) {
 
 // A run fences itself at every batch: the guard's linearizable read also
 // checks that the job is still RUNNING under the run's token, so a run
-// whose lease was lost deletes nothing more, even while the node's own
-// replica (which its sweep stops runs by) has not seen the change.
+// whose lease was lost deletes no batch it guards from then on, even while
+// the node's own replica (which its sweep stops runs by) has not seen the
+// change. (A batch guarded just before may still be deleted.)
 func TestGuardRefusesABatchOnceTheLeaseIsLost(t *testing.T) {
 	dir := t.TempDir()
 	root := "file://" + filepath.ToSlash(dir) + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"

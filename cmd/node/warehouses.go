@@ -71,6 +71,9 @@ func parseWarehouses(v, prefix, def string) ([]warehouseSpec, error) {
 		if err := catalog.CheckPrefix(w.Name); err != nil {
 			return nil, usagef("--%s: warehouse name %q: %v", warehousesFlag, w.Name, err)
 		}
+		if strings.Contains(w.Name, ":") {
+			return nil, usagef("--%s: warehouse name %q: want no colons", warehousesFlag, w.Name)
+		}
 		if seen[w.Name] {
 			return nil, usagef("--%s: warehouse %q is named twice, or is --prefix (the default warehouse's)", warehousesFlag, w.Name)
 		}

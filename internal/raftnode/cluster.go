@@ -375,7 +375,8 @@ func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, er
 }
 
 // waitLogReaches waits until Raft has handed every entry up to index to the
-// state machine. It fails only with ctx's error (wrapped) or ErrShutdown.
+// state machine. It fails only with ctx's error (wrapped), ErrShutdown, or
+// ErrBehind (wrapped) when the log stood still for readStallLimit.
 func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	resp := readIndexResponse{Index: index}
 	// raft.AppliedIndex passes an entry once Raft has handed it to the state

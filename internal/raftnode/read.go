@@ -19,7 +19,10 @@ import (
 // On a follower the leader confirms the read index and the follower serves
 // the read from its own state machine. It returns ErrNotLeader or
 // ErrNoLeader, wrapped, when leadership is lost or changes while the read
-// waits or no leader is known; nothing was read and the caller may retry. ErrShutdown and ctx's error are the other failures
+// waits or no leader is known; nothing was read and the caller may retry.
+// A follower whose log stops advancing towards the read index for
+// readStallLimit returns ErrBehind, wrapped: nothing was read, and another
+// node may answer. ErrShutdown and ctx's error are the other failures
 // before fn runs. fn's own error is returned unchanged.
 func (n *Node) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
 	start := time.Now()

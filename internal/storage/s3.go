@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"syscall"
@@ -105,11 +104,11 @@ func (s *s3Storage) timedOut(cctx context.Context, err error) error {
 }
 
 // unreachable reports whether err says no connection to the server could
-// be made or kept: refused, reset, or a name that does not resolve.
+// be made or kept: refused, reset, no route. A name that does not resolve
+// is left out: more often a mistyped endpoint than a passing fault.
 func unreachable(err error) bool {
-	var dns *net.DNSError
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || errors.As(err, &dns)
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 func requireKey(l location) error {

@@ -55,8 +55,9 @@ var (
 	// A write that timed out may still land later; nothing refers to it.
 	ErrTimeout = errors.New("object storage did not answer in time")
 	// ErrUnreachable is wrapped by errors of S3 calls that could not reach
-	// the server at all (connection refused or reset, no such host), after
-	// the SDK's own retries. Nothing was written.
+	// the server, or lost the connection (refused, reset, no route), after
+	// the SDK's own retries. A write whose connection was reset may have
+	// landed; nothing refers to it.
 	ErrUnreachable = errors.New("object storage is unreachable")
 	// ErrUnsupportedScheme is wrapped by errors for URIs whose scheme is
 	// neither file nor s3 (s3a, s3n): location.ErrUnsupportedScheme.
