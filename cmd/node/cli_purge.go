@@ -179,13 +179,16 @@ func listJobs(ctx context.Context, s *cliSession, q url.Values) error {
 			return err
 		}
 		var page struct {
-			Jobs []json.RawMessage `json:"jobs"`
-			Next *string           `json:"next-page-token"`
+			Jobs *[]json.RawMessage `json:"jobs"`
+			Next *string            `json:"next-page-token"`
 		}
 		if err := json.Unmarshal(raw, &page); err != nil {
 			return fmt.Errorf("malformed answer from GET %s: %v", path, err)
 		}
-		jobs = append(jobs, page.Jobs...)
+		if page.Jobs == nil {
+			return fmt.Errorf("the answer to GET %s has no \"jobs\": is %s a floe node?", path, s.api.base)
+		}
+		jobs = append(jobs, *page.Jobs...)
 		if page.Next == nil || *page.Next == "" {
 			break
 		}
@@ -204,8 +207,9 @@ func listJobs(ctx context.Context, s *cliSession, q url.Values) error {
 	}
 	views := make([]cliJob, len(jobs))
 	for i, raw := range jobs {
-		if err := json.Unmarshal(raw, &views[i]); err != nil {
-			return fmt.Errorf("malformed purge job in the list: %v", err)
+		var err error
+		if views[i], err = decodeJob(raw); err != nil {
+			return fmt.Errorf("in the list: %w", err)
 		}
 	}
 	renderJobs(s.stdout, views)
@@ -219,9 +223,9 @@ func printJob(s *cliSession, raw []byte, headline func(cliJob) string) error {
 		printRaw(s.stdout, raw)
 		return nil
 	}
-	var j cliJob
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return fmt.Errorf("malformed purge job: %v", err)
+	j, err := decodeJob(raw)
+	if err != nil {
+		return err
 	}
 	if headline != nil {
 		fmt.Fprintln(s.stdout, headline(j))
@@ -229,6 +233,19 @@ func printJob(s *cliSession, raw []byte, headline func(cliJob) string) error {
 	}
 	renderJob(s.stdout, j)
 	return nil
+}
+
+// decodeJob reads a purge job from a node's answer; one without an id or
+// a state is not a floe node's (a proxy's page, another service).
+func decodeJob(raw []byte) (cliJob, error) {
+	var j cliJob
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return cliJob{}, fmt.Errorf("malformed purge job: %v", err)
+	}
+	if j.ID == "" || j.State == "" {
+		return cliJob{}, errors.New("malformed purge job: it has no id or state (is --node a floe node?)")
+	}
+	return j, nil
 }
 
 func renderJobs(w io.Writer, jobs []cliJob) {
@@ -301,9 +318,9 @@ func waitForJob(ctx context.Context, s *cliSession, id string) error {
 		switch {
 		case err == nil:
 			trouble = ""
-			var j cliJob
-			if err := json.Unmarshal(raw, &j); err != nil {
-				return fmt.Errorf("malformed purge job: %v", err)
+			j, err := decodeJob(raw)
+			if err != nil {
+				return err
 			}
 			state = j.State
 			p.show(j)

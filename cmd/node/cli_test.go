@@ -841,3 +841,22 @@ func TestBackupGivesUpOnANodeThatNeverAnswers(t *testing.T) {
 	_, err := os.Stat(to)
 	assert.True(t, os.IsNotExist(err), "nothing written")
 }
+
+// A server that is not a floe node (a proxy's page, another service)
+// answering 200 with other JSON: the CLI says so and fails, rather than
+// printing "no purge jobs" or a job of dashes.
+func TestPurgeCommandsRefuseAnswersThatAreNotFloes(t *testing.T) {
+	fastCLI(t)
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"foo":1}`))
+	})
+	code, out, errOut := runCLI(t, "purge", "list", "--node", f.URL)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "has no \"jobs\"")
+	code, out, errOut = runCLI(t, "purge", "show", "abc", "--node", f.URL)
+	assert.Equal(t, exitFailed, code, errOut)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "no id or state")
+}
