@@ -110,6 +110,10 @@ func toAPIError(err error, kind opKind) *apiError {
 		// Nothing was proposed: the client may retry, here or elsewhere.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "no leader available: " + msg, retryAfter: "1"}
+	case errors.Is(err, replica.ErrClockSkew):
+		// Refused by the leader before anything was appended.
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: "nothing was applied: " + msg, retryAfter: "1"}
 	case errors.Is(err, replica.ErrBehind):
 		// A read this node could not serve: nothing was read or changed.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",

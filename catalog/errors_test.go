@@ -28,6 +28,7 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"no leader", fmt.Errorf("propose: %w", replica.ErrNoLeader), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"shutdown", replica.ErrShutdown, opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"a follower whose log stands still", fmt.Errorf("read: %w", replica.ErrBehind), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a keyed commit refused for the proposer's clock", fmt.Errorf("propose: %w", replica.ErrClockSkew), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"not accepted by an overloaded leader, commit", fmt.Errorf("propose: %w: %w", replica.ErrNotAccepted, context.DeadlineExceeded), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},

@@ -3,6 +3,7 @@ package fsm
 import (
 	"cmp"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -257,6 +258,29 @@ func applyReleaseClaim(t *txn, c Command) Result {
 	}
 	b.del(e)
 	return Result{Count: 1}
+}
+
+// KeyedTimeMs returns the proposer's time (AtMs) that an encoded keyed
+// command (Keyed, RecordOutcome) carries, and false for any other command
+// or an encoding it cannot read. Its Idempotency-Key record's expiry is
+// judged by that time, so a leader checks it on commands other nodes
+// forward (raftnode).
+func KeyedTimeMs(data []byte) (int64, bool) {
+	if len(data) < 2 {
+		return 0, false
+	}
+	switch CommandType(data[0]) {
+	case TypeKeyed, TypeRecordOutcome:
+	default:
+		return 0, false
+	}
+	var h struct {
+		AtMs int64 `json:"at-ms"`
+	}
+	if err := json.Unmarshal(data[2:], &h); err != nil {
+		return 0, false
+	}
+	return h.AtMs, true
 }
 
 func (Keyed) Type() CommandType            { return TypeKeyed }

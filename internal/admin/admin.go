@@ -185,7 +185,8 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 			// resends by itself as it would a 503.
 			se = &statusError{http.StatusInternalServerError, "InternalServerError", "outcome unknown, read the state before retrying: " + err.Error()}
 		case errors.Is(err, ErrUnavailable), errors.Is(err, raftnode.ErrUnavailable), errors.Is(err, idempotency.ErrUnavailable),
-			errors.Is(err, raftnode.ErrNotAccepted), errors.Is(err, raftnode.ErrBehind):
+			errors.Is(err, raftnode.ErrNotAccepted), errors.Is(err, raftnode.ErrBehind),
+			errors.Is(err, raftnode.ErrClockSkew):
 			se = &statusError{http.StatusServiceUnavailable, "ServiceUnavailableException", err.Error()}
 			w.Header().Set("Retry-After", "1")
 		}

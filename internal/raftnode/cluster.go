@@ -45,6 +45,7 @@ const (
 	codeBadRequest     = "bad_request"
 	codeNotFound       = "not_found"
 	codeRejoinRefused  = "rejoin_refused"
+	codeClockSkew      = "clock_skew"
 )
 
 // toRemote turns a local error into a RemoteError whose code says what the
@@ -75,6 +76,8 @@ func toRemote(err error) error {
 		code = codeBadRequest
 	case errors.Is(err, ErrNoSuchMember):
 		code = codeNotFound
+	case errors.Is(err, ErrClockSkew):
+		code = codeClockSkew
 	}
 	return &transport.RemoteError{Code: code, Message: err.Error()}
 }
@@ -101,6 +104,8 @@ func fromRemote(err error, write bool) error {
 			return &remoteErr{sentinel: ErrNoSuchMember, msg: re.Message}
 		case codeRejoinRefused:
 			return &remoteErr{sentinel: ErrRejoinRefused, msg: re.Message}
+		case codeClockSkew:
+			return fmt.Errorf("%w: %s", ErrClockSkew, re.Message)
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
 			return fmt.Errorf("raftnode: leader gave up: %w: %s", context.DeadlineExceeded, re.Message)
 		}
@@ -405,6 +410,29 @@ func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	return nil
 }
 
+// maxProposerSkew bounds how far the time a forwarded keyed command
+// carries may be from the leader's clock. Idempotency-Key records expire
+// by the proposer's time (Apply reads no clock), with a 5-minute grace for
+// clocks that differ; a node whose clock is further off would let a retry
+// within the advertised lifetime run twice (ahead) or keep records too
+// long (behind). The bound also covers a request's own time in flight
+// (storage writes, forwarding retries), which is far shorter.
+const maxProposerSkew = 5 * time.Minute
+
+// checkProposerClock returns ErrClockSkew for a keyed command whose time
+// is more than maxProposerSkew from now; any other command passes.
+func checkProposerClock(data []byte, now time.Time) error {
+	at, ok := fsm.KeyedTimeMs(data)
+	if !ok {
+		return nil
+	}
+	if d := time.UnixMilli(at).Sub(now); d > maxProposerSkew || d < -maxProposerSkew {
+		return fmt.Errorf("%w: the keyed command's time is %s from the leader's clock (at most %s); correct this node's clock (NTP)",
+			ErrClockSkew, d.Round(time.Second), maxProposerSkew)
+	}
+	return nil
+}
+
 // readStallLimit is how long a follower's read waits for its log to move
 // at all towards the read index before giving up (ErrBehind). A follower
 // that is merely behind keeps applying and is waited for however long it
@@ -491,6 +519,10 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 		}
 		if n.raft.State() != raft.Leader {
 			return nil, toRemote(ErrNotLeader)
+		}
+		if err := checkProposerClock(req.Command, time.Now()); err != nil {
+			n.logger.Warn("forwarded keyed command refused: the forwarding node's clock is off", "error", err)
+			return nil, toRemote(err)
 		}
 		out, err = n.proposeLocal(ctx, req.Command)
 	case rpcReadIndex:

@@ -650,3 +650,35 @@ func TestFollowerReadGivesUpWhenItsLogStandsStill(t *testing.T) {
 	require.NoError(t, mustPropose(t, leader, createNS("c")).Err())
 	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 }
+
+// A keyed command forwarded from a node whose clock is far from the
+// leader's is refused before anything is appended: its Idempotency-Key
+// record would expire by that clock, and a retry within the advertised
+// lifetime could run twice. Nearby times, and other commands, pass.
+func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	follower := others(nodes, leader)[0]
+	ctx := ctxTimeout(t, 20*time.Second)
+	outcome := func(key string, at time.Time) fsm.RecordOutcome {
+		return fsm.RecordOutcome{Key: key, Binding: fsm.Binding{Operation: "createNamespace"}, AtMs: at.UnixMilli(),
+			ExpiresMs: at.Add(time.Hour).UnixMilli(), Result: fsm.Result{Status: fsm.StatusNotFound}}
+	}
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		_, err := follower.Propose(ctx, outcome("k-skewed", time.Now().Add(skew)))
+		require.ErrorIs(t, err, ErrClockSkew, "skew %s", skew)
+	}
+	_, err := follower.Propose(ctx, outcome("k-near", time.Now().Add(-time.Minute)))
+	require.NoError(t, err, "a minute off passes")
+	require.NoError(t, leader.Read(ctx, func(r *fsm.Reader) error {
+		_, skewed := r.IdempotencyRecord("k-skewed")
+		assert.False(t, skewed, "nothing of the refused commands was applied")
+		_, near := r.IdempotencyRecord("k-near")
+		assert.True(t, near)
+		return nil
+	}))
+	require.NoError(t, mustPropose(t, follower, createNS("unkeyed")).Err())
+	// The leader's own keyed commands carry its own clock and are not judged.
+	_, err = leader.Propose(ctx, outcome("k-leader", time.Now().Add(time.Hour)))
+	require.NoError(t, err)
+}

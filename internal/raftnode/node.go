@@ -62,6 +62,9 @@ var (
 	// ErrBehind: a follower's read gave up because its log stopped
 	// advancing towards the read index (see readStallLimit).
 	ErrBehind = replica.ErrBehind
+	// ErrClockSkew: the leader refused a forwarded keyed command whose time
+	// is more than maxProposerSkew from its clock; nothing was appended.
+	ErrClockSkew = replica.ErrClockSkew
 	// ErrCatchingUp is wrapped by Ready while a leader is known but the
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.

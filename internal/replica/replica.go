@@ -44,4 +44,9 @@ var (
 	// or apply: a full disk, say). Nothing was read; another node may
 	// answer.
 	ErrBehind = errors.New("raftnode: this replica is not keeping up with the leader")
+	// ErrClockSkew: the leader refused a keyed command this node forwarded
+	// because the time it carries is too far from the leader's clock (an
+	// Idempotency-Key record's expiry is judged by it). Nothing was
+	// appended; another node may take the request.
+	ErrClockSkew = errors.New("raftnode: this node's clock is too far from the leader's")
 )
