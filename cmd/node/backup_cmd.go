@@ -88,7 +88,7 @@ func runBackupCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.StringVar(&fromDataDir, "from-data-dir", "", "back up a STOPPED node's data directory instead of asking a running cluster: "+
 		"the way out after losing quorum (the copy holds what that node had applied)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON summary on stdout")
-	fs.DurationVar(&timeout, "timeout", 0, "give up after this long; 0: no limit (a node that has not begun to answer within a minute is asked again, at most a few times)")
+	fs.DurationVar(&timeout, "timeout", 0, "give up after this long; 0: no limit (until the node begins its answer, floe backup says every 10s that it is still waiting)")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, `Usage: floe backup --to FILE [flags]
 
@@ -210,7 +210,7 @@ func fileKind(m os.FileMode) string {
 // is removed and to is untouched.
 func downloadBackup(ctx context.Context, api *apiClient, to string, stderr io.Writer) (backupSummary, error) {
 	fmt.Fprintf(stderr, "floe backup: asking %s for a backup\n", api.base)
-	resp, err := requestBackup(ctx, api)
+	resp, err := requestBackup(ctx, api, stderr)
 	if err != nil {
 		return backupSummary{}, err
 	}
@@ -330,66 +330,62 @@ func offlineBackup(ctx context.Context, dataDir, to string, stderr io.Writer) (b
 	return saveBackup(ctx, pr, size, to, stderr)
 }
 
-// backupAnswerTimeout bounds the wait for a node's answer to one backup
-// request (its headers; the download after them is not bounded).
-var backupAnswerTimeout = time.Minute
+// backupWaitReport is how often floe backup says it is still waiting for
+// a node to begin its answer. The wait itself is not cut short: a node
+// answers once its linearizable read is done, which on a follower that is
+// catching up takes as long as it takes (--timeout bounds it).
+var backupWaitReport = 10 * time.Second
 
-var errNoAnswer = errors.New("no answer in time")
-
-// cancelOnClose ends an attempt's context when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelCauseFunc
-}
-
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel(nil)
-	return err
+// reportWaiting writes to w, every backupWaitReport until the returned
+// stop is called, that target has not answered yet.
+func reportWaiting(w io.Writer, target string) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(backupWaitReport)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "floe backup: still waiting for %s to answer (%s)\n", target, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 // requestBackup sends GET /management/v1/backup and returns a 200 answer,
 // sending it again (up to cliAttempts times) while the node cannot be
 // reached or answers 503, as during a leader election.
-func requestBackup(ctx context.Context, api *apiClient) (*http.Response, error) {
+func requestBackup(ctx context.Context, api *apiClient, stderr io.Writer) (*http.Response, error) {
 	target := api.base + "/management/v1/backup"
 	wait := cliBackoff
 	for attempt := 1; ; attempt++ {
-		// A node answers once its linearizable read is done, then streams:
-		// an attempt with no answer by backupAnswerTimeout (a node that
-		// accepts and never answers) is given up and sent again, even
-		// without --timeout.
-		actx, cancelAttempt := context.WithCancelCause(ctx)
-		timer := time.AfterFunc(backupAnswerTimeout, func() { cancelAttempt(errNoAnswer) })
-		req, err := http.NewRequestWithContext(actx, http.MethodGet, target, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
-			timer.Stop()
-			cancelAttempt(nil)
 			return nil, err
 		}
 		req.Header.Set("User-Agent", "floe-cli")
 		if api.token != "" {
 			req.Header.Set("Authorization", "Bearer "+api.token)
 		}
+		stopReport := reportWaiting(stderr, target)
 		resp, err := api.http.Do(req)
-		timer.Stop()
+		stopReport()
 		var failure error
 		retry := false
 		switch {
 		case err != nil:
-			cancelAttempt(nil)
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("no answer from %s: %w", target, ctx.Err())
 			}
-			if errors.Is(context.Cause(actx), errNoAnswer) {
-				err = fmt.Errorf("none within %s", backupAnswerTimeout)
-			}
 			failure, retry = fmt.Errorf("no answer from %s: %s", target, shortError(err)), true
 		case resp.StatusCode == http.StatusOK:
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancelAttempt}
 			return resp, nil
 		default:
-			defer cancelAttempt(nil)
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			failure = errorOf(resp.StatusCode, body)

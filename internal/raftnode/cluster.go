@@ -164,6 +164,10 @@ func (n *Node) leaderAddr() (string, error) {
 
 type proposeRequest struct {
 	Command []byte `json:"command"`
+	// SentMs is the forwarding node's clock when it sent a keyed command
+	// (0 otherwise, and from binaries that predate it): the leader
+	// compares it with its own (checkProposerClock).
+	SentMs int64 `json:"sent-ms,omitempty"`
 }
 
 // forward sends an encoded command to the leader: one hop. The caller's
@@ -226,7 +230,11 @@ func (n *Node) forwardTo(ctx, epoch context.Context, addr string, data []byte) (
 	cctx, done := leaderCtx(ctx, epoch)
 	defer done()
 	var res fsm.Result
-	err := n.call(cctx, addr, rpcPropose, proposeRequest{Command: data}, &res)
+	req := proposeRequest{Command: data}
+	if _, keyed := fsm.KeyedTimeMs(data); keyed {
+		req.SentMs = n.cfg.Clock().UnixMilli()
+	}
+	err := n.call(cctx, addr, rpcPropose, req, &res)
 	if err == nil {
 		return res, nil
 	}
@@ -410,25 +418,26 @@ func (n *Node) waitLogReaches(ctx context.Context, index uint64) error {
 	return nil
 }
 
-// maxProposerSkew bounds how far the time a forwarded keyed command
-// carries may be from the leader's clock. Idempotency-Key records expire
-// by the proposer's time (Apply reads no clock), with a 5-minute grace for
-// clocks that differ; a node whose clock is further off would let a retry
-// within the advertised lifetime run twice (ahead) or keep records too
-// long (behind). The bound also covers a request's own time in flight
-// (storage writes, forwarding retries), which is far shorter.
+// maxProposerSkew bounds how far the clock of a node forwarding a keyed
+// command may be from the leader's. Idempotency-Key records expire by the
+// proposer's time (Apply reads no clock), with a 5-minute grace for clocks
+// that differ; a node whose clock is further off would let a retry within
+// the advertised lifetime run twice (ahead) or keep records too long
+// (behind).
 const maxProposerSkew = 5 * time.Minute
 
-// checkProposerClock returns ErrClockSkew for a keyed command whose time
-// is more than maxProposerSkew from now; any other command passes.
-func checkProposerClock(data []byte, now time.Time) error {
-	at, ok := fsm.KeyedTimeMs(data)
-	if !ok {
+// checkProposerClock returns ErrClockSkew when sentMs, the forwarding
+// node's clock when it sent a keyed command, is more than maxProposerSkew
+// from now, the leader's clock. It judges the clocks, not the command's
+// own time, which is when the request arrived and may be minutes old for
+// a slow request. 0 (not keyed, or an older sender) passes.
+func checkProposerClock(sentMs int64, now time.Time) error {
+	if sentMs == 0 {
 		return nil
 	}
-	if d := time.UnixMilli(at).Sub(now); d > maxProposerSkew || d < -maxProposerSkew {
-		return fmt.Errorf("%w: the keyed command's time is %s from the leader's clock (at most %s); correct this node's clock (NTP)",
-			ErrClockSkew, d.Round(time.Second), maxProposerSkew)
+	if d := time.UnixMilli(sentMs).Sub(now); d > maxProposerSkew || d < -maxProposerSkew {
+		return fmt.Errorf("%w: the forwarding node's clock reads %s, the leader's %s (%s apart, at most %s); one of them is wrong (NTP)",
+			ErrClockSkew, time.UnixMilli(sentMs).UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), d.Abs().Round(time.Second), maxProposerSkew)
 	}
 	return nil
 }
@@ -520,8 +529,8 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 		if n.raft.State() != raft.Leader {
 			return nil, toRemote(ErrNotLeader)
 		}
-		if err := checkProposerClock(req.Command, time.Now()); err != nil {
-			n.logger.Warn("forwarded keyed command refused: the forwarding node's clock is off", "error", err)
+		if err := checkProposerClock(req.SentMs, n.cfg.Clock()); err != nil {
+			n.logger.Warn("forwarded keyed command refused: the clocks of the forwarding node and this leader differ", "error", err)
 			return nil, toRemote(err)
 		}
 		out, err = n.proposeLocal(ctx, req.Command)

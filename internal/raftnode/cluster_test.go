@@ -24,6 +24,13 @@ import (
 // BootstrapExpect, the way operators start them.
 func startJoinedCluster(t *testing.T, size int) ([]*Node, []Config) {
 	t.Helper()
+	return startJoinedClusterWith(t, size, nil)
+}
+
+// startJoinedClusterWith is startJoinedCluster with each node's Config
+// passed through adjust (nil: none) before it is opened.
+func startJoinedClusterWith(t *testing.T, size int, adjust func(i int, cfg *Config)) ([]*Node, []Config) {
+	t.Helper()
 	addrs := make([]string, size)
 	for i := range addrs {
 		addrs[i] = freeAddr(t)
@@ -38,6 +45,9 @@ func startJoinedCluster(t *testing.T, size int) ([]*Node, []Config) {
 		cfg.SnapshotThreshold = 16
 		cfg.TrailingLogs = 4
 		cfg.SnapshotInterval = 200 * time.Millisecond
+		if adjust != nil {
+			adjust(i, &cfg)
+		}
 		cfgs[i] = cfg
 		nodes[i] = mustOpen(t, cfg)
 	}
@@ -651,25 +661,39 @@ func TestFollowerReadGivesUpWhenItsLogStandsStill(t *testing.T) {
 	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 }
 
-// A keyed command forwarded from a node whose clock is far from the
+// A keyed command forwarded by a node whose clock is far from the
 // leader's is refused before anything is appended: its Idempotency-Key
 // record would expire by that clock, and a retry within the advertised
-// lifetime could run twice. Nearby times, and other commands, pass.
+// lifetime could run twice. The clocks are judged, not the command's own
+// time (when its request arrived, which may be minutes old); other
+// commands, and the leader's own, are not judged.
 func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
-	nodes, _ := startJoinedCluster(t, 3)
+	offsets := make([]atomic.Int64, 3)
+	nodes, _ := startJoinedClusterWith(t, 3, func(i int, cfg *Config) {
+		cfg.Clock = func() time.Time { return time.Now().Add(time.Duration(offsets[i].Load())) }
+	})
 	leader := waitOneLeader(t, nodes)
 	follower := others(nodes, leader)[0]
+	fi := slices.Index(nodes, follower)
 	ctx := ctxTimeout(t, 20*time.Second)
 	outcome := func(key string, at time.Time) fsm.RecordOutcome {
 		return fsm.RecordOutcome{Key: key, Binding: fsm.Binding{Operation: "createNamespace"}, AtMs: at.UnixMilli(),
 			ExpiresMs: at.Add(time.Hour).UnixMilli(), Result: fsm.Result{Status: fsm.StatusNotFound}}
 	}
+	// A slow request: its time is ten minutes old, the clocks agree.
+	_, err := follower.Propose(ctx, outcome("k-slow", time.Now().Add(-10*time.Minute)))
+	require.NoError(t, err, "a request's age is not a clock's skew")
+
 	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		offsets[fi].Store(int64(skew))
 		_, err := follower.Propose(ctx, outcome("k-skewed", time.Now().Add(skew)))
 		require.ErrorIs(t, err, ErrClockSkew, "skew %s", skew)
+		assert.Contains(t, err.Error(), "one of them is wrong")
+		require.NoError(t, mustPropose(t, follower, createNS(fmt.Sprintf("unkeyed%d", skew/time.Hour+1))).Err(), "unkeyed commands pass")
 	}
-	_, err := follower.Propose(ctx, outcome("k-near", time.Now().Add(-time.Minute)))
-	require.NoError(t, err, "a minute off passes")
+	offsets[fi].Store(int64(time.Minute))
+	_, err = follower.Propose(ctx, outcome("k-near", time.Now()))
+	require.NoError(t, err, "a minute apart passes")
 	require.NoError(t, leader.Read(ctx, func(r *fsm.Reader) error {
 		_, skewed := r.IdempotencyRecord("k-skewed")
 		assert.False(t, skewed, "nothing of the refused commands was applied")
@@ -677,8 +701,8 @@ func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 		assert.True(t, near)
 		return nil
 	}))
-	require.NoError(t, mustPropose(t, follower, createNS("unkeyed")).Err())
-	// The leader's own keyed commands carry its own clock and are not judged.
+	// The leader's own keyed commands are not judged.
+	offsets[slices.Index(nodes, leader)].Store(int64(time.Hour))
 	_, err = leader.Propose(ctx, outcome("k-leader", time.Now().Add(time.Hour)))
 	require.NoError(t, err)
 }

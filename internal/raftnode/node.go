@@ -230,9 +230,16 @@ type Config struct {
 	// cluster RPC (see Faults). It is for tests that cut nodes off from each
 	// other inside one process; production nodes leave it nil.
 	Faults Faults
+	// Clock is the node's wall clock, nil for time.Now. It only stamps the
+	// keyed commands this node forwards (proposeRequest.SentMs) and judges
+	// those forwarded to it; tests give nodes clocks that disagree.
+	Clock func() time.Time
 }
 
 func (c *Config) setDefaults() {
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
