@@ -339,18 +339,26 @@ var backupWaitReport = 10 * time.Second
 // reportWaiting writes to w, every backupWaitReport until the returned
 // stop is called, that target has not answered yet.
 func reportWaiting(w io.Writer, target string) (stop func()) {
-	done, exited := make(chan struct{}), make(chan struct{})
 	start := time.Now()
+	return every(backupWaitReport, func() {
+		fmt.Fprintf(w, "floe backup: still waiting for %s to answer (%s)\n", target, time.Since(start).Round(time.Second))
+	})
+}
+
+// every calls fn every d, from another goroutine, until the returned stop
+// is called; stop returns once fn can no longer run.
+func every(d time.Duration, fn func()) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
-		t := time.NewTicker(backupWaitReport)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-				fmt.Fprintf(w, "floe backup: still waiting for %s to answer (%s)\n", target, time.Since(start).Round(time.Second))
+				fn()
 			}
 		}
 	}()
@@ -429,24 +437,9 @@ func reportProgress(w io.Writer, got *atomic.Int64, total int64) (stop func()) {
 		}
 		fmt.Fprintf(w, "floe backup: %s\n", humanBytes(got.Load()))
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(backupProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				line()
-			}
-		}
-	}()
+	stopEvery := every(backupProgressEvery, line)
 	return func() {
-		close(done)
-		<-finished
+		stopEvery()
 		line()
 	}
 }
