@@ -3,7 +3,6 @@ package fsm
 import (
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -260,27 +259,19 @@ func applyReleaseClaim(t *txn, c Command) Result {
 	return Result{Count: 1}
 }
 
-// KeyedTimeMs returns the proposer's time (AtMs) that an encoded keyed
-// command (Keyed, RecordOutcome) carries, and false for any other command
-// or an encoding it cannot read. Its Idempotency-Key record's expiry is
-// judged by that time, so a leader checks it on commands other nodes
-// forward (raftnode).
-func KeyedTimeMs(data []byte) (int64, bool) {
+// IsKeyed reports whether an encoded command is keyed (Keyed,
+// RecordOutcome): its Idempotency-Key record's expiry is judged by the
+// proposing node's clock, so a node forwarding one sends its clock's
+// reading with it (raftnode). Only the type byte is read.
+func IsKeyed(data []byte) bool {
 	if len(data) < 2 {
-		return 0, false
+		return false
 	}
 	switch CommandType(data[0]) {
 	case TypeKeyed, TypeRecordOutcome:
-	default:
-		return 0, false
+		return true
 	}
-	var h struct {
-		AtMs int64 `json:"at-ms"`
-	}
-	if err := json.Unmarshal(data[2:], &h); err != nil {
-		return 0, false
-	}
-	return h.AtMs, true
+	return false
 }
 
 func (Keyed) Type() CommandType            { return TypeKeyed }

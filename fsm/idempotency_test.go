@@ -724,23 +724,14 @@ func TestReleaseClaim(t *testing.T) {
 	assert.ErrorIs(t, apply(ReleaseClaim{Binding: b, ClaimedAtMs: 120}).Err(), ErrInvalidCommand)
 }
 
-func TestKeyedTimeMs(t *testing.T) {
-	keyed, err := Encode(Keyed{Key: "k", AtMs: 1234, ExpiresMs: 5678, Command: []byte{1}})
-	require.NoError(t, err)
-	at, ok := KeyedTimeMs(keyed)
-	require.True(t, ok)
-	assert.Equal(t, int64(1234), at)
-	rec, err := Encode(RecordOutcome{Key: "k", AtMs: 99})
-	require.NoError(t, err)
-	at, ok = KeyedTimeMs(rec)
-	require.True(t, ok)
-	assert.Equal(t, int64(99), at)
+func TestIsKeyed(t *testing.T) {
+	for _, c := range []Command{Keyed{Key: "k", AtMs: 1, Command: []byte{1}}, RecordOutcome{Key: "k", AtMs: 2}} {
+		data, err := Encode(c)
+		require.NoError(t, err)
+		assert.True(t, IsKeyed(data), "%T", c)
+	}
 	plain, err := Encode(CreateNamespace{Namespace: []string{"a"}, AtMs: 7})
 	require.NoError(t, err)
-	_, ok = KeyedTimeMs(plain)
-	assert.False(t, ok, "only keyed commands")
-	_, ok = KeyedTimeMs([]byte{byte(TypeKeyed)})
-	assert.False(t, ok, "too short")
-	_, ok = KeyedTimeMs([]byte{byte(TypeKeyed), 1, '{'})
-	assert.False(t, ok, "unreadable")
+	assert.False(t, IsKeyed(plain), "only keyed commands")
+	assert.False(t, IsKeyed([]byte{byte(TypeKeyed)}), "too short")
 }

@@ -231,7 +231,7 @@ func (n *Node) forwardTo(ctx, epoch context.Context, addr string, data []byte) (
 	defer done()
 	var res fsm.Result
 	req := proposeRequest{Command: data}
-	if _, keyed := fsm.KeyedTimeMs(data); keyed {
+	if fsm.IsKeyed(data) {
 		req.SentMs = n.cfg.Clock().UnixMilli()
 	}
 	err := n.call(cctx, addr, rpcPropose, req, &res)
