@@ -94,10 +94,19 @@ var errCorruptMetadata = errors.New("unreadable table metadata")
 // writeMetadata writes meta as <tableLocation>/metadata/<version>-<uuid>.metadata.json
 // and returns it. The file is written before the command that points at it
 // is proposed; the caller deletes it if the command does not take effect.
+// A version iceberg-go's parser would refuse is a 400, and nothing is
+// written.
 func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version int) (*tableMetadata, error) {
 	raw, err := encodeMetadata(meta)
 	if err != nil {
 		return nil, fmt.Errorf("encode metadata: %w", err)
+	}
+	// iceberg-go's parser is stricter than its builder: a version it
+	// built but cannot read back would be served from this node's cache
+	// while every other node, and this one after a restart, answered 500
+	// for the table. What is cached is what any node would read.
+	if meta, err = table.ParseMetadataBytes(raw); err != nil {
+		return nil, badRequest("the new metadata would not be readable: %v", err)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -160,6 +161,36 @@ func checkNewSnapshots(before, after table.Metadata) error {
 		if s.ManifestList == "" && (after.Version() > 1 || len(s.ManifestLocations) == 0) {
 			return badRequest("snapshot %d has no manifest-list", s.SnapshotID)
 		}
+		// Java refuses it ("Sequence number must be 0 in v1"), and reads
+		// the field in any version: such a table would not load there, and
+		// an upgrade to v2 would leave the snapshot ahead of the table's
+		// last-sequence-number.
+		if after.Version() == 1 && s.SequenceNumber != 0 {
+			return badRequest("snapshot %d: a format version 1 table's snapshots have no sequence number (got %d)", s.SnapshotID, s.SequenceNumber)
+		}
+	}
+	return nil
+}
+
+// maxSnapshotAhead is how far past the catalog's clock a new snapshot's
+// timestamp-ms may lie.
+const maxSnapshotAhead = 5 * time.Minute
+
+// checkSnapshotTimes refuses a snapshot after adds whose timestamp-ms is
+// more than maxSnapshotAhead past now. Readers and builders allow a
+// table's timestamps to go back by at most a minute, so every later
+// commit to such a table, whatever it changes, would be refused until the
+// clock caught up with the snapshot: one write could freeze a table for
+// years. A writer's clock may run somewhat ahead of the catalog's, hence
+// the margin.
+func checkSnapshotTimes(before, after table.Metadata, now time.Time) error {
+	limit := now.Add(maxSnapshotAhead).UnixMilli()
+	for _, s := range after.Snapshots() {
+		if s.TimestampMs <= limit || (before != nil && before.SnapshotByID(s.SnapshotID) != nil) {
+			continue
+		}
+		return badRequest("snapshot %d: timestamp-ms %d is more than %s ahead of the catalog's clock (%d): check the writer's clock",
+			s.SnapshotID, s.TimestampMs, maxSnapshotAhead, now.UnixMilli())
 	}
 	return nil
 }

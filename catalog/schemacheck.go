@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"fmt"
+
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -136,20 +138,57 @@ func checkPartitionSpec(ps *iceberg.PartitionSpec, s *iceberg.Schema) error {
 			// here is a mistake ("bogus", "bucket[-3]").
 			return badRequest("partition spec %d: field %q: unknown transform %q", ps.ID(), pf.Name, t.String())
 		}
-		for _, src := range pf.SourceIDs {
-			f, ok := s.FindFieldByID(src)
-			if !ok {
-				return badRequest("partition spec %d: field %q: source %d is not a field of the current schema", ps.ID(), pf.Name, src)
-			}
-			if _, ok := f.Type.(iceberg.PrimitiveType); !ok {
-				return badRequest("partition spec %d: field %q: source %q is not a primitive (%s)", ps.ID(), pf.Name, f.Name, f.Type)
-			}
-			if !pf.Transform.CanTransform(f.Type) {
-				return badRequest("partition spec %d: field %q: transform %s cannot take %q (%s)", ps.ID(), pf.Name, pf.Transform, f.Name, f.Type)
-			}
+		if err := checkSources(ps, pf, s); err != nil {
+			return err
 		}
 		if col, ok := s.FindFieldByName(pf.Name); ok && (len(pf.SourceIDs) != 1 || pf.SourceIDs[0] != col.ID) {
 			return badRequest("partition spec %d: field name %q is another column's", ps.ID(), pf.Name)
+		}
+	}
+	return nil
+}
+
+// checkSources refuses a partition field whose sources are not primitive
+// fields of schema s that its transform can take.
+func checkSources(ps *iceberg.PartitionSpec, pf iceberg.PartitionField, s *iceberg.Schema) error {
+	for _, src := range pf.SourceIDs {
+		f, ok := s.FindFieldByID(src)
+		if !ok {
+			return badRequest("partition spec %d: field %q: source %d is not a field of the current schema", ps.ID(), pf.Name, src)
+		}
+		if _, ok := f.Type.(iceberg.PrimitiveType); !ok {
+			return badRequest("partition spec %d: field %q: source %q is not a primitive (%s)", ps.ID(), pf.Name, f.Name, f.Type)
+		}
+		if !pf.Transform.CanTransform(f.Type) {
+			return badRequest("partition spec %d: field %q: transform %s cannot take %q (%s)", ps.ID(), pf.Name, pf.Transform, f.Name, f.Type)
+		}
+	}
+	return nil
+}
+
+// checkDefaultSpec refuses metadata after whose default partition spec
+// has a field, other than a void placeholder, whose source the current
+// schema lacks or its transform cannot take, when the pair of default
+// spec and current schema differs from before's (nil for a new table).
+// Java's builder refuses such a change, and its parser binds the default
+// spec to the current schema: Java engines could not load the table.
+// Dropping a partition source column, retyping it, or making an older
+// spec the default again are the ways in. A pair a table already has
+// (registered with it) is not judged again.
+func checkDefaultSpec(before, after table.Metadata) error {
+	if before != nil && before.DefaultPartitionSpec() == after.DefaultPartitionSpec() &&
+		before.CurrentSchema().ID == after.CurrentSchema().ID {
+		return nil
+	}
+	ps := after.PartitionSpec()
+	current := after.CurrentSchema()
+	for _, pf := range ps.Fields() {
+		if _, void := pf.Transform.(iceberg.VoidTransform); void {
+			continue
+		}
+		if err := checkSources(&ps, pf, current); err != nil {
+			err.(*apiError).msg += fmt.Sprintf(" (spec %d is the table's default)", ps.ID())
+			return err
 		}
 	}
 	return nil
@@ -177,11 +216,11 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 
 // checkNewTableMetadata is every check a table's new metadata after must
 // pass that its metadata before (nil for a new table) did not have to:
-// checkNewSchemasAndSpecs, checkNewIDs, checkNewSnapshots,
-// checkNewStatistics and checkWritePaths.
+// checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs,
+// checkNewSnapshots, checkNewStatistics and checkWritePaths.
 func checkNewTableMetadata(before, after table.Metadata) error {
 	for _, check := range []func(before, after table.Metadata) error{
-		checkNewSchemasAndSpecs, checkNewIDs, checkNewSnapshots, checkNewStatistics, checkWritePaths,
+		checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs, checkNewSnapshots, checkNewStatistics, checkWritePaths,
 	} {
 		if err := check(before, after); err != nil {
 			return err

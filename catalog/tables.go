@@ -1335,6 +1335,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err := checkNewTableMetadata(base, meta); err != nil {
 		return prepared{}, err
 	}
+	if err := checkSnapshotTimes(base, meta, s.cfg.Now()); err != nil {
+		return prepared{}, err
+	}
 	if err := s.checkLocation(ctx, meta.Location()); err != nil {
 		return prepared{}, err
 	}

@@ -1,0 +1,85 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// snapshotUpdates is a commit body adding a snapshot with this id,
+// sequence number and time, and making it main's head.
+func snapshotUpdates(id, seq, ms int64) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"requirements":[],"updates":[
+		{"action":"add-snapshot","snapshot":{"snapshot-id":%d,"sequence-number":%d,"timestamp-ms":%d,
+		 "manifest-list":"file:///tmp/floe-none/snap.avro","summary":{"operation":"append"},"schema-id":0}},
+		{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":%d}]}`, id, seq, ms, id))
+}
+
+// A commit whose metadata iceberg-go builds but its parser, or Java's,
+// would refuse is a 400 that changes nothing: the node that wrote such a
+// version served it from its cache while every other node, and it after
+// a restart, answered 500 for the table, and Java engines could not load
+// it at all.
+func TestCommitsWriteOnlyReadableMetadata(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	now := time.Now().UnixMilli()
+	create := func(name, version, spec string) string {
+		body := fmt.Sprintf(`{"name":%q,"properties":{"format-version":%q},"schema":{"type":"struct","schema-id":0,"fields":[
+			{"id":1,"name":"id","type":"long","required":true},
+			{"id":2,"name":"ts","type":"timestamptz","required":false}]}%s}`, name, version, spec)
+		r := n.do(t, "POST", "/v1/namespaces/a/tables", json.RawMessage(body))
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return "/v1/namespaces/a/tables/" + name
+	}
+	location := func(path string) string {
+		r := n.do(t, "GET", path, nil)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return r.json(t)["metadata-location"].(string)
+	}
+	refused := func(name, path string, body any) {
+		t.Run(name, func(t *testing.T) {
+			before := location(path)
+			r := n.do(t, "POST", path, body)
+			assert.Equal(t, 400, r.status, "%s", r.body)
+			assert.Equal(t, "BadRequestException", r.errorType(t))
+			assert.Equal(t, before, location(path), "a refused commit changes nothing")
+		})
+	}
+
+	seq := create("seq", "2", "")
+	require.Equal(t, 200, n.do(t, "POST", seq, snapshotUpdates(200, 5, now)).status)
+	refused("a sequence number below the table's", seq, snapshotUpdates(201, 1, now))
+	refused("snapshot id -1 as main's head", create("neg", "2", ""), snapshotUpdates(-1, 1, now))
+	refused("sequence number -1", create("negseq", "2", ""), snapshotUpdates(300, -1, now))
+	refused("a sequence number in a v1 table", create("v1", "1", ""), snapshotUpdates(300, 7, now))
+
+	day := create("day", "2", `,"partition-spec":{"spec-id":0,"fields":[{"source-id":2,"field-id":1000,"name":"ts_day","transform":"day"}]}`)
+	refused("the default spec's source dropped", day, json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[{"id":1,"name":"id","type":"long","required":true}]}},
+		{"action":"set-current-schema","schema-id":-1}]}`))
+	refused("the default spec's source retyped", day, json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[{"id":1,"name":"id","type":"long","required":true},{"id":2,"name":"ts","type":"string","required":false}]}},
+		{"action":"set-current-schema","schema-id":-1}]}`))
+	// Unpartitioned first, the column dropped, then the old spec made the
+	// default again.
+	r := n.do(t, "POST", day, json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-spec","spec":{"spec-id":1,"fields":[]}},{"action":"set-default-spec","spec-id":-1},
+		{"action":"add-schema","schema":{"type":"struct","schema-id":1,"fields":[{"id":1,"name":"id","type":"long","required":true}]}},
+		{"action":"set-current-schema","schema-id":-1}]}`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	refused("an old spec made the default without its source", day, json.RawMessage(`{"requirements":[],"updates":[{"action":"set-default-spec","spec-id":0}]}`))
+
+	future := create("future", "2", "")
+	refused("a snapshot an hour ahead", future, snapshotUpdates(400, 1, now+time.Hour.Milliseconds()))
+	// A writer's clock a little ahead is let through, and the table takes
+	// commits after it.
+	r = n.do(t, "POST", future, snapshotUpdates(401, 1, now+30_000))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", future, json.RawMessage(`{"requirements":[],"updates":[{"action":"set-properties","updates":{"k":"v"}}]}`))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}
