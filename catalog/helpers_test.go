@@ -76,6 +76,7 @@ type node struct {
 	raft         *raftnode.Node
 	net          *raftfault.Network // cuts raft off from the cluster (Isolate)
 	srv          *catalog.Server
+	metrics      *prometheus.Registry
 	objects      *storage.Mux
 	http         *httptest.Server
 	URL          string
@@ -158,8 +159,9 @@ func (n *node) start() {
 	}
 	objects, err := storage.New(n.scfg)
 	require.NoError(t, err)
+	n.metrics = prometheus.NewRegistry()
 	srv, err := catalog.New(catalog.Config{
-		Warehouse: n.warehouse, Prefix: "floe", Registerer: prometheus.NewRegistry(), MaxBodyBytes: 1 << 20, Logger: quietLogger(),
+		Warehouse: n.warehouse, Prefix: "floe", Registerer: n.metrics, MaxBodyBytes: 1 << 20, Logger: quietLogger(),
 		Now: n.now, Vendor: n.vendor, Warehouses: n.named, Authorizer: n.authz,
 	}, rn, objects)
 	require.NoError(t, err)
@@ -305,4 +307,18 @@ func (n *node) state(t *testing.T) string {
 	}
 	walk("")
 	return b.String()
+}
+
+// gauge is the value of the node's metric name, which has no labels.
+func (n *node) gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := n.metrics.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

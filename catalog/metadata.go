@@ -28,21 +28,31 @@ type tableMetadata struct {
 	meta     table.Metadata
 }
 
-// metadataCache keeps parsed metadata files by location. A nil lru (cache
-// disabled) keeps nothing.
+// metadataCache keeps parsed metadata files by location, at most count
+// of them and at most maxBytes of documents (a parsed object takes a few
+// times its document's size again). A document over a quarter of
+// maxBytes is not kept: a table whose metadata is that large is read from
+// storage each time, so one such table cannot evict every other. A nil
+// lru (cache disabled) keeps nothing.
 type metadataCache struct {
-	lru *lru.Cache[string, *tableMetadata]
+	lru      *lru.Cache[string, *tableMetadata]
+	maxBytes int64
+	bytes    atomic.Int64
 }
 
-func newMetadataCache(size int) *metadataCache {
-	if size < 0 {
-		return &metadataCache{}
+func newMetadataCache(count int, maxBytes int64) *metadataCache {
+	c := &metadataCache{maxBytes: maxBytes}
+	if count < 0 {
+		return c
 	}
-	c, err := lru.New[string, *tableMetadata](size)
+	l, err := lru.NewWithEvict(count, func(_ string, tm *tableMetadata) {
+		c.bytes.Add(-int64(len(tm.raw)))
+	})
 	if err != nil {
-		panic(err) // only for size <= 0, which New rules out
+		panic(err) // only for count <= 0, which New rules out
 	}
-	return &metadataCache{lru: c}
+	c.lru = l
+	return c
 }
 
 func (c *metadataCache) get(loc string) (*tableMetadata, bool) {
@@ -53,8 +63,18 @@ func (c *metadataCache) get(loc string) (*tableMetadata, bool) {
 }
 
 func (c *metadataCache) add(tm *tableMetadata) {
-	if c.lru != nil {
-		c.lru.Add(tm.location, tm)
+	if c.lru == nil || int64(len(tm.raw)) > c.maxBytes/4 {
+		return
+	}
+	if c.lru.Contains(tm.location) {
+		return // immutable: the same document
+	}
+	c.bytes.Add(int64(len(tm.raw)))
+	c.lru.Add(tm.location, tm)
+	for c.bytes.Load() > c.maxBytes {
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			return
+		}
 	}
 }
 
@@ -71,6 +91,18 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 		return tm, nil
 	}
 	s.metrics.cacheMisses.Inc()
+	tm, err := s.readMetadataFile(ctx, loc)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.add(tm)
+	return tm, nil
+}
+
+// readMetadataFile reads and parses the metadata file at loc from
+// storage, and does not cache it: for a file that is not yet known to be
+// a table's (a register's, until it is accepted).
+func (s *Server) readMetadataFile(ctx context.Context, loc string) (*tableMetadata, error) {
 	raw, err := s.whOf(ctx).objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("read metadata %s: %w", loc, err)
@@ -84,9 +116,7 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	}
 	// Answers carry the document with the fields old readers require, also
 	// when another writer (or floe before it wrote them) left them out.
-	tm := &tableMetadata{location: loc, raw: withEmptyCollections(withRequiredFields(raw)), meta: meta}
-	s.cache.add(tm)
-	return tm, nil
+	return &tableMetadata{location: loc, raw: withEmptyCollections(withRequiredFields(raw)), meta: meta}, nil
 }
 
 var errCorruptMetadata = errors.New("unreadable table metadata")
@@ -105,6 +135,9 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 	// built but cannot read back would be served from this node's cache
 	// while every other node, and this one after a restart, answered 500
 	// for the table. What is cached is what any node would read.
+	if len(raw) > storage.MaxReadBytes {
+		return nil, badRequest("the new metadata would be %d bytes, over the %d a node reads", len(raw), storage.MaxReadBytes)
+	}
 	if meta, err = table.ParseMetadataBytes(raw); err != nil {
 		return nil, badRequest("the new metadata would not be readable: %v", err)
 	}

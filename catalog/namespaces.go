@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -225,6 +226,25 @@ func validateProperties(props map[string]string) error {
 			return badRequest("property keys must not be empty")
 		}
 	}
+	return checkPropertiesSize(props)
+}
+
+// maxNamespacePropertyBytes bounds a namespace's properties, keys and
+// values together. They live in the replicated state: every node holds
+// them, each update rewrites them whole in one log entry, and a few
+// namespaces of megabytes made applies take seconds and the cluster
+// lose its leader.
+const maxNamespacePropertyBytes = 1 << 20
+
+// checkPropertiesSize refuses properties over maxNamespacePropertyBytes.
+func checkPropertiesSize(props map[string]string) error {
+	n := 0
+	for k, v := range props {
+		n += len(k) + len(v)
+	}
+	if n > maxNamespacePropertyBytes {
+		return badRequest("a namespace's properties may hold at most %d bytes (keys and values), these would hold %d", maxNamespacePropertyBytes, n)
+	}
 	return nil
 }
 
@@ -322,6 +342,30 @@ func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error 
 		seen[k] = true
 		return dup
 	})
+	// The bound holds for the properties as they would be. Two updates
+	// racing may each pass against the same state and together exceed it,
+	// by at most what one body can carry.
+	if len(req.Updates) > 0 {
+		var merged map[string]string
+		err := s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+			ns, _ := rd.Namespace(levels)
+			merged = maps.Clone(ns.Properties)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		for _, k := range req.Removals {
+			delete(merged, k)
+		}
+		maps.Copy(merged, req.Updates)
+		if err := checkPropertiesSize(merged); err != nil {
+			return err
+		}
+	}
 	res, err := s.apply(r.Context(), fsm.UpdateNamespace{
 		Namespace: levels, Set: req.Updates, Remove: req.Removals, AtMs: s.cfg.Now().UnixMilli(),
 	})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/iceberg-go/table"
 )
@@ -105,10 +106,10 @@ func expectedLevels(raw string) ([]string, bool) {
 	return levels, true
 }
 
-// validName: 1 to 255 bytes, no ASCII control character (a multi-byte
-// UTF-8 sequence never contains a byte below 0x80).
+// validName: 1 to 255 bytes of valid UTF-8, no ASCII control character
+// (a multi-byte UTF-8 sequence never contains a byte below 0x80).
 func validName(s string) bool {
-	if s == "" || len(s) > 255 {
+	if s == "" || len(s) > 255 || !utf8.ValidString(s) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -111,8 +111,11 @@ type Config struct {
 	// MetadataCacheSize bounds the parsed metadata files kept in memory.
 	// Default (0) 1024; negative disables the cache, so every load reads
 	// and parses the file (the benchmark's baseline).
-	// Default 1024.
 	MetadataCacheSize int
+	// MetadataCacheBytes bounds the size of the metadata documents the
+	// cache holds; their parsed objects take a few times as much again.
+	// A document over a quarter of it is not cached. Default 64 MiB.
+	MetadataCacheBytes int64
 	// IdempotencyLifetime is how long an Idempotency-Key is honoured after
 	// first use, advertised as idempotency-key-lifetime. Default 30m.
 	IdempotencyLifetime time.Duration
@@ -227,6 +230,9 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	if cfg.MetadataCacheSize == 0 {
 		cfg.MetadataCacheSize = 1024
 	}
+	if cfg.MetadataCacheBytes <= 0 {
+		cfg.MetadataCacheBytes = 64 << 20
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -246,10 +252,16 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		keys:       idempotency.New(store, idempotency.Config{Lifetime: cfg.IdempotencyLifetime, Now: cfg.Now, Logger: cfg.Logger}),
 		objects:    objects,
 		log:        cfg.Logger,
-		cache:      newMetadataCache(cfg.MetadataCacheSize),
+		cache:      newMetadataCache(cfg.MetadataCacheSize, cfg.MetadataCacheBytes),
 		metrics:    newMetrics(cfg.Registerer),
 		purgerSvc:  cfg.Purger,
 		warehouses: warehouses,
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floe_catalog_metadata_cache_bytes",
+			Help: "Size of the metadata documents held in the in-memory cache (their parsed objects take a few times as much again).",
+		}, func() float64 { return float64(s.cache.bytes.Load()) }))
 	}
 	s.router = s.routes()
 	return s, nil
@@ -748,6 +760,12 @@ func validateName(what, name string) error {
 	}
 	if len(name) > maxNameLength {
 		return badRequest("%s is %d bytes long, the limit is %d", what, len(name), maxNameLength)
+	}
+	// A body is checked whole, a path segment here: stored names pass
+	// through JSON, which reads invalid bytes as U+FFFD, so %E9 and %E8
+	// would each reach the entry named with U+FFFD.
+	if !utf8.ValidString(name) {
+		return badRequest("%s %q is not valid UTF-8", what, name)
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {

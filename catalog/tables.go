@@ -1537,7 +1537,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// From storage, not the cache: a cached copy can outlive its file (a
 	// purge on any node deletes the files of a dropped table).
 	s.cache.remove(req.MetadataLocation)
-	tm, err := s.readMetadata(r.Context(), req.MetadataLocation)
+	tm, err := s.readMetadataFile(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
 	}
@@ -1600,6 +1600,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.cache.add(tm)
 	writeJSON(w, http.StatusOK, s.loadResultWith(w, r, id, tm, false, vc))
 	return nil
 }

@@ -7,11 +7,17 @@ import (
 	"io"
 )
 
-// MaxUngzippedBytes bounds what Ungzipped inflates: gzip expands up to
-// about 1000:1, and a table metadata file is a JSON document far below
-// this (tables with tens of thousands of snapshots stay within tens of
-// MiB).
-const MaxUngzippedBytes = 1 << 30
+// MaxReadBytes bounds what Read returns, and MaxUngzippedBytes what
+// Ungzipped inflates (gzip expands up to about 1000:1). The objects read
+// whole are metadata files, manifest lists and view metadata, JSON or
+// Avro documents far below this: tables with tens of thousands of
+// snapshots stay within tens of MiB. Whoever can write into an allowed
+// location could otherwise have a node read, and parse at several times
+// the size, any object a register names.
+const (
+	MaxReadBytes      = 128 << 20
+	MaxUngzippedBytes = MaxReadBytes
+)
 
 // Ungzipped returns raw decompressed when it is a gzip stream (it starts
 // with gzip's magic bytes), else raw itself. Iceberg writers may gzip a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -344,10 +345,16 @@ func readName(root *os.Root, key, name string) ([]byte, error) {
 	if !os.SameFile(fi, ofi) {
 		return nil, errChanged
 	}
+	if ofi.Size() > MaxReadBytes {
+		return nil, fmt.Errorf("%w: %d bytes, over %d", ErrTooLarge, ofi.Size(), MaxReadBytes)
+	}
 	var buf bytes.Buffer
 	buf.Grow(int(ofi.Size()) + 512)
-	if _, err := buf.ReadFrom(f); err != nil {
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxReadBytes+1)); err != nil {
 		return nil, err
+	}
+	if buf.Len() > MaxReadBytes {
+		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxReadBytes)
 	}
 	return buf.Bytes(), nil
 }

@@ -186,3 +186,21 @@ func TestLocalListSkipsNonRegularFiles(t *testing.T) {
 	require.NoError(t, os.MkdirAll(dir+"/emptydir/sub", 0o755))
 	assert.Equal(t, []string{dir + "/x"}, listAll(t, m, dir+"/"))
 }
+
+// Read refuses an object larger than MaxReadBytes without reading it, so
+// a register naming a huge file cannot have a node load it whole.
+func TestReadRefusesAnObjectTooLargeToHoldWhole(t *testing.T) {
+	m := newLocal(t, storage.Config{})
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.metadata.json")
+	require.NoError(t, os.WriteFile(big, nil, 0o644))
+	require.NoError(t, os.Truncate(big, storage.MaxReadBytes+1)) // sparse
+	_, err := m.Read(context.Background(), "file://"+big)
+	require.ErrorIs(t, err, storage.ErrTooLarge)
+
+	fits := filepath.Join(dir, "fits.metadata.json")
+	require.NoError(t, os.WriteFile(fits, []byte(`{}`), 0o644))
+	data, err := m.Read(context.Background(), "file://"+fits)
+	require.NoError(t, err)
+	assert.Equal(t, `{}`, string(data))
+}

@@ -142,9 +142,12 @@ func (s *s3Storage) read(ctx context.Context, uri string, l location) ([]byte, e
 		return nil, err
 	}
 	defer body.Close()
-	data, err := io.ReadAll(body)
+	data, err := io.ReadAll(io.LimitReader(body, MaxReadBytes+1))
 	if err != nil {
 		return nil, err // an ObjectError already (watchedBody.Read)
+	}
+	if len(data) > MaxReadBytes {
+		return nil, objErr("read", uri, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxReadBytes))
 	}
 	return data, nil
 }

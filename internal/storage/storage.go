@@ -59,6 +59,9 @@ var (
 	// the SDK's own retries. A write whose connection was reset may have
 	// landed; nothing refers to it.
 	ErrUnreachable = errors.New("object storage is unreachable")
+	// ErrTooLarge is wrapped by errors of Read for an object larger than
+	// MaxReadBytes.
+	ErrTooLarge = errors.New("object too large to read whole")
 	// ErrUnsupportedScheme is wrapped by errors for URIs whose scheme is
 	// neither file nor s3 (s3a, s3n): location.ErrUnsupportedScheme.
 	ErrUnsupportedScheme = loc.ErrUnsupportedScheme
@@ -83,7 +86,8 @@ type Storage interface {
 	// previous object, if any, is left in place.
 	Write(ctx context.Context, uri string, data []byte) error
 	// Read returns the whole content of the object at uri. A missing object
-	// is an error wrapping ErrNotFound.
+	// is an error wrapping ErrNotFound; one larger than MaxReadBytes, an
+	// error wrapping ErrTooLarge (nothing more than that is read).
 	Read(ctx context.Context, uri string) ([]byte, error)
 	// Exists reports whether an object exists at uri. It returns false and a
 	// nil error only when the object is known to be missing; any other

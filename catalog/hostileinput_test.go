@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,78 @@ func TestCommitsWriteOnlyReadableMetadata(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 	r = n.do(t, "POST", future, json.RawMessage(`{"requirements":[],"updates":[{"action":"set-properties","updates":{"k":"v"}}]}`))
 	assert.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// A register that is refused leaves the metadata file it read out of the
+// cache: anyone who can write into an allowed location could otherwise
+// fill the node's memory with files no table holds.
+func TestRefusedRegisterCachesNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	owned := r.json(t)["metadata-location"].(string)
+	n.restart() // an empty cache
+	before := n.gauge(t, "floe_catalog_metadata_cache_bytes")
+	// The file declares t's location, which t owns.
+	r = n.do(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "r", "metadata-location": owned})
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, before, n.gauge(t, "floe_catalog_metadata_cache_bytes"))
+	// A load caches it.
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/a/tables/t", nil).status)
+	assert.Greater(t, n.gauge(t, "floe_catalog_metadata_cache_bytes"), before)
+}
+
+// A namespace's properties are bounded as they would be after an update,
+// not only per request: they live in the replicated state, rewritten
+// whole by each update.
+func TestNamespacePropertiesAreBounded(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	big := strings.Repeat("x", 300<<10)
+	update := func(keys ...string) response {
+		u := map[string]string{}
+		for _, k := range keys {
+			u[k] = big
+		}
+		return n.do(t, "POST", "/v1/namespaces/a/properties", map[string]any{"updates": u})
+	}
+	require.Equal(t, 200, update("k1", "k2").status)
+	r := update("k3", "k4")
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Equal(t, "BadRequestException", r.errorType(t))
+	props := n.do(t, "GET", "/v1/namespaces/a", nil).json(t)["properties"].(map[string]any)
+	assert.NotContains(t, props, "k3", "a refused update changes nothing")
+	// Replacing values within the bound, or removing some, goes through.
+	assert.Equal(t, 200, update("k1", "k2").status)
+	r = n.do(t, "POST", "/v1/namespaces/a/properties", map[string]any{"removals": []string{"k1"}, "updates": map[string]string{"k3": big}})
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// A path segment that is not valid UTF-8 is a 400. Names are stored
+// through JSON, which reads invalid bytes as U+FFFD, so without the check
+// a DELETE of caf%E9 (Latin-1 é) dropped the namespace named with U+FFFD,
+// and a staged create under bad%FF stored a table no GET could name.
+func TestPathSegmentsMustBeUTF8(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"caf\ufffd"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("r\ufffd")).status)
+	before := n.state(t)
+	for _, c := range []struct{ method, path string }{
+		{"HEAD", "/v1/namespaces/caf%E9"},
+		{"DELETE", "/v1/namespaces/caf%E8"},
+		{"GET", "/v1/namespaces?parent=caf%E9"},
+		{"DELETE", "/v1/namespaces/a/tables/r%FF"},
+		{"DELETE", "/v1/namespaces/a/views/r%FF"},
+		{"POST", "/v1/namespaces/a/tables/bad%FFname"},
+	} {
+		body := any(nil)
+		if c.method == "POST" {
+			body = json.RawMessage(`{"requirements":[{"type":"assert-create"}],"updates":[]}`)
+		}
+		r := n.do(t, c.method, c.path, body)
+		assert.Equal(t, 400, r.status, "%s %s: %s", c.method, c.path, r.body)
+	}
+	assert.Equal(t, before, n.state(t))
 }
