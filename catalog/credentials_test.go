@@ -390,6 +390,6 @@ func TestTombstoneRefusalNamesTheJobState(t *testing.T) {
 	require.NoError(t, res.Err())
 	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...)
 	require.Equal(t, 409, r.status, "%s", r.body)
-	assert.Contains(t, string(r.body), "purge job "+job.ID+" (FAILED); it holds the name until an operator retries or releases it")
+	assert.Contains(t, string(r.body), "purge job "+job.ID+" (FAILED); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job")
 	assert.NotContains(t, string(r.body), "db.t")
 }

@@ -48,8 +48,13 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 	return func(w http.ResponseWriter, r *http.Request) error {
 		raw := r.Header.Get(idempotency.Header)
 		n := len(r.Header.Values(idempotency.Header))
-		if s.cfg.IdempotencyDisabled || (raw == "" && n < 2) {
+		if s.cfg.IdempotencyDisabled || n == 0 {
 			return h(w, r)
+		}
+		if raw == "" && n == 1 {
+			// A client that meant to send a key and sent none (K=$(cmd)
+			// with cmd missing) must not have its retry run twice.
+			return badRequest("%s is empty: send a UUID, or no header", idempotency.Header)
 		}
 		if n > 1 {
 			// Which one the client meant is unknown: running under either

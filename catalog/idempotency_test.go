@@ -170,7 +170,7 @@ func TestKeyMisuse(t *testing.T) {
 		assert.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/"+name+first, nil, "Idempotency-Key", dropKey).status, "the same request is replayed")
 	}
 	before = n.state(t)
-	for _, bad := range []string{"not-a-uuid", "0190b2c48d3e7a1b9c2d3e4f5a6b7c8d", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8z"} {
+	for _, bad := range []string{"", "not-a-uuid", "0190b2c48d3e7a1b9c2d3e4f5a6b7c8d", "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8z"} {
 		r = n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"c"}}, "Idempotency-Key", bad)
 		assert.Equal(t, 400, r.status, bad)
 		assert.Contains(t, string(r.body), "Idempotency-Key")

@@ -386,7 +386,7 @@ func purgeJobState(state string) string {
 	case "":
 		return "; retry when the job has succeeded"
 	case string(fsm.JobFailed):
-		return " (" + state + "); it holds the name until an operator retries or releases it"
+		return " (" + state + "); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job"
 	}
 	return " (" + state + "); retry when the job has succeeded"
 }

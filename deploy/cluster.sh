@@ -23,7 +23,9 @@
 #                           directory (deploy/gen-certs.sh writes them)
 #   FLOE_BIN                the floe binary; default ./bin/floe
 # Other FLOE_* variables (FLOE_LOG_LEVEL, FLOE_SNAPSHOT_THRESHOLD, ...) reach
-# every node as usual; the flags this script passes win over them.
+# every node as usual; the flags this script passes win over them. With
+# FLOE_AUTH=on, the readiness check sends FLOE_TOKEN, else
+# FLOE_AUTH_ROOT_TOKEN, as the bearer token.
 #
 # Exit status: 0 after a stop by SIGINT/SIGTERM, 1 when the cluster did not
 # come up (the failing node's log tail is printed), 2 for a bad setting.
@@ -158,10 +160,16 @@ for n in "${nodes[@]}"; do
 done
 echo "started node1..node3 (pids ${pid[1]} ${pid[2]} ${pid[3]}); waiting up to ${timeout}s for a leader"
 
+# With --auth=on the cluster status needs a token: FLOE_TOKEN, else the
+# root token the nodes get (FLOE_AUTH_ROOT_TOKEN).
+auth_header=()
+token=${FLOE_TOKEN:-${FLOE_AUTH_ROOT_TOKEN:-}}
+[[ -n $token ]] && auth_header=(-H "Authorization: Bearer $token")
+
 # http_get prints the body of GET $1 and fails unless the status is 200.
 http_get() {
 	local out
-	out=$(curl -s --max-time 2 -w '\n%{http_code}' "$1" 2>/dev/null) || return 1
+	out=$(curl -s --max-time 2 "${auth_header[@]}" -w '\n%{http_code}' "$1" 2>/dev/null) || return 1
 	[[ ${out##*$'\n'} == 200 ]] || return 1
 	printf '%s\n' "${out%$'\n'*}"
 }

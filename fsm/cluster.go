@@ -83,8 +83,11 @@ func AppliedIndexOf(path string) (uint64, error) {
 	return idx, nil
 }
 
-// WriteWithClusterID gives the state machine file at path the cluster
-// identity id, replacing the one it holds (if any), then writes the file's
+// WriteAsNewCluster gives the state machine file at path the cluster
+// identity id, replacing the one it holds (if any), removes its signing
+// keys (the new cluster's leader adds its own at start, so tokens one
+// cluster signs are not accepted by the other: root on a restored copy
+// must not mint tokens production accepts), then writes the file's
 // state to w as Reader.WriteTo does (without the free space bbolt may have
 // added at the end while changing it), and returns the identity it
 // replaced ("" for none). The file must be a copy no FSM has open, such as
@@ -94,7 +97,7 @@ func AppliedIndexOf(path string) (uint64, error) {
 // the seeded node's snapshot carries the id to every member that joins.
 // On error the file may have been changed or not, and w may hold part of
 // the state; the caller discards both.
-func WriteWithClusterID(path, id string, w io.Writer) (string, error) {
+func WriteAsNewCluster(path, id string, w io.Writer) (string, error) {
 	if id == "" || len(id) > maxClusterIDLen {
 		return "", fmt.Errorf("fsm: cluster id must be 1 to %d bytes", maxClusterIDLen)
 	}
@@ -109,7 +112,17 @@ func WriteWithClusterID(path, id string, w io.Writer) (string, error) {
 			return errors.New("not a state machine file (it has no raft bucket)")
 		}
 		old = string(b.Get(keyClusterID))
-		return b.Put(keyClusterID, []byte(id))
+		if err := b.Put(keyClusterID, []byte(id)); err != nil {
+			return err
+		}
+		if tx.Bucket(bucketAuthKeys) == nil {
+			return nil
+		}
+		if err := tx.DeleteBucket(bucketAuthKeys); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(bucketAuthKeys)
+		return err
 	})
 	if err == nil {
 		err = db.View(func(tx *bolt.Tx) error {

@@ -12,7 +12,8 @@ import (
 )
 
 // The first SetClusterID wins; a copy of the state given a new identity
-// (a restore's seed) keeps everything else, and the old id is reported.
+// (a restore's seed) keeps everything else but the signing keys, and the
+// old id is reported.
 func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	f := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
 	clusterID := func(f *FSM) (id string) {
@@ -23,14 +24,20 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	f.Apply(entry(t, 1, SetClusterID{ID: "first"}))
 	f.Apply(entry(t, 2, SetClusterID{ID: "second"}))
 	f.Apply(entry(t, 3, CreateNamespace{Namespace: nsA}))
+	f.Apply(entry(t, 4, AddSigningKey{Key: SigningKey{ID: "k1", Algorithm: "EdDSA", PublicKey: []byte("pub"), PrivateKey: []byte("priv"), CreatedMs: 1}}))
 	assert.Equal(t, "first", clusterID(f))
+	keys := func(f *FSM) (keys []SigningKey) {
+		require.NoError(t, f.View(func(r *Reader) error { keys = r.SigningKeys(); return nil }))
+		return keys
+	}
+	require.Len(t, keys(f), 1)
 
 	var state bytes.Buffer
 	require.NoError(t, f.View(func(r *Reader) error { _, err := r.WriteTo(&state); return err }))
 	path := filepath.Join(t.TempDir(), "copy.db")
 	require.NoError(t, os.WriteFile(path, state.Bytes(), 0o600))
 	var out bytes.Buffer
-	old, err := WriteWithClusterID(path, "restored", &out)
+	old, err := WriteAsNewCluster(path, "restored", &out)
 	require.NoError(t, err)
 	assert.Equal(t, "first", old)
 	assert.Equal(t, "first", clusterID(f), "the live state is not touched")
@@ -39,17 +46,19 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	g := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
 	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))
 	assert.Equal(t, "restored", clusterID(g))
-	assert.Equal(t, uint64(3), g.AppliedIndex())
+	assert.Equal(t, uint64(4), g.AppliedIndex())
+	assert.Empty(t, keys(g), "a new cluster signs with keys of its own")
+	assert.Len(t, keys(f), 1, "the live state keeps its keys")
 	require.NoError(t, g.View(func(r *Reader) error {
 		_, ok := r.Namespace(nsA)
 		assert.True(t, ok)
 		return nil
 	}))
 
-	_, err = WriteWithClusterID(path, "", io.Discard)
+	_, err = WriteAsNewCluster(path, "", io.Discard)
 	assert.Error(t, err, "an empty id")
 	notState := filepath.Join(t.TempDir(), "other.db")
 	require.NoError(t, os.WriteFile(notState, []byte("not a state machine file"), 0o600))
-	_, err = WriteWithClusterID(notState, "x", io.Discard)
+	_, err = WriteAsNewCluster(notState, "x", io.Discard)
 	assert.Error(t, err)
 }

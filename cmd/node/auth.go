@@ -494,7 +494,13 @@ func (s *security) lead(ctx context.Context) {
 		s.log.Info("signing key rotated", "key_id", cmd.Key.ID, "first", newest < 0)
 	}
 	check()
-	t := time.NewTicker(time.Minute)
+	// Checked a few times per rotation period, at most once a minute and
+	// at least once a second, so a short --auth-key-rotation is kept.
+	every := time.Minute
+	if s.rotateAge > 0 {
+		every = min(every, max(s.rotateAge/4, time.Second))
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

@@ -106,7 +106,7 @@ to stderr.
 Flags:
 `)
 		printFlags(w, fs)
-		fmt.Fprint(w, "\nExit codes: 0 written, 1 failed (FILE is left as it was), 2 usage error.\n")
+		fmt.Fprint(w, "\nExit codes: 0 written, 1 failed (FILE is left as it was), 2 usage error, 3 the node could not be\nreached or stayed unavailable, or --timeout passed, 4 not authorized (401, 403), 130 interrupted.\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -176,7 +176,9 @@ Flags:
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "floe backup: %v\n", err)
-		return backupExitFailed
+		// As the other commands: 3 unreachable, unavailable or --timeout,
+		// 4 not authorized, 130 interrupted.
+		return cliExitCode(ctx, err)
 	}
 	sum.Duration = time.Since(start).Seconds()
 	if asJSON {
@@ -390,7 +392,7 @@ func requestBackup(ctx context.Context, api *apiClient, stderr io.Writer) (*http
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("no answer from %s: %w", target, ctx.Err())
 			}
-			failure, retry = fmt.Errorf("no answer from %s: %s", target, shortError(err)), true
+			failure, retry = &cliFailure{code: exitUnavailable, msg: fmt.Sprintf("no answer from %s: %s", target, shortError(err))}, true
 		case resp.StatusCode == http.StatusOK:
 			return resp, nil
 		default:
@@ -477,15 +479,24 @@ file that is truncated or altered anywhere, writing nothing. It refuses a
 data directory that already holds a node's state. Then it installs the
 backup's state in DIR as the node's Raft snapshot, with a configuration of
 that node alone, and gives the new cluster an identity of its own: nodes
-of the cluster the backup came from are refused by it.
+of the cluster the backup came from are refused by it, and its access
+tokens are not accepted (the backup's signing keys are dropped; the new
+leader makes its own). Static tokens and OAuth client secrets carry over.
 
 Next steps:
   1. Start the node on DIR with the --node-id and cluster address given
-     here (it refuses to start under others). It leads a cluster of one
-     holding the backup's state; the log goes on after the backup's index.
+     here (it refuses to start under others), and with the storage flags
+     of the backup's cluster (--warehouse, --allowed-locations, S3
+     settings): the backup holds where each table's files are, not the
+     flags. It leads a cluster of one holding the backup's state; the log
+     goes on after the backup's index.
   2. Start every other node with an EMPTY data directory and --join naming
      the first node's cluster address. They join as voters and receive the
      state from the leader.
+
+The restored cluster uses the same table files as the backup's cluster:
+while both run, a purge or expired metadata deleted on one removes files
+the other uses. Keep one of them read-only or stopped.
 
 Flags:
 `)
@@ -574,8 +585,10 @@ Flags:
 	}
 	fmt.Fprintf(stdout, `restored %s into %s: log index %d, taken on %s at %s (members %s%s)
 The restored cluster's identity is %s: nodes of the backup's cluster are refused by it.
-Next: start the node on %s with --node-id %s and cluster address %s;
+Next: start the node on %s with --node-id %s and cluster address %s,
+and the backup's cluster's --warehouse, --allowed-locations and S3 settings;
 then start each other node with an empty data directory and --join %s.
+Both clusters now point at the same table files: keep one read-only or stopped.
 `, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), strings.Join(h.Members, ","), source,
 		newID, dataDir, nodeID, clusterAddr, clusterAddr)
 	return backupExitOK

@@ -433,10 +433,11 @@ func TestBackupCommandUsage(t *testing.T) {
 	code, stdout, _ := runFloe(t, bin, "backup", "--help")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stdout, "--to")
-	// A node that is not there: failure, and no file.
+	// A node that is not there: unavailable (3, as for the other
+	// commands), and no file.
 	file := filepath.Join(t.TempDir(), "none.backup")
 	code, _, stderr = runFloe(t, bin, "backup", "--node", "http://"+freeAddr(t), "--to", file, "--timeout", "2s")
-	assert.Equal(t, 1, code, stderr)
+	assert.Equal(t, 3, code, stderr)
 	_, err = os.Stat(file)
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 }

@@ -820,7 +820,7 @@ func TestBackupSaysItIsWaitingForANodeThatNeverAnswers(t *testing.T) {
 	t.Cleanup(func() { close(stop) }) // before the server's Close, which waits for handlers
 	to := filepath.Join(t.TempDir(), "b.floebackup")
 	code, _, errOut := runCLI(t, "backup", "--node", f.URL, "--to", to, "--timeout", "400ms")
-	assert.Equal(t, backupExitFailed, code, errOut)
+	assert.Equal(t, exitUnavailable, code, "--timeout passed: as for the other commands\n%s", errOut)
 	assert.Contains(t, errOut, "asking "+f.URL+" for a backup")
 	assert.Contains(t, errOut, "still waiting for "+f.URL+"/management/v1/backup to answer")
 	_, err := os.Stat(to)
@@ -844,4 +844,20 @@ func TestPurgeCommandsRefuseAnswersThatAreNotFloes(t *testing.T) {
 	assert.Equal(t, exitFailed, code, errOut)
 	assert.Empty(t, out)
 	assert.Contains(t, errOut, "no id or state")
+}
+
+// floe backup exits as the other commands do: 4 when the node refuses the
+// token, 3 when no node answers.
+func TestBackupExitCodesAreTheCommands(t *testing.T) {
+	fastCLI(t)
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"message":"no token","type":"NotAuthorizedException","code":401}}`)
+	})
+	to := filepath.Join(t.TempDir(), "b.floebackup")
+	code, _, errOut := runCLI(t, "backup", "--node", f.URL, "--to", to)
+	assert.Equal(t, exitUnauthorized, code, errOut)
+	code, _, errOut = runCLI(t, "backup", "--node", "http://"+freeAddr(t), "--to", to)
+	assert.Equal(t, exitUnavailable, code, errOut)
 }

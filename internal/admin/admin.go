@@ -158,6 +158,8 @@ func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http
 		} else if n := len(r.Header.Values(idempotency.Header)); n > 1 {
 			// Which key the client meant is unknown (as in the catalog).
 			err = fmt.Errorf("%w: %s given %d times: send one", ErrBadRequest, idempotency.Header, n)
+		} else if n == 1 && r.Header.Get(idempotency.Header) == "" {
+			err = fmt.Errorf("%w: %s is empty: send a UUID, or no header", ErrBadRequest, idempotency.Header)
 		} else {
 			err = h(w, r)
 		}

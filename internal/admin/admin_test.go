@@ -159,6 +159,13 @@ func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	assert.Equal(t, 400, rec.Code, rec.Body.String())
 	assert.Contains(t, rec.Body.String(), "given 2 times")
+	// An empty key: the client meant to send one.
+	rec = httptest.NewRecorder()
+	req = httptest.NewRequest("POST", "/management/v1/cluster/leadership-transfer", strings.NewReader(`{"id":"c"}`))
+	req.Header.Set("Idempotency-Key", "")
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, 400, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), "is empty")
 	assert.Equal(t, []string{"transfer b"}, fc.Calls())
 }
 

@@ -70,7 +70,7 @@ type SeedConfig struct {
 	// after it.
 	Index uint64
 	// ClusterID, when set, replaces the cluster identity the state holds
-	// (fsm.WriteWithClusterID): the seeded cluster is a new cluster,
+	// (fsm.WriteAsNewCluster): the seeded cluster is a new cluster,
 	// and nodes of the one the state came from are refused by it
 	// (checkSameCluster). The state is then staged in the data directory
 	// while it is changed, so it needs its size again in free space there.
@@ -182,7 +182,7 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 			return fmt.Errorf("raftnode: seed: the state was applied up to log index %d, not %d as given", applied, cfg.Index)
 		}
 		write = func(w io.Writer) error {
-			_, err := fsm.WriteWithClusterID(staged, cfg.ClusterID, w)
+			_, err := fsm.WriteAsNewCluster(staged, cfg.ClusterID, w)
 			return err
 		}
 	}
