@@ -3,9 +3,11 @@ package httpserve
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync/atomic"
+	"time"
 )
 
 // limiter caps the requests served at once. A request beyond the cap is
@@ -19,12 +21,14 @@ type limiter struct {
 	slots    chan struct{} // one element per request being served
 	uncapped []string
 	m        *metrics
+	// readTimeout is the server's whole-request ReadTimeout (0: none).
+	readTimeout time.Duration
 	// running counts every request in a handler, capped or not.
 	running atomic.Int64
 }
 
-func newLimiter(next http.Handler, max int, uncapped []string, m *metrics) *limiter {
-	l := &limiter{next: next, max: max, uncapped: slices.Clone(uncapped), m: m}
+func newLimiter(next http.Handler, max int, uncapped []string, readTimeout time.Duration, m *metrics) *limiter {
+	l := &limiter{next: next, max: max, uncapped: slices.Clone(uncapped), readTimeout: readTimeout, m: m}
 	if max > 0 {
 		l.slots = make(chan struct{}, max)
 	}
@@ -50,7 +54,52 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.m.inFlight.Dec()
 		<-l.slots
 	}()
+	if r.Body != nil && r.Body != http.NoBody {
+		b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+		if l.readTimeout > 0 {
+			b.limit = b.start.Add(l.readTimeout)
+		}
+		r.Body = b
+	}
 	l.next.ServeHTTP(w, r)
+}
+
+// A request holds its slot while its body arrives, so a client trickling
+// a body (a byte every few seconds, within the whole-request ReadTimeout)
+// held a slot for minutes, and about --http-max-in-flight such
+// connections took every slot. Once it has a slot, a body must arrive at
+// minBodyRate on average after a grace of bodyGrace: 8 MiB within about
+// 9 minutes, far slower than any client on a working link. A body that
+// falls behind fails the read with a timeout, and the connection is
+// closed. Variables for tests.
+var (
+	minBodyRate = 16 << 10 // bytes per second
+	bodyGrace   = 10 * time.Second
+)
+
+// rateBody moves the connection's read deadline before each read of the
+// body to the moment the bytes received so far stop being enough. The
+// whole-request ReadTimeout still applies: the deadline is never moved
+// past it (counted from when the request got its slot), only brought
+// forward. Once the body has been read to its end, net/http lifts the
+// read deadline itself.
+type rateBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	start    time.Time
+	limit    time.Time // the ReadTimeout's deadline; zero: none
+	received int64
+}
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	due := b.start.Add(bodyGrace + time.Duration(float64(b.received+1)/float64(minBodyRate)*float64(time.Second)))
+	if !b.limit.IsZero() && due.After(b.limit) {
+		due = b.limit
+	}
+	_ = b.rc.SetReadDeadline(due)
+	n, err := b.ReadCloser.Read(p)
+	b.received += int64(n)
+	return n, err
 }
 
 // errorBody is the Iceberg REST error model.

@@ -218,3 +218,46 @@ func TestWaitOutlastsCloseUntilHandlersReturn(t *testing.T) {
 		cancel()
 	}
 }
+
+// A client trickling its body loses the connection once the body falls
+// behind the minimum rate, and its slot is free again; a body sent at
+// once is read as before.
+func TestTricklingBodyGivesUpItsSlot(t *testing.T) {
+	oldRate, oldGrace := minBodyRate, bodyGrace
+	minBodyRate, bodyGrace = 100, 300*time.Millisecond
+	t.Cleanup(func() { minBodyRate, bodyGrace = oldRate, oldGrace })
+	reads := make(chan error, 2)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		reads <- err
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s, err := New(h, Config{MaxInFlight: 1, ReadTimeout: time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+	require.NoError(t, err)
+	var readErr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if _, err := io.WriteString(conn, "x"); err != nil {
+			break
+		}
+		select {
+		case readErr = <-reads:
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	require.Error(t, readErr, "the trickled body was cut off (the whole-request limit is a minute)")
+
+	resp, err := http.Post("http://"+addr+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["a"]}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "the slot is free again")
+	assert.NoError(t, <-reads)
+}

@@ -113,7 +113,7 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		cfg.now = time.Now
 	}
 	m := newMetrics(cfg.Registerer)
-	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, m)
+	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, cfg.ReadTimeout, m)
 	maxHeaderBytes := cfg.MaxHeaderBytes
 	if maxHeaderBytes == 0 {
 		maxHeaderBytes = http.DefaultMaxHeaderBytes
