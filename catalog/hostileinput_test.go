@@ -158,3 +158,23 @@ func TestPathSegmentsMustBeUTF8(t *testing.T) {
 	}
 	assert.Equal(t, before, n.state(t))
 }
+
+// A table in namespace a.x, beside a table a.x, has no free default
+// location: every one lies inside a.x's. The create is a 400 saying so,
+// not the 409 every client reads as "the table exists" (Spark's CREATE
+// TABLE IF NOT EXISTS would silently do nothing).
+func TestDefaultLocationInsideATableIsA400(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("x")).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a", "x"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a%1Fx/tables", withName("y"))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Equal(t, "BadRequestException", r.errorType(t))
+	assert.Contains(t, string(r.body), "give this table a location")
+	// With a location of its own it is created.
+	body := withName("y")
+	body["location"] = n.warehouse + "/elsewhere/y"
+	r = n.do(t, "POST", "/v1/namespaces/a%1Fx/tables", body)
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}

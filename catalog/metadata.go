@@ -425,8 +425,19 @@ func (s *Server) newDefaultLocation(ctx context.Context, id fsm.Ident, objectUUI
 		// Only a location that passes checkLocation's limits (a long
 		// name plus the suffix may not): otherwise the owner's 409 says
 		// more than a 400 about a location the client never gave.
-		if alt := loc + "-" + objectUUID.String(); claim(rd, id, alt) == nil && s.checkLocation(ctx, alt) == nil {
+		alt := loc + "-" + objectUUID.String()
+		err := claim(rd, id, alt)
+		if err == nil && s.checkLocation(ctx, alt) == nil {
 			loc = alt
+			return nil
+		}
+		if errors.Is(err, fsm.ErrLocationInUse) {
+			// Neither is free: a table owns a directory above both (a
+			// table named as the namespace is, beside it). Every client
+			// reads a 409 on a create as "the table exists" (Spark's
+			// CREATE TABLE IF NOT EXISTS then does nothing), and this
+			// one does not.
+			return badRequest("the default location %s lies inside another table's location (%v): give this table a location of its own", def, err)
 		}
 		return nil
 	})

@@ -183,7 +183,12 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		// A browser on another site must not change anything here, even
 		// with authentication off (a page could POST to a local node):
 		// browsers mark such requests, other clients send no such header.
-		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions {
+		// A page of another origin on the same site (another port of the
+		// host) is refused by its Origin: floe answers no CORS preflight,
+		// so the only requests a page of another origin can make are
+		// such simple ones, and none is legitimate.
+		mutating := r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
+		if mutating && (r.Header.Get("Sec-Fetch-Site") == "cross-site" || crossOrigin(r)) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"error": map[string]any{
 				"message": "cross-site requests may not change anything", "type": "ForbiddenException", "code": http.StatusForbidden}})
 			s.record(r, opOf(r), "", http.StatusForbidden)
@@ -604,4 +609,31 @@ func idempotencyKeyOf(r *http.Request) string {
 		return k[:128]
 	}
 	return k
+}
+
+// crossOrigin reports whether r carries an Origin (browsers send one with
+// every POST, PUT and DELETE) naming another host than the one r was
+// sent to: its Host, or a proxy's X-Forwarded-Host (a header a page cannot
+// set without a preflight). "null" (a sandboxed page, a file) is another
+// origin.
+func crossOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return true
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return false
+	}
+	for _, v := range r.Header.Values("X-Forwarded-Host") {
+		for h := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(h), u.Host) {
+				return false
+			}
+		}
+	}
+	return true
 }

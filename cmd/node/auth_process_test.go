@@ -276,8 +276,17 @@ func TestAuthProcesses(t *testing.T) {
 	t.Run("a cross-site browser request changes nothing", func(t *testing.T) {
 		code, b := c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Sec-Fetch-Site", "cross-site")
 		assert.Equal(t, http.StatusForbidden, code, "%s", b)
+		// A page of another origin on the same site (another port of the
+		// host), or a sandboxed one, is refused by its Origin.
+		for _, origin := range []string{"http://127.0.0.1:1", "null", "http://evil.example"} {
+			code, b = c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Origin", origin)
+			assert.Equal(t, http.StatusForbidden, code, "%s: %s", origin, b)
+		}
 		code, _ = c.call(t, n1, testRootToken, "HEAD", "/v1/namespaces/xsite", "")
 		assert.Equal(t, http.StatusNotFound, code)
+		// The node's own origin, as the status page's forms send it.
+		code, b = c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Origin", "http://"+n1.httpAddr)
+		assert.Equal(t, http.StatusOK, code, "%s", b)
 	})
 
 	t.Run("two principals never share an Idempotency-Key's answer", func(t *testing.T) {
@@ -415,8 +424,8 @@ func TestAuthProcesses(t *testing.T) {
 			Secret string `json:"client-secret"`
 		}
 		require.NoError(t, json.Unmarshal(first, &created))
-		for i, key := range []string{"", "01937a5e-0000-7000-8000-000000000001"} {
-			code, out := c.call(t, n2, testRootToken, "POST", "/management/v1/auth/clients", body, "Idempotency-Key", key)
+		for i, hdr := range [][]string{nil, {"Idempotency-Key", "01937a5e-0000-7000-8000-000000000001"}} {
+			code, out := c.call(t, n2, testRootToken, "POST", "/management/v1/auth/clients", body, hdr...)
 			assert.Equal(t, http.StatusConflict, code, "attempt %d: %s", i, out)
 		}
 		c.oauthToken(t, n3, "fixed-client", created.Secret)
