@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,4 +34,19 @@ func TestMetadataCacheIsBoundedByBytes(t *testing.T) {
 	assert.Equal(t, int64(1000), c.bytes.Load())
 	c.remove(doc(9, 200).location)
 	assert.Equal(t, int64(800), c.bytes.Load(), "a removal gives its bytes back")
+}
+
+// Concurrent adds of the same documents count each one once.
+func TestMetadataCacheCountsConcurrentAddsOnce(t *testing.T) {
+	c := newMetadataCache(10_000, 1<<30)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				c.add(&tableMetadata{location: fmt.Sprintf("file:///wh/t/metadata/%05d.metadata.json", i), raw: make([]byte, 100)})
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(2000*100), c.bytes.Load())
 }

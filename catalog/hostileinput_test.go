@@ -178,3 +178,35 @@ func TestDefaultLocationInsideATableIsA400(t *testing.T) {
 	r = n.do(t, "POST", "/v1/namespaces/a%1Fx/tables", body)
 	assert.Equal(t, 200, r.status, "%s", r.body)
 }
+
+// set-location to the table's own location with a trailing '/' is the
+// same location, as on a create: not a move, and nothing changes.
+func TestSetLocationWithATrailingSlashIsTheSameLocation(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	metaLoc := r.json(t)["metadata-location"]
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[{"action":"set-location","location":"`+loc+`/"}]}`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, loc, r.json(t)["metadata"].(map[string]any)["location"])
+	assert.Equal(t, metaLoc, r.json(t)["metadata-location"], "no new version")
+}
+
+// A change with more updates than any engine sends is a 400 before the
+// builder, whose cost grows with the square of their number, runs.
+func TestTooManyUpdatesIsA400(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	updates := make([]string, 10_001)
+	for i := range updates {
+		updates[i] = fmt.Sprintf(`{"action":"set-properties","updates":{"k%d":"v"}}`, i)
+	}
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates, ",")+`]}`))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "at most 10000 updates")
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates[:100], ",")+`]}`))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}

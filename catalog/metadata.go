@@ -66,11 +66,15 @@ func (c *metadataCache) add(tm *tableMetadata) {
 	if c.lru == nil || int64(len(tm.raw)) > c.maxBytes/4 {
 		return
 	}
-	if c.lru.Contains(tm.location) {
+	// One step: two loads missing the same location at once must count
+	// its bytes once (an Add over an existing key evicts nothing, so a
+	// second count would never be given back). The bytes are counted
+	// just after the entry is in; an eviction in between gives back
+	// bytes not yet counted, for a moment only.
+	if found, _ := c.lru.ContainsOrAdd(tm.location, tm); found {
 		return // immutable: the same document
 	}
 	c.bytes.Add(int64(len(tm.raw)))
-	c.lru.Add(tm.location, tm)
 	for c.bytes.Load() > c.maxBytes {
 		if _, _, ok := c.lru.RemoveOldest(); !ok {
 			return
@@ -408,9 +412,11 @@ type claimCheck func(rd *fsm.Reader, id fsm.Ident, loc string) error
 // "rename the live table away, recreate it" pattern). Then it is
 // defaultLocation-<the new object's UUID>, which no other object holds.
 // When that is held too (the default lies inside another table's
-// location) it is defaultLocation, and the claim check that follows
-// refuses it, naming the owner; a location being purged is never avoided
-// either: that refusal is the tombstone's.
+// location) the create is a 400 asking for a location: every client reads
+// a 409 on a create as "the table exists". The owner is named only
+// without an Authorizer, as the 409s of the claim check name it. A
+// location being purged is never avoided: that refusal is the
+// tombstone's 409.
 //
 // It is advice, like every check before Apply: a create that races
 // another for the location is refused by the state machine.
@@ -437,7 +443,11 @@ func (s *Server) newDefaultLocation(ctx context.Context, id fsm.Ident, objectUUI
 			// reads a 409 on a create as "the table exists" (Spark's
 			// CREATE TABLE IF NOT EXISTS then does nothing), and this
 			// one does not.
-			return badRequest("the default location %s lies inside another table's location (%v): give this table a location of its own", def, err)
+			owner := ""
+			if s.cfg.Authorizer == nil {
+				owner = " (" + err.Error() + ")"
+			}
+			return badRequest("the default location %s lies inside another table's location%s: give this table a location of its own", def, owner)
 		}
 		return nil
 	})

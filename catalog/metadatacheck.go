@@ -174,15 +174,17 @@ func checkNewSnapshots(before, after table.Metadata) error {
 
 // maxSnapshotAhead is how far past the catalog's clock a new snapshot's
 // timestamp-ms may lie.
-const maxSnapshotAhead = 5 * time.Minute
+const maxSnapshotAhead = time.Minute
 
 // checkSnapshotTimes refuses a snapshot after adds whose timestamp-ms is
 // more than maxSnapshotAhead past now. Readers and builders allow a
 // table's timestamps to go back by at most a minute, so every later
 // commit to such a table, whatever it changes, would be refused until the
 // clock caught up with the snapshot: one write could freeze a table for
-// years. A writer's clock may run somewhat ahead of the catalog's, hence
-// the margin.
+// years. The margin is that same minute: a snapshot further ahead, even
+// by a few minutes, would have every commit of a writer with a right
+// clock refused for as long, so the writer whose clock runs ahead is the
+// one refused.
 func checkSnapshotTimes(before, after table.Metadata, now time.Time) error {
 	limit := now.Add(maxSnapshotAhead).UnixMilli()
 	for _, s := range after.Snapshots() {

@@ -572,6 +572,12 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 	for _, body := range []string{
 		`{"requirements":[],"updates":[]}`,
 		`{"requirements":[{"type":"assert-table-uuid","uuid":"` + uuid + `"}],"updates":[{"action":"set-current-schema","schema-id":0}]}`,
+		// Removals of what the table does not have, as Java's builder
+		// records no change for them.
+		`{"requirements":[],"updates":[{"action":"remove-snapshots","snapshot-ids":[999]}]}`,
+		`{"requirements":[],"updates":[{"action":"remove-statistics","snapshot-id":999}]}`,
+		`{"requirements":[],"updates":[{"action":"remove-partition-statistics","snapshot-id":999}]}`,
+		`{"requirements":[],"updates":[{"action":"remove-encryption-key","key-id":"k"}]}`,
 	} {
 		r := n.do(t, "POST", "/v1/namespaces/a/tables/t", body)
 		require.Equal(t, 200, r.status, "%s: %s", body, r.body)

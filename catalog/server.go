@@ -114,7 +114,7 @@ type Config struct {
 	MetadataCacheSize int
 	// MetadataCacheBytes bounds the size of the metadata documents the
 	// cache holds; their parsed objects take a few times as much again.
-	// A document over a quarter of it is not cached. Default 64 MiB.
+	// A document over a quarter of it is not cached. Default 128 MiB.
 	MetadataCacheBytes int64
 	// IdempotencyLifetime is how long an Idempotency-Key is honoured after
 	// first use, advertised as idempotency-key-lifetime. Default 30m.
@@ -231,7 +231,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		cfg.MetadataCacheSize = 1024
 	}
 	if cfg.MetadataCacheBytes <= 0 {
-		cfg.MetadataCacheBytes = 64 << 20
+		cfg.MetadataCacheBytes = 128 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -378,6 +378,9 @@ func (s *Server) routes() *mux.Router {
 // purgeJobRE finds the purge job a tombstone refusal names.
 var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})(?: \(([A-Z]+)\))?`)
 
+// failedJobHint ends a refusal by a FAILED purge job's tombstone.
+const failedJobHint = "; it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job"
+
 // purgeJobState ends the message of a refusal by a purge job's tombstone
 // with the job's state, as the state machine's own message does: a FAILED
 // job holds the name until an operator retries or releases it.
@@ -386,7 +389,7 @@ func purgeJobState(state string) string {
 	case "":
 		return "; retry when the job has succeeded"
 	case string(fsm.JobFailed):
-		return " (" + state + "); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job"
+		return " (" + state + ")" + failedJobHint
 	}
 	return " (" + state + "); retry when the job has succeeded"
 }
@@ -432,6 +435,12 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 					// it), not the table it purges.
 					ae.msg = "the name or location is being purged by purge job " + m[1] + purgeJobState(m[2])
 				}
+			} else if errors.Is(err, fsm.ErrBeingPurged) && strings.HasSuffix(ae.msg, "("+string(fsm.JobFailed)+"); retry when the job has succeeded") {
+				// The state machine's words (fixed: its results are
+				// recorded under Idempotency-Keys, the same on every
+				// release) tell a client to wait for a job that, FAILED,
+				// never succeeds by itself.
+				ae.msg = strings.TrimSuffix(ae.msg, "; retry when the job has succeeded") + failedJobHint
 			}
 			if ae.status >= 500 {
 				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)

@@ -169,7 +169,7 @@ token=${FLOE_TOKEN:-${FLOE_AUTH_ROOT_TOKEN:-}}
 # http_get prints the body of GET $1 and fails unless the status is 200.
 http_get() {
 	local out
-	out=$(curl -s --max-time 2 "${auth_header[@]}" -w '\n%{http_code}' "$1" 2>/dev/null) || return 1
+	out=$(curl -s --max-time 2 ${auth_header[@]+"${auth_header[@]}"} -w '\n%{http_code}' "$1" 2>/dev/null) || return 1
 	[[ ${out##*$'\n'} == 200 ]] || return 1
 	printf '%s\n' "${out%$'\n'*}"
 }

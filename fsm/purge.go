@@ -474,10 +474,6 @@ func jobIDOfLocKey(k []byte) string {
 }
 
 func beingPurgedName(id Ident, j PurgeJob) Result {
-	if j.State == JobFailed {
-		// A FAILED job never succeeds by itself.
-		return fail(StatusBeingPurged, "table %s is being purged by purge job %s (%s); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job", id, j.ID, j.State)
-	}
 	return fail(StatusBeingPurged, "table %s is being purged by purge job %s (%s); retry when the job has succeeded", id, j.ID, j.State)
 }
 

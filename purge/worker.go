@@ -266,7 +266,7 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 		return nil
 	case errors.Is(err, storage.ErrNotFound):
 		return fmt.Errorf("%w: metadata file %s is missing, so the table's files cannot be found", errPermanent, r.job.MetadataLocation)
-	case errors.Is(err, ErrCorruptMetadata):
+	case errors.Is(err, ErrCorruptMetadata), errors.Is(err, storage.ErrTooLarge):
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	case err != nil:
 		return fmt.Errorf("reading metadata: %w", err)
@@ -302,7 +302,8 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if errors.Is(err, ErrCorruptMetadata) {
+	if errors.Is(err, ErrCorruptMetadata) || errors.Is(err, storage.ErrTooLarge) {
+		// A file too large to read whole stays so: retrying cannot help.
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
 	return err

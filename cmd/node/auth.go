@@ -180,17 +180,15 @@ func (s *security) wrap(h http.Handler) http.Handler {
 		}
 		w.Header().Set(requestIDHeader, id)
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-		// A browser on another site must not change anything here, even
-		// with authentication off (a page could POST to a local node):
-		// browsers mark such requests, other clients send no such header.
-		// A page of another origin on the same site (another port of the
-		// host) is refused by its Origin: floe answers no CORS preflight,
-		// so the only requests a page of another origin can make are
-		// such simple ones, and none is legitimate.
+		// A page of another origin (another site, or another port of this
+		// host) must not change anything here, even with authentication
+		// off (a page could POST to a local node): floe answers no CORS
+		// preflight, so the only requests such a page can make are simple
+		// ones, and none is legitimate (crossOrigin).
 		mutating := r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
-		if mutating && (r.Header.Get("Sec-Fetch-Site") == "cross-site" || crossOrigin(r)) {
+		if mutating && crossOrigin(r) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"error": map[string]any{
-				"message": "cross-site requests may not change anything", "type": "ForbiddenException", "code": http.StatusForbidden}})
+				"message": "requests from a page of another origin may not change anything", "type": "ForbiddenException", "code": http.StatusForbidden}})
 			s.record(r, opOf(r), "", http.StatusForbidden)
 			return
 		}
@@ -611,12 +609,22 @@ func idempotencyKeyOf(r *http.Request) string {
 	return k
 }
 
-// crossOrigin reports whether r carries an Origin (browsers send one with
-// every POST, PUT and DELETE) naming another host than the one r was
-// sent to: its Host, or a proxy's X-Forwarded-Host (a header a page cannot
-// set without a preflight). "null" (a sandboxed page, a file) is another
-// origin.
+// crossOrigin reports whether r comes from a page of another origin than
+// the node's. A browser says so in Sec-Fetch-Site (same-origin, or none
+// for what the user typed, is the node's own; same-site, another port of
+// the host, and cross-site are not). A browser too old to send it is
+// judged by Origin (sent with every POST, PUT and DELETE): another host
+// or port than the one the request was sent to (its Host, or a proxy's
+// X-Forwarded-Host or Forwarded host, headers a page cannot set without a
+// preflight) is another origin, and so is "null". Other clients send
+// neither header.
 func crossOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return false
+	case "same-site", "cross-site":
+		return true
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return false
@@ -625,15 +633,36 @@ func crossOrigin(r *http.Request) bool {
 	if err != nil || u.Host == "" {
 		return true
 	}
-	if strings.EqualFold(u.Host, r.Host) {
-		return false
-	}
+	origin := hostPort(u.Host, u.Scheme)
+	hosts := []string{r.Host}
 	for _, v := range r.Header.Values("X-Forwarded-Host") {
-		for h := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(h), u.Host) {
-				return false
+		hosts = append(hosts, strings.Split(v, ",")...)
+	}
+	for _, v := range r.Header.Values("Forwarded") {
+		for part := range strings.SplitSeq(v, ";") {
+			for elem := range strings.SplitSeq(part, ",") {
+				if k, h, ok := strings.Cut(strings.TrimSpace(elem), "="); ok && strings.EqualFold(k, "host") {
+					hosts = append(hosts, strings.Trim(h, `"`))
+				}
 			}
 		}
 	}
+	for _, h := range hosts {
+		if strings.EqualFold(hostPort(strings.TrimSpace(h), u.Scheme), origin) {
+			return false
+		}
+	}
 	return true
+}
+
+// hostPort is host with the scheme's default port left out, so that
+// "example.com:443" and "example.com" compare equal for https.
+func hostPort(host, scheme string) string {
+	switch {
+	case scheme == "https" && strings.HasSuffix(host, ":443"):
+		return strings.TrimSuffix(host, ":443")
+	case scheme == "http" && strings.HasSuffix(host, ":80"):
+		return strings.TrimSuffix(host, ":80")
+	}
+	return host
 }

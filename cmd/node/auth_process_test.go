@@ -282,6 +282,8 @@ func TestAuthProcesses(t *testing.T) {
 			code, b = c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Origin", origin)
 			assert.Equal(t, http.StatusForbidden, code, "%s: %s", origin, b)
 		}
+		code, b = c.call(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["xsite"]}`, "Sec-Fetch-Site", "same-site")
+		assert.Equal(t, http.StatusForbidden, code, "another port of the host: %s", b)
 		code, _ = c.call(t, n1, testRootToken, "HEAD", "/v1/namespaces/xsite", "")
 		assert.Equal(t, http.StatusNotFound, code)
 		// The node's own origin, as the status page's forms send it.

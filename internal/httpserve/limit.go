@@ -70,8 +70,8 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // connections took every slot. Once it has a slot, a body must arrive at
 // minBodyRate on average after a grace of bodyGrace: 8 MiB within about
 // 9 minutes, far slower than any client on a working link. A body that
-// falls behind fails the read with a timeout, and the connection is
-// closed. Variables for tests.
+// falls behind fails the read with a timeout (HTTP/1.1 then closes the
+// connection; HTTP/2 fails the stream's body). Variables for tests.
 var (
 	minBodyRate = 16 << 10 // bytes per second
 	bodyGrace   = 10 * time.Second
@@ -79,26 +79,45 @@ var (
 
 // rateBody moves the connection's read deadline before each read of the
 // body to the moment the bytes received so far stop being enough. The
-// whole-request ReadTimeout still applies: the deadline is never moved
-// past it (counted from when the request got its slot), only brought
-// forward. Once the body has been read to its end, net/http lifts the
+// whole-request ReadTimeout still applies: the deadline is not moved past
+// it (counted from when the request got its slot, a little after the
+// server's own count began). Once the body has been read to its end, net/http lifts the
 // read deadline itself.
 type rateBody struct {
 	io.ReadCloser
 	rc       *http.ResponseController
 	start    time.Time
 	limit    time.Time // the ReadTimeout's deadline; zero: none
+	set      time.Time // the deadline last set
 	received int64
+	// done: the body ended (or failed). net/http then lifts the read
+	// deadline and reads on in the background to notice a closed
+	// connection; a deadline set after that would fire there and cancel
+	// the request's context mid-handler (a handler may read its body
+	// again after the end, as a MultiReader replaying it does).
+	done bool
 }
 
 func (b *rateBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
 	due := b.start.Add(bodyGrace + time.Duration(float64(b.received+1)/float64(minBodyRate)*float64(time.Second)))
 	if !b.limit.IsZero() && due.After(b.limit) {
 		due = b.limit
 	}
-	_ = b.rc.SetReadDeadline(due)
+	// Moved only by a second or more: on HTTP/2 each move is a message
+	// to the connection's loop. A deadline up to a second early is the
+	// cost.
+	if b.set.IsZero() || due.Sub(b.set) >= time.Second {
+		_ = b.rc.SetReadDeadline(due)
+		b.set = due
+	}
 	n, err := b.ReadCloser.Read(p)
 	b.received += int64(n)
+	if err != nil {
+		b.done = true
+	}
 	return n, err
 }
 

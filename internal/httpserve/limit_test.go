@@ -255,9 +255,45 @@ func TestTricklingBodyGivesUpItsSlot(t *testing.T) {
 	}
 	require.Error(t, readErr, "the trickled body was cut off (the whole-request limit is a minute)")
 
-	resp, err := http.Post("http://"+addr+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["a"]}`))
+	// The handler frees its slot a moment after it reports the read.
+	status := 0
+	for range 100 {
+		resp, err := http.Post("http://"+addr+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["a"]}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		if status = resp.StatusCode; status != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Equal(t, http.StatusNoContent, status, "the slot is free again")
+	assert.NoError(t, <-reads)
+}
+
+// Once the body has ended, reading it again (as a handler replaying it
+// through a MultiReader does) sets no deadline: net/http reads on in the
+// background then, and a deadline firing there would cancel the request's
+// context while the handler still works.
+func TestReadingPastTheBodyEndKeepsTheRequestAlive(t *testing.T) {
+	oldRate, oldGrace := minBodyRate, bodyGrace
+	// A body of 1500 bytes read at once: the deadline for the next
+	// read, were one set, lies 1.6 s after the start.
+	minBodyRate, bodyGrace = 1000, 100*time.Millisecond
+	t.Cleanup(func() { minBodyRate, bodyGrace = oldRate, oldGrace })
+	ctxErr := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = io.ReadAll(r.Body) // again, after the end
+		time.Sleep(2 * time.Second)
+		ctxErr <- r.Context().Err()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s, err := New(h, Config{MaxInFlight: 4, ReadTimeout: time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+	resp, err := http.Post("http://"+addr+"/x", "application/json", strings.NewReader(strings.Repeat(" ", 1490)+`{"a":1}`))
 	require.NoError(t, err)
 	resp.Body.Close()
-	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "the slot is free again")
-	assert.NoError(t, <-reads)
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	assert.NoError(t, <-ctxErr, "the request's context was not cancelled")
 }
