@@ -87,6 +87,8 @@ func BenchmarkCommitPath(b *testing.B) {
 				b.Run(name("commit-"+v.name), func(b *testing.B) {
 					catalog.SetReencodeMetadata(v.reencode)
 					defer catalog.SetReencodeMetadata(false)
+					catalog.SetSkipWriteParse(v.skipParse)
+					defer catalog.SetSkipWriteParse(false)
 					f.run(b, clients, func(ctx context.Context, i, j int) error {
 						return f.commit(ctx, i, v.url+"/v1/namespaces/"+commitBenchNS+"/tables/"+f.tableFor(clients, i, j), j)
 					})
@@ -113,10 +115,11 @@ const (
 )
 
 type commitBenchVariant struct {
-	name     string
-	url      string
-	objects  catalog.Objects
-	reencode bool
+	name      string
+	url       string
+	objects   catalog.Objects
+	reencode  bool
+	skipParse bool
 }
 
 type commitFixture struct {
@@ -141,15 +144,19 @@ type commitFixture struct {
 //     files synced on their own.
 //   - group: encode, and the files of concurrent commits synced together
 //     (storage's group commit, the default).
+//   - group-noparse: group without the parse of each new version before
+//     its write (catalog.SetSkipWriteParse): what that check costs.
 var commitBenchVariants = []struct {
 	name      string
 	storage   storage.Config
 	reencode  bool
+	skipParse bool
 	storageID string
 }{
 	{name: "before", storage: storage.Config{LocalSyncEachWrite: true}, reencode: true, storageID: "sync-each"},
 	{name: "encode", storage: storage.Config{LocalSyncEachWrite: true}, storageID: "sync-each"},
 	{name: "group", storage: storage.Config{}, storageID: "group"},
+	{name: "group-noparse", storage: storage.Config{}, skipParse: true, storageID: "group"},
 }
 
 func newCommitFixture(b *testing.B) *commitFixture {
@@ -187,7 +194,7 @@ func newCommitFixture(b *testing.B) *commitFixture {
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = hs.Serve(ln) }()
 		b.Cleanup(func() { _ = hs.Close(); srv.Close() })
-		f.variants = append(f.variants, commitBenchVariant{name: v.name, url: "http://" + ln.Addr().String(), objects: objects, reencode: v.reencode})
+		f.variants = append(f.variants, commitBenchVariant{name: v.name, url: "http://" + ln.Addr().String(), objects: objects, reencode: v.reencode, skipParse: v.skipParse})
 		if !slices.ContainsFunc(f.storageVariants, func(s commitBenchVariant) bool { return s.name == v.storageID }) {
 			f.storageVariants = append(f.storageVariants, commitBenchVariant{name: v.storageID, objects: objects})
 		}

@@ -400,4 +400,28 @@ func tombstoneRefusalNamesTheJobState(t *testing.T, authz catalog.Authorizer) {
 	if authz != nil {
 		assert.NotContains(t, string(r.body), "db.t")
 	}
+	// The same under an Idempotency-Key, and when the refusal is replayed
+	// from its record: the record keeps the state machine's words.
+	key := newKey(t)
+	for i := range 2 {
+		r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), append(admin, "Idempotency-Key", key)...)
+		require.Equal(t, 409, r.status, "%s", r.body)
+		assert.Contains(t, string(r.body), "(FAILED); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job", "attempt %d", i)
+		assert.NotContains(t, string(r.body), "retry when the job has succeeded", "attempt %d", i)
+		if authz != nil {
+			assert.NotContains(t, string(r.body), "db.t", "attempt %d", i)
+		}
+	}
+	// A location held by a table: masked in the replay too.
+	if authz != nil {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/db/tables", withName("owner"), admin...).status)
+		owned := withName("other")
+		owned["location"] = n.warehouse + "/db/owner/inside"
+		key = newKey(t)
+		for i := range 2 {
+			r = n.do(t, "POST", "/v1/namespaces/db/tables", owned, append(admin, "Idempotency-Key", key)...)
+			require.Equal(t, 409, r.status, "%s", r.body)
+			assert.NotContains(t, string(r.body), "db.owner", "attempt %d names the owner", i)
+		}
+	}
 }

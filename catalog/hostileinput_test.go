@@ -194,19 +194,25 @@ func TestSetLocationWithATrailingSlashIsTheSameLocation(t *testing.T) {
 	assert.Equal(t, metaLoc, r.json(t)["metadata-location"], "no new version")
 }
 
-// A change with more updates than any engine sends is a 400 before the
-// builder, whose cost grows with the square of their number, runs.
-func TestTooManyUpdatesIsA400(t *testing.T) {
+// A change adding more snapshots than any engine adds is a 400 before
+// the builder, whose cost grows faster than their number, runs; many
+// updates of other kinds (an expiry's removals) pass.
+func TestTooManySnapshotsIsA400(t *testing.T) {
 	n := startNode(t, warehouses()[0])
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
-	updates := make([]string, 10_001)
+	now := time.Now().UnixMilli()
+	updates := make([]string, 1001)
 	for i := range updates {
-		updates[i] = fmt.Sprintf(`{"action":"set-properties","updates":{"k%d":"v"}}`, i)
+		updates[i] = fmt.Sprintf(`{"action":"add-snapshot","snapshot":{"snapshot-id":%d,"sequence-number":%d,"timestamp-ms":%d,"manifest-list":"file:///tmp/floe-none/s.avro","summary":{"operation":"append"},"schema-id":0}}`, i+1, i+1, now)
 	}
 	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates, ",")+`]}`))
 	assert.Equal(t, 400, r.status, "%s", r.body)
-	assert.Contains(t, string(r.body), "at most 10000 updates")
-	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates[:100], ",")+`]}`))
+	assert.Contains(t, string(r.body), "at most 1000 snapshots")
+	props := make([]string, 5000)
+	for i := range props {
+		props[i] = fmt.Sprintf(`{"action":"set-properties","updates":{"k%d":"v"}}`, i)
+	}
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates[:10], ",")+`,`+strings.Join(props, ",")+`]}`))
 	assert.Equal(t, 200, r.status, "%s", r.body)
 }

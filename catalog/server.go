@@ -375,6 +375,10 @@ func (s *Server) routes() *mux.Router {
 	return r
 }
 
+// locationRefusalRE matches the state machine's words for a location
+// held by another table or view, or by a purge job.
+var locationRefusalRE = regexp.MustCompile(`overlaps .*(, the location of |, a location table )|is being purged by purge job `)
+
 // purgeJobRE finds the purge job a tombstone refusal names.
 var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})(?: \(([A-Z]+)\))?`)
 
@@ -424,23 +428,33 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 				cp.msg = msg
 				ae = &cp
 			}
-			if s.cfg.Authorizer != nil && (errors.Is(err, fsm.ErrLocationInUse) || errors.Is(err, fsm.ErrBeingPurged)) {
+			// A refusal over a held location or a purge tombstone is
+			// told by its type where it is the state machine's error,
+			// and by its words where it was recorded under an
+			// Idempotency-Key and is replayed, or came back as a failed
+			// compare-and-set of a commit.
+			locationRefusal := errors.Is(err, fsm.ErrLocationInUse) || errors.Is(err, fsm.ErrBeingPurged) ||
+				(ae.status == http.StatusConflict && locationRefusalRE.MatchString(ae.msg))
+			if s.cfg.Authorizer != nil && locationRefusal {
 				// The state machine's message names the table or job
 				// holding the location, which this caller may not be
 				// allowed to see: the log keeps it, the answer does not.
 				s.log.Info("location refused", "op", name, "path", r.URL.Path, "detail", ae.msg)
-				ae.msg = "the location is held by another table or view"
-				if m := purgeJobRE.FindStringSubmatch(err.Error()); m != nil {
+				detail := ae.msg
+				ae = &apiError{status: ae.status, typ: ae.typ, msg: "the location is held by another table or view", retryAfter: ae.retryAfter, contended: ae.contended}
+				if m := purgeJobRE.FindStringSubmatch(detail); m != nil {
 					// A tombstone: name the job (the operator's handle on
 					// it), not the table it purges.
 					ae.msg = "the name or location is being purged by purge job " + m[1] + purgeJobState(m[2])
 				}
-			} else if errors.Is(err, fsm.ErrBeingPurged) && strings.HasSuffix(ae.msg, "("+string(fsm.JobFailed)+"); retry when the job has succeeded") {
+			} else if m := purgeJobRE.FindStringSubmatch(ae.msg); m != nil && m[2] == string(fsm.JobFailed) && !strings.Contains(ae.msg, failedJobHint) {
 				// The state machine's words (fixed: its results are
 				// recorded under Idempotency-Keys, the same on every
 				// release) tell a client to wait for a job that, FAILED,
 				// never succeeds by itself.
-				ae.msg = strings.TrimSuffix(ae.msg, "; retry when the job has succeeded") + failedJobHint
+				cp := *ae
+				cp.msg = strings.TrimSuffix(ae.msg, "; retry when the job has succeeded") + failedJobHint
+				ae = &cp
 			}
 			if ae.status >= 500 {
 				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
