@@ -1733,13 +1733,7 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 			KeyID       *string `json:"key-id"`
 		}
 		noop := false
-		adds := map[string]string{
-			table.UpdateRemoveSnapshots:           table.UpdateAddSnapshot,
-			table.UpdateRemoveStatistics:          table.UpdateSetStatistics,
-			table.UpdateRemovePartitionStatistics: table.UpdateSetPartitionStatistics,
-			table.UpdateRemoveEncryptionKey:       table.UpdateAddEncryptionKey,
-		}
-		if add, ok := adds[u.Action()]; ok && !added[add] {
+		if add, ok := removalOf[u.Action()]; ok && !added[add] {
 			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &ids) == nil {
 				noop = !hasAny(base, u.Action(), ids.SnapshotIDs, ids.SnapshotID, ids.KeyID)
 			}
@@ -1759,6 +1753,15 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 		return updates
 	}
 	return out
+}
+
+// removalOf maps each removal withoutNoOpRemovals judges to the update
+// that adds what it removes.
+var removalOf = map[string]string{
+	table.UpdateRemoveSnapshots:           table.UpdateAddSnapshot,
+	table.UpdateRemoveStatistics:          table.UpdateSetStatistics,
+	table.UpdateRemovePartitionStatistics: table.UpdateSetPartitionStatistics,
+	table.UpdateRemoveEncryptionKey:       table.UpdateAddEncryptionKey,
 }
 
 // hasAny reports whether base has something the removal action names.
