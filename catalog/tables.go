@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"net/http"
 	"slices"
 	"strconv"
@@ -1284,9 +1283,9 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	}
 	if n := countUpdates(p.req.Updates, table.UpdateAddSnapshot); n > maxSnapshotsPerChange {
 		// Building a change costs more than linearly in the snapshots it
-		// adds: 24,000 add-snapshot updates (each with a set-snapshot-ref)
-		// took 10 s of CPU, 2,000 a tenth of a second. An engine adds one
-		// snapshot per operation, a handful per transaction.
+		// adds (with a set-snapshot-ref each), so one request could hold
+		// a CPU for seconds. An engine adds one snapshot per operation, a
+		// handful per transaction.
 		return prepared{}, badRequest("a change to %s may add at most %d snapshots, this one adds %d", p.id, maxSnapshotsPerChange, n)
 	}
 	for _, req := range p.req.Requirements {
@@ -1788,13 +1787,10 @@ func hasAny(base table.Metadata, action string, snapshotIDs []int64, snapshotID 
 			}
 		}
 	case table.UpdateRemoveEncryptionKey:
-		keys, ok := base.(interface {
-			EncryptionKeys() iter.Seq[table.EncryptionKey]
-		})
-		if !ok || keyID == nil {
-			return true // cannot tell: keep the update
+		if keyID == nil {
+			return true
 		}
-		for k := range keys.EncryptionKeys() {
+		for k := range base.EncryptionKeys() {
 			if k.KeyID == *keyID {
 				return true
 			}
