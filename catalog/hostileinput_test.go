@@ -26,8 +26,7 @@ func snapshotUpdates(id, seq, ms int64) json.RawMessage {
 // a restart, answered 500 for the table, and Java engines could not load
 // it at all.
 func TestCommitsWriteOnlyReadableMetadata(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	now := time.Now().UnixMilli()
 	create := func(name, version, spec string) string {
 		body := fmt.Sprintf(`{"name":%q,"properties":{"format-version":%q},"schema":{"type":"struct","schema-id":0,"fields":[
@@ -89,8 +88,7 @@ func TestCommitsWriteOnlyReadableMetadata(t *testing.T) {
 // cache: anyone who can write into an allowed location could otherwise
 // fill the node's memory with files no table holds.
 func TestRefusedRegisterCachesNothing(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
 	require.Equal(t, 200, r.status, "%s", r.body)
 	owned := r.json(t)["metadata-location"].(string)
@@ -109,8 +107,7 @@ func TestRefusedRegisterCachesNothing(t *testing.T) {
 // not only per request: they live in the replicated state, rewritten
 // whole by each update.
 func TestNamespacePropertiesAreBounded(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	big := strings.Repeat("x", 300<<10)
 	update := func(keys ...string) response {
 		u := map[string]string{}
@@ -164,8 +161,7 @@ func TestPathSegmentsMustBeUTF8(t *testing.T) {
 // not the 409 every client reads as "the table exists" (Spark's CREATE
 // TABLE IF NOT EXISTS would silently do nothing).
 func TestDefaultLocationInsideATableIsA400(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("x")).status)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a", "x"}}).status)
 	r := n.do(t, "POST", "/v1/namespaces/a%1Fx/tables", withName("y"))
@@ -182,8 +178,7 @@ func TestDefaultLocationInsideATableIsA400(t *testing.T) {
 // set-location to the table's own location with a trailing '/' is the
 // same location, as on a create: not a move, and nothing changes.
 func TestSetLocationWithATrailingSlashIsTheSameLocation(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
 	require.Equal(t, 200, r.status, "%s", r.body)
 	metaLoc := r.json(t)["metadata-location"]
@@ -198,8 +193,7 @@ func TestSetLocationWithATrailingSlashIsTheSameLocation(t *testing.T) {
 // the builder, whose cost grows faster than their number, runs; many
 // updates of other kinds (an expiry's removals) pass.
 func TestTooManySnapshotsIsA400(t *testing.T) {
-	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	n := startNodeWithNamespaceA(t)
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
 	now := time.Now().UnixMilli()
 	updates := make([]string, 1001)
@@ -215,4 +209,12 @@ func TestTooManySnapshotsIsA400(t *testing.T) {
 	}
 	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[`+strings.Join(updates[:10], ",")+`,`+strings.Join(props, ",")+`]}`))
 	assert.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// startNodeWithNamespaceA starts a node holding namespace a.
+func startNodeWithNamespaceA(t *testing.T) *node {
+	t.Helper()
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	return n
 }
