@@ -854,7 +854,7 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 			var v struct {
 				FormatVersion int `json:"format-version"`
 			}
-			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &v) == nil {
+			if updateFields(u, &v) {
 				version = max(version, v.FormatVersion)
 			}
 			continue
@@ -867,7 +867,7 @@ func numberAddedSpecs(base table.Metadata, req commitTableRequest) (table.Update
 			var added struct {
 				Spec json.RawMessage `json:"spec"`
 			}
-			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &added) == nil {
+			if updateFields(u, &added) {
 				if _, fields, ok := specFields(added.Spec); ok {
 					learn(fields)
 				}
@@ -935,7 +935,7 @@ func assignedUUID(updates table.Updates) (uuid.UUID, bool) {
 		var v struct {
 			UUID uuid.UUID `json:"uuid"`
 		}
-		if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &v) == nil {
+		if updateFields(u, &v) {
 			last, found = v.UUID, true
 		}
 	}
@@ -1412,14 +1412,10 @@ func stagedFormatVersion(updates table.Updates) int {
 		if u.Action() != table.UpdateUpgradeFormatVersion {
 			continue
 		}
-		b, err := json.Marshal(u)
-		if err != nil {
-			break
-		}
 		var v struct {
 			FormatVersion int `json:"format-version"`
 		}
-		if json.Unmarshal(b, &v) != nil || v.FormatVersion < 1 {
+		if !updateFields(u, &v) || v.FormatVersion < 1 {
 			break
 		}
 		return min(v.FormatVersion, defaultFormatVersion)
@@ -1733,7 +1729,7 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 		}
 		noop := false
 		if add, ok := removalOf[u.Action()]; ok && !added[add] {
-			if b, err := json.Marshal(u); err == nil && json.Unmarshal(b, &ids) == nil {
+			if updateFields(u, &ids) {
 				noop = !hasAny(base, u.Action(), ids.SnapshotIDs, ids.SnapshotID, ids.KeyID)
 			}
 		}
@@ -1812,8 +1808,7 @@ func withTrimmedLocations(updates table.Updates) table.Updates {
 		var v struct {
 			Location string `json:"location"`
 		}
-		b, err := json.Marshal(u)
-		if err != nil || json.Unmarshal(b, &v) != nil {
+		if !updateFields(u, &v) {
 			continue
 		}
 		trimmed := strings.TrimSuffix(v.Location, "/")
@@ -1829,4 +1824,11 @@ func withTrimmedLocations(updates table.Updates) table.Updates {
 		return updates
 	}
 	return out
+}
+
+// updateFields reads fields of an iceberg-go update (whose types are
+// unexported) into v through its JSON form, and reports whether it could.
+func updateFields(u any, v any) bool {
+	b, err := json.Marshal(u)
+	return err == nil && json.Unmarshal(b, v) == nil
 }

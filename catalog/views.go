@@ -574,9 +574,7 @@ func viewUpdateField(u view.Update) (f struct {
 	Version   *view.Version `json:"view-version"`
 	VersionID *int64        `json:"view-version-id"`
 }) {
-	if b, err := json.Marshal(u); err == nil {
-		_ = json.Unmarshal(b, &f)
-	}
+	updateFields(u, &f)
 	return f
 }
 
