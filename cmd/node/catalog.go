@@ -46,10 +46,14 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 		Logger:              logger,
 		Registerer:          reg,
 		MaxBodyBytes:        cfg.MaxBodyBytes,
+		MetadataCacheBytes:  cfg.MetadataCacheBytes,
 		IdempotencyLifetime: cfg.idempotencyLifetime,
 		IdempotencyDisabled: !cfg.Idempotency,
 		Purger:              purger,
 		Auditor:             sec,
+	}
+	if cfg.MetadataCacheBytes == 0 {
+		catCfg.MetadataCacheSize = -1 // no cache
 	}
 	if sec.on {
 		catCfg.Authorizer = authorizer{sec}

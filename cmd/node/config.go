@@ -49,6 +49,7 @@ type config struct {
 	LogFormat            string
 	Prefix               string
 	MaxBodyBytes         int64
+	MetadataCacheBytes   int64
 	Join                 string
 	ClusterAdvertise     string
 	BootstrapExpect      int
@@ -203,6 +204,9 @@ const (
 	defaultClusterAddr  = "127.0.0.1:8182"
 	defaultPrefix       = "floe"
 	defaultMaxBodyBytes = 8 << 20
+	// defaultMetadataCacheBytes is catalog.Config's default, spelled out
+	// so that --help shows it.
+	defaultMetadataCacheBytes = 128 << 20
 )
 
 func newFlagSet(c *config) *flag.FlagSet {
@@ -226,6 +230,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
+	fs.Int64Var(&c.MetadataCacheBytes, "metadata-cache-bytes", defaultMetadataCacheBytes, "bytes of table and view metadata documents kept parsed in memory (their parsed objects take a few times as much again); a document over a quarter of it is read from storage on every load; 0: no cache")
 	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy, a bind on every interface) (default: --cluster-addr)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
@@ -483,6 +488,9 @@ func (c *config) validate() error {
 	if c.MaxBodyBytes <= 0 {
 		return usagef("--max-body-bytes %d: must be positive", c.MaxBodyBytes)
 	}
+	if c.MetadataCacheBytes < 0 {
+		return usagef("--metadata-cache-bytes %d: must be 0 (no cache) or positive", c.MetadataCacheBytes)
+	}
 	if transport.BindIP(c.ClusterAddr) == "" && c.ClusterAdvertise == "" {
 		if host, _, _ := net.SplitHostPort(c.ClusterAddr); host == "" || net.ParseIP(host) != nil {
 			return usagef("--cluster-addr %q listens on every interface: set --cluster-advertise to the address other nodes dial", c.ClusterAddr)
@@ -732,6 +740,7 @@ func (c config) logAttrs() []any {
 		"log_format", c.LogFormat,
 		"prefix", c.Prefix,
 		"max_body_bytes", c.MaxBodyBytes,
+		"metadata_cache_bytes", c.MetadataCacheBytes,
 		"cluster_advertise", c.ClusterAdvertise,
 		"join", c.Join,
 		"bootstrap_expect", c.BootstrapExpect,

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -273,6 +274,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.Equal(t, []string{"s3://b/w", "s3://other/t"}, c.allowedLocations())
 	assert.Equal(t, "floe", c.Prefix)
 	assert.Equal(t, int64(8<<20), c.MaxBodyBytes)
+	assert.Equal(t, int64(128<<20), c.MetadataCacheBytes)
 	assert.Equal(t, "info", c.LogLevel)
 	assert.Equal(t, "text", c.LogFormat)
 	assert.False(t, c.S3PathStyle)
@@ -309,6 +311,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--log-level=loud"}, want: "--log-level"},
 		{args: []string{"--log-format=xml"}, want: "--log-format"},
 		{args: []string{"--max-body-bytes=0"}, want: "must be positive"},
+		{args: []string{"--metadata-cache-bytes=-1"}, want: "--metadata-cache-bytes -1: must be 0 (no cache) or positive"},
 		{args: []string{"--max-body-bytes=x"}, want: "invalid value"},
 		{args: []string{"--http-addr=8181"}, want: "--http-addr"},
 		{args: []string{"--cluster-addr=nope"}, want: "--cluster-addr"},
@@ -440,6 +443,63 @@ func TestRunInProcess(t *testing.T) {
 		t.Fatal("run did not return after its context ended")
 	}
 	assert.Contains(t, logs.String(), `"msg":"floe stopped"`)
+}
+
+// --metadata-cache-bytes reaches the catalog: with 0, a loaded table's
+// metadata is not kept (the cache's byte gauge stays 0); by default it is.
+func TestMetadataCacheBytesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		cached bool
+	}{{nil, true}, {[]string{"--metadata-cache-bytes=0"}, false}} {
+		httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		var logs syncBuffer
+		done := make(chan error, 1)
+		args := append([]string{"--data-dir", t.TempDir(), "--http-addr", httpAddr, "--cluster-addr", clusterAddr}, tc.args...)
+		go func() { done <- run(ctx, args, nil, io.Discard, &logs) }()
+		base := "http://" + httpAddr
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(base + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 50*time.Millisecond, "not ready; logs:\n%s", &logs)
+		for _, req := range []struct{ path, body string }{
+			{"/v1/floe/namespaces", `{"namespace":["n"]}`},
+			{"/v1/floe/namespaces/n/tables", `{"name":"t","schema":{"type":"struct","fields":[{"id":1,"name":"a","type":"long","required":false}]}}`},
+		} {
+			resp, err := http.Post(base+req.path, "application/json", strings.NewReader(req.body))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, req.path)
+		}
+		resp, err := http.Get(base + "/v1/floe/namespaces/n/tables/t")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		resp, err = http.Get(base + "/metrics")
+		require.NoError(t, err)
+		metrics, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		m := regexp.MustCompile(`(?m)^floe_catalog_metadata_cache_bytes (\S+)$`).FindSubmatch(metrics)
+		require.NotNil(t, m, "no cache gauge in /metrics")
+		if tc.cached {
+			assert.NotEqual(t, "0", string(m[1]), "default: the loaded metadata is cached")
+		} else {
+			assert.Equal(t, "0", string(m[1]), "--metadata-cache-bytes=0: nothing is cached")
+		}
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Fatal("run did not return after its context ended")
+		}
+	}
 }
 
 // A path with a dot or empty segment is refused in the Iceberg error model, never
