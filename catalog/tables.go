@@ -122,7 +122,8 @@ func (id tableIdentifier) ident(ctx context.Context) (fsm.Ident, error) {
 	if err := validateNamespace(id.Namespace); err != nil {
 		return fsm.Ident{}, err
 	}
-	if err := validateName("table name", id.Name); err != nil {
+	// Tables and views share the type: the field's name, not a kind.
+	if err := validateName("identifier name", id.Name); err != nil {
 		return fsm.Ident{}, err
 	}
 	return fsm.Ident{Namespace: levelsIn(ctx, id.Namespace), Name: id.Name}, nil
@@ -1805,14 +1806,8 @@ func withTrimmedLocations(updates table.Updates) table.Updates {
 		if u.Action() != table.UpdateSetLocation {
 			continue
 		}
-		var v struct {
-			Location string `json:"location"`
-		}
-		if !updateFields(u, &v) {
-			continue
-		}
-		trimmed := strings.TrimSuffix(v.Location, "/")
-		if trimmed == v.Location || trimmed == "" || strings.HasSuffix(trimmed, ":") {
+		trimmed, ok := trimmedSetLocation(u)
+		if !ok {
 			continue
 		}
 		if out == nil {
@@ -1824,6 +1819,23 @@ func withTrimmedLocations(updates table.Updates) table.Updates {
 		return updates
 	}
 	return out
+}
+
+// trimmedSetLocation returns the location of a set-location update (of a
+// table or a view) without its trailing '/', when it has one to drop: a
+// location is stored without it, so the same place with '/' is no move.
+func trimmedSetLocation(u any) (string, bool) {
+	var v struct {
+		Location string `json:"location"`
+	}
+	if !updateFields(u, &v) {
+		return "", false
+	}
+	trimmed := strings.TrimSuffix(v.Location, "/")
+	if trimmed == v.Location || trimmed == "" || strings.HasSuffix(trimmed, ":") {
+		return "", false
+	}
+	return trimmed, true
 }
 
 // updateFields reads fields of an iceberg-go update (whose types are

@@ -6,11 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/view"
 	"github.com/google/uuid"
 
@@ -109,6 +114,14 @@ func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, vers
 	if err != nil {
 		return nil, fmt.Errorf("encode view metadata: %w", err)
 	}
+	// As for a table (writeMetadata): a version no node could read back
+	// would leave the view answering 500 to every load and commit.
+	if len(raw) > storage.MaxReadBytes {
+		return nil, badRequest("the new view metadata would be %d bytes, over the %d a node reads", len(raw), storage.MaxReadBytes)
+	}
+	if meta, err = view.ParseMetadataBytes(raw); err != nil {
+		return nil, badRequest("the new view metadata would not be readable: %v", err)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
@@ -121,9 +134,10 @@ func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, vers
 }
 
 // checkViewOwner answers early, before any file is written, when loc is
-// equal to, inside or around the location of a live table or of a view
-// other than id, or of a table being purged. Advice, read linearizably:
-// the state machine decides again.
+// equal to, inside or around the location of a view other than id, or of
+// a table being purged (a view may share a live table's location: see
+// fsm/DESIGN.md). Advice, read linearizably: the state machine decides
+// again.
 func (s *Server) checkViewOwner(ctx context.Context, id fsm.Ident, loc string) error {
 	return s.store.Read(ctx, func(rd *fsm.Reader) error { return rd.CheckViewClaim(id, loc) })
 }
@@ -141,11 +155,95 @@ func checkNewVersions(base, meta view.Metadata) error {
 		if known[v.VersionID] {
 			continue
 		}
+		// Java and iceberg-rust read version ids as 32-bit integers; the
+		// builder's next id (the highest plus one) can pass the bound too.
+		if v.VersionID < math.MinInt32 || v.VersionID > math.MaxInt32 {
+			return badRequest("view version-id %d does not fit in 32 bits", v.VersionID)
+		}
 		if v.DefaultNamespace == nil {
 			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
 		}
+		for _, l := range v.DefaultNamespace {
+			// Java's Namespace.of refuses a NUL byte, and Java parses
+			// every version a view keeps: one such level makes the
+			// whole view unloadable.
+			if !utf8.ValidString(l) || strings.ContainsRune(l, 0) {
+				return badRequest("view version %d: default-namespace level %q is not valid UTF-8 or holds a NUL byte", v.VersionID, l)
+			}
+		}
 		if v.Summary == nil {
 			return badRequest("view version %d has no summary", v.VersionID)
+		}
+	}
+	return checkViewProperties(base, meta)
+}
+
+// propertyHistoryEntries is the view property that bounds the versions
+// a view keeps.
+const propertyHistoryEntries = "version.history.num-entries"
+
+// checkViewProperties refuses a version.history.num-entries that is not
+// a 32-bit integer, when it changes: iceberg-go falls back to its default
+// for one, but Java's builder (PropertyUtil.propertyAsInt) throws on every
+// later change of the view until the property is removed.
+func checkViewProperties(base, meta view.Metadata) error {
+	v, ok := meta.Properties()[propertyHistoryEntries]
+	if !ok || (base != nil && base.Properties()[propertyHistoryEntries] == v) {
+		return nil
+	}
+	if _, err := strconv.ParseInt(v, 10, 32); err != nil {
+		return badRequest("view property %s must be an integer, got %q", propertyHistoryEntries, v)
+	}
+	return nil
+}
+
+// maxVersionsPerChange bounds the view versions one commit adds, as
+// maxSnapshotsPerChange does a table's snapshots: iceberg-go compares
+// each added version with every one before it (reuse of an equal
+// version), so 20,000 versions in one body took 34 s of CPU, and again on
+// each retry after a lost compare-and-set.
+const maxVersionsPerChange = 1000
+
+// viewVersionRequired are the fields of a view version Java's
+// ViewVersionParser requires and iceberg-go would silently set to 0 when
+// absent (binding the version to schema 0, or to the epoch).
+var viewVersionRequired = []string{"version-id", "schema-id", "timestamp-ms"}
+
+// checkRawViewVersion refuses a view version, as sent, without a field of
+// viewVersionRequired.
+func checkRawViewVersion(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return badRequest("view-version must be a JSON object")
+	}
+	for _, k := range viewVersionRequired {
+		if v, ok := fields[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
+			return badRequest("view-version has no %s", k)
+		}
+	}
+	return nil
+}
+
+// checkRawViewUpdates applies checkRawViewVersion to each add-view-version
+// of a commit's updates, as sent, and bounds their number.
+func checkRawViewUpdates(raw json.RawMessage) error {
+	var updates []struct {
+		Action      string          `json:"action"`
+		ViewVersion json.RawMessage `json:"view-version"`
+	}
+	if err := json.Unmarshal(raw, &updates); err != nil {
+		return badRequest("invalid view commit: %v", err)
+	}
+	added := 0
+	for _, u := range updates {
+		if u.Action != view.UpdateAddViewVersion {
+			continue
+		}
+		if added++; added > maxVersionsPerChange {
+			return badRequest("a view change may add at most %d versions", maxVersionsPerChange)
+		}
+		if err := checkRawViewVersion(u.ViewVersion); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -226,9 +324,13 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req createViewRequest
-	if err := decodeBody(r, &req); err != nil {
+	body, err := readJSONBody(r)
+	if err != nil {
 		return err
+	}
+	var req createViewRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return badRequest("malformed request body: %v", err)
 	}
 	if err := validateNewName("view name", req.Name); err != nil {
 		return err
@@ -238,6 +340,15 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.ViewVersion == nil {
 		return badRequest("view-version is required")
+	}
+	var rawVersion struct {
+		ViewVersion json.RawMessage `json:"view-version"`
+	}
+	if err := json.Unmarshal(body, &rawVersion); err != nil {
+		return badRequest("malformed request body: %v", err)
+	}
+	if err := checkRawViewVersion(rawVersion.ViewVersion); err != nil {
+		return err
 	}
 	if err := validateProperties(req.Properties); err != nil {
 		return err
@@ -272,11 +383,9 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkViewOwner(r.Context(), id, loc); err != nil {
 		return err
 	}
-	// The builder gives the version id 1 and the schema id it assigns to
-	// the schema, as the spec asks.
-	meta, err := view.NewMetadataWithUUID(req.ViewVersion, req.Schema, loc, iceberg.Properties(req.Properties), viewUUID)
+	meta, err := newViewMetadata(req, loc, viewUUID)
 	if err != nil {
-		return badRequest("invalid view definition: %v", err)
+		return err
 	}
 	if err := checkNewVersions(nil, meta); err != nil {
 		return err
@@ -304,6 +413,35 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeLoadViewResult(w, vm)
 	return nil
+}
+
+// newViewMetadata builds a new view's first metadata. The builder gives
+// the version id 1 and the schema id it assigns to the schema, as the spec
+// asks. A format-version property is stored as any other, as Java's view
+// builder stores it: iceberg-go's constructor would take it for the
+// view's format version (dropping "1", refusing "2").
+func newViewMetadata(req createViewRequest, loc string, viewUUID uuid.UUID) (view.Metadata, error) {
+	props := iceberg.Properties(req.Properties)
+	formatVersion, hasFormatVersion := props[table.PropertyFormatVersion]
+	if hasFormatVersion {
+		props = maps.Clone(props)
+		delete(props, table.PropertyFormatVersion)
+	}
+	meta, err := view.NewMetadataWithUUID(req.ViewVersion, req.Schema, loc, props, viewUUID)
+	if err != nil {
+		return nil, badRequest("invalid view definition: %v", err)
+	}
+	if !hasFormatVersion {
+		return meta, nil
+	}
+	b, err := view.MetadataBuilderFromBase(meta)
+	if err != nil {
+		return nil, err
+	}
+	if meta, err = b.SetProperties(iceberg.Properties{table.PropertyFormatVersion: formatVersion}).Build(); err != nil {
+		return nil, badRequest("invalid view definition: %v", err)
+	}
+	return meta, nil
 }
 
 func (s *Server) loadView(w http.ResponseWriter, r *http.Request) error {
@@ -373,6 +511,9 @@ func decodeViewCommit(raw json.RawMessage) (commitViewRequest, error) {
 			return commitViewRequest{}, badRequest("invalid view commit: %v", err)
 		}
 		if err := checkPropertyUpdates(probe.Updates); err != nil {
+			return commitViewRequest{}, err
+		}
+		if err := checkRawViewUpdates(probe.Updates); err != nil {
 			return commitViewRequest{}, err
 		}
 	}
@@ -559,6 +700,10 @@ func applyViewUpdates(builder *view.MetadataBuilder, base view.Metadata, updates
 		case view.UpdateSetCurrentViewVersion:
 			if id := viewUpdateField(u).VersionID; reused && id != nil && *id == view.LastAddedID {
 				return fmt.Errorf("%s: cannot set the last added view version: the version added is one the view already has, under its own id", u.Action())
+			}
+		case view.UpdateSetLocation:
+			if loc, ok := trimmedSetLocation(u); ok {
+				u = view.NewSetLocationUpdate(loc)
 			}
 		}
 		if err := u.Apply(builder); err != nil {

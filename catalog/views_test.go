@@ -197,6 +197,7 @@ func TestViews(t *testing.T) {
 		t.Run("names", func(t *testing.T) { testViewTableNames(t, f) })
 		t.Run("namespace", func(t *testing.T) { testNamespaceWithView(t, f) })
 		t.Run("bad input", func(t *testing.T) { testBadViewInput(t, f) })
+		t.Run("shapes", func(t *testing.T) { testViewShapes(t, f) })
 		t.Run("register", func(t *testing.T) { testRegisterView(t, f) })
 		t.Run("concurrent replaces", func(t *testing.T) { testConcurrentViewReplaces(t, nodes) })
 	})
@@ -542,7 +543,20 @@ func testBadViewInput(t *testing.T, f *node) {
 	delete(noDefaultNS["view-version"].(map[string]any), "default-namespace")
 	outside := createViewBody("x", "select 1", "bad")
 	outside["location"] = "file:///somewhere/else"
-	for i, body := range []any{`{"name":`, `[]`, noSchema, noVersion, noSQL, noDefaultNS, outside, createViewBody("", "select 1", "bad")} {
+	// Fields Java's ViewVersionParser requires, which iceberg-go would
+	// set to 0; a level Java's Namespace.of refuses; a history bound
+	// Java's builder cannot read.
+	var missing []any
+	for _, k := range []string{"version-id", "schema-id", "timestamp-ms"} {
+		b := createViewBody("x", "select 1", "bad")
+		delete(b["view-version"].(map[string]any), k)
+		missing = append(missing, b)
+	}
+	nulNS := createViewBody("x", "select 1", "bad\x00x")
+	badHistory := createViewBody("x", "select 1", "bad")
+	badHistory["properties"] = map[string]string{"version.history.num-entries": "abc"}
+	for i, body := range append([]any{`{"name":`, `[]`, noSchema, noVersion, noSQL, noDefaultNS, outside, createViewBody("", "select 1", "bad"),
+		nulNS, badHistory}, missing...) {
 		r := f.vdo(t, "POST", "/v1/namespaces/bad/views", body)
 		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
 		assert.Equal(t, "BadRequestException", r.errorType(t))
@@ -556,6 +570,13 @@ func testBadViewInput(t *testing.T, f *node) {
 		`{"updates":[{"action":"set-properties","updates":{"k":null}}]}`,
 		`{"updates":[{"action":"remove-properties","removals":[null]}]}`,
 		`{"properties":{"k":"v"}}`,
+		`{"updates":[{"action":"set-properties","updates":{"version.history.num-entries":"3000000000"}}]}`,
+		versionUpdate(`"version-id":4294967296,"schema-id":0,"timestamp-ms":1,"default-namespace":["bad"]`),
+		versionUpdate(`"version-id":2,"schema-id":0,"default-namespace":["bad"]`),
+		versionUpdate(`"version-id":2,"timestamp-ms":1,"default-namespace":["bad"]`),
+		versionUpdate(`"schema-id":0,"timestamp-ms":1,"default-namespace":["bad"]`),
+		versionUpdate(`"version-id":2,"schema-id":0,"timestamp-ms":1,"default-namespace":["a\u0000b"]`),
+		manyVersions(1001),
 	} {
 		r := f.vdo(t, "POST", "/v1/namespaces/bad/views/v", body)
 		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
@@ -590,6 +611,53 @@ func testBadViewInput(t *testing.T, f *node) {
 	}
 	assert.Equal(t, 404, f.vdo(t, "HEAD", "/v1/namespaces/bad/views/missing", nil).status)
 	assert.Equal(t, before, f.viewsState(t, "bad", "nope"))
+}
+
+// versionUpdate is a view commit adding one version with fields (the
+// version's other fields aside) and making it current.
+func versionUpdate(fields string) string {
+	return `{"updates":[{"action":"add-view-version","view-version":{` + fields +
+		`,"summary":{},"representations":[{"type":"sql","sql":"select 2","dialect":"spark"}]}},` +
+		`{"action":"set-current-view-version","view-version-id":-1}]}`
+}
+
+// manyVersions is a view commit adding n versions.
+func manyVersions(n int) map[string]any {
+	var updates []any
+	for i := range n {
+		updates = append(updates, map[string]any{"action": "add-view-version", "view-version": map[string]any{
+			"version-id": i + 2, "schema-id": 0, "timestamp-ms": 1, "summary": map[string]string{},
+			"representations":   []any{map[string]any{"type": "sql", "sql": fmt.Sprintf("select %d", i), "dialect": "spark"}},
+			"default-namespace": []string{},
+		}})
+	}
+	return map[string]any{"updates": updates}
+}
+
+// Shapes Java's view builder accepts that iceberg-go's would treat
+// otherwise: a format-version property is stored as any other; a
+// set-location with a trailing '/' is stored without it, as a table's; as
+// many versions in one change as the bound allows.
+func testViewShapes(t *testing.T, f *node) {
+	require.Equal(t, 200, f.vdo(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"shapes"}}).status)
+	for _, fv := range []string{"1", "2"} {
+		b := createViewBody("fv"+fv, "select 1", "shapes")
+		b["properties"] = map[string]string{"format-version": fv, "version.history.num-entries": "5"}
+		r := f.vdo(t, "POST", "/v1/namespaces/shapes/views", b)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		md := r.json(t)["metadata"].(map[string]any)
+		assert.Equal(t, float64(1), md["format-version"])
+		assert.Equal(t, map[string]any{"format-version": fv, "version.history.num-entries": "5"}, md["properties"])
+	}
+	r := f.vdo(t, "GET", "/v1/namespaces/shapes/views/fv1", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = f.vdo(t, "POST", "/v1/namespaces/shapes/views/fv1", map[string]any{"updates": []any{
+		map[string]any{"action": "set-location", "location": loc + "/"}}})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Equal(t, loc, r.json(t)["metadata"].(map[string]any)["location"])
+	r = f.vdo(t, "POST", "/v1/namespaces/shapes/views/fv1", manyVersions(1000))
+	require.Equal(t, 200, r.status, "%s", r.body)
 }
 
 // registerView points a new view at an existing metadata file, inside a
