@@ -32,6 +32,10 @@ type IssueRequest struct {
 	Roles []string
 	// ClientID is the OAuth client the token is for; empty if none.
 	ClientID string
+	// ClientGeneration is the client's clientGeneration, carried by the
+	// token so that a token exchange can tell the client from another
+	// created later under the same id; empty if none.
+	ClientGeneration string
 	// Scope is the "scope" claim; empty for none.
 	Scope string
 	// TTL is the token's lifetime: 0 means JWTConfig.TokenTTL, and anything
@@ -81,9 +85,10 @@ func (i *Issuer) Issue(ctx context.Context, req IssueRequest) (token string, exp
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 			ID:        hex.EncodeToString(randomBytes(16)),
 		},
-		Scope:    req.Scope,
-		Roles:    req.Roles,
-		ClientID: req.ClientID,
+		Scope:            req.Scope,
+		Roles:            req.Roles,
+		ClientID:         req.ClientID,
+		ClientGeneration: req.ClientGeneration,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
 	t.Header["kid"] = key.ID

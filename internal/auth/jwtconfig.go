@@ -93,6 +93,10 @@ type floeClaims struct {
 	// ClientID is the OAuth client the token was issued to (RFC 9068); a
 	// token exchange looks the client up again by it.
 	ClientID string `json:"client_id,omitempty"`
+	// ClientGeneration names the client as it was when the token was
+	// issued (clientGeneration); a token exchange refuses a token of a
+	// client deleted and created again under the same id.
+	ClientGeneration string `json:"client_gen,omitempty"`
 }
 
 // jwtB64 is the JWS segment encoding.

@@ -2,6 +2,9 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -332,7 +335,20 @@ func (h *TokenHandler) clientCredentials(r *http.Request, form url.Values) (*tok
 		principal = id
 	}
 	scope := form.Get("scope")
-	return h.issue(ctx, IssueRequest{Principal: principal, Roles: rec.Roles, ClientID: id, Scope: scope})
+	return h.issue(ctx, IssueRequest{Principal: principal, Roles: rec.Roles, ClientID: id,
+		ClientGeneration: clientGeneration(rec.SecretHash), Scope: scope})
+}
+
+// clientGeneration names one creation of a client: a digest of its secret
+// hash, whose salt is drawn anew each time a client is created (a client's
+// secret never changes otherwise). A client deleted and created again
+// under the same id has another generation, so the tokens of the first
+// cannot be exchanged for tokens of the second, whose principal and roles
+// may differ, nor go on being refreshed after the secret was replaced. The
+// digest tells nothing of the secret: it is of a slow hash, itself salted.
+func clientGeneration(secretHash string) string {
+	sum := sha256.Sum256([]byte("floe client generation\x00" + secretHash))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
 // clientCredentialsOf returns the client id and secret from HTTP Basic
@@ -416,10 +432,13 @@ func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tok
 			h.log.Error("token exchange: read client", "client_id", claims.ClientID, "err", err)
 			return nil, unavailable("unavailable", "client store unavailable, retry later")
 		}
-		if !ok {
+		if !ok || subtle.ConstantTimeCompare([]byte(claims.ClientGeneration), []byte(clientGeneration(rec.SecretHash))) != 1 {
+			// Deleted, or deleted and created again: the client that got
+			// the token is gone either way.
 			return nil, badRequest(oauthInvalidGrant, "the client of subject_token no longer exists")
 		}
 		req.Principal, req.Roles = rec.Principal, rec.Roles
+		req.ClientGeneration = claims.ClientGeneration
 		if req.Principal == "" {
 			req.Principal = claims.ClientID
 		}

@@ -377,13 +377,15 @@ func TestTokenExchange(t *testing.T) {
 	first := decode(t, f.post(clientForm("etl", f.secret), nil)).AccessToken
 
 	// Roles changed since the first token: the refreshed one has the new.
-	f.clients.set("etl", ClientRecord{SecretHash: cheapHash(t, f.secret), Principal: "etl-service", Roles: []string{"writers", "admins"}})
+	etl, _, _ := f.clients.Client(ctx, "etl")
+	f.clients.set("etl", ClientRecord{SecretHash: etl.SecretHash, Principal: "etl-service", Roles: []string{"writers", "admins"}})
 	f.clock.Advance(30 * time.Minute)
 	w := f.post(exchangeForm(first), nil)
 	if w.Code != http.StatusOK {
 		t.Fatalf("exchange: %d %s", w.Code, w.Body)
 	}
 	b := decode(t, w)
+	refreshed := b.AccessToken
 	if b.IssuedTokenType != TokenTypeAccessToken || b.Scope != "PRINCIPAL_ROLE:ALL" || b.ExpiresIn != 3600 {
 		t.Fatalf("response %+v", b)
 	}
@@ -418,13 +420,27 @@ func TestTokenExchange(t *testing.T) {
 		t.Fatalf("direct token: %+v %v %+v", p, err, b)
 	}
 
+	// A token refreshed from the client's is refreshed again.
+	if w := f.post(exchangeForm(refreshed), nil); w.Code != http.StatusOK {
+		t.Fatalf("second refresh: %d %s", w.Code, w.Body)
+	}
+
 	// The client is deleted: no more refreshes.
 	f.clients.remove("etl")
 	w = f.post(exchangeForm(first), nil)
 	if w.Code != http.StatusBadRequest || decode(t, w).Error != "invalid_grant" {
 		t.Fatalf("deleted client: %d %s", w.Code, w.Body)
 	}
-	if got := testutil.ToFloat64(f.handler.metrics.issued.WithLabelValues("token_exchange")); got != 4 {
+	// Nor once a client is created again under its id, here for another
+	// principal: the old tokens are not the new client's.
+	f.clients.set("etl", ClientRecord{SecretHash: cheapHash(t, NewSecret()), Principal: "other", Roles: []string{"admins"}})
+	for _, tok := range []string{first, refreshed} {
+		w = f.post(exchangeForm(tok), nil)
+		if w.Code != http.StatusBadRequest || decode(t, w).Error != "invalid_grant" {
+			t.Fatalf("client created again: %d %s", w.Code, w.Body)
+		}
+	}
+	if got := testutil.ToFloat64(f.handler.metrics.issued.WithLabelValues("token_exchange")); got != 5 {
 		t.Fatalf("issued{token_exchange} = %v", got)
 	}
 }
