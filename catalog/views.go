@@ -761,10 +761,15 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())
-	if err := s.authorize(r, PrivDrop, from.Namespace, func() error {
-		return notFoundView("view does not exist: %s", from)
-	}); err != nil {
-		return err
+	// Moving a view takes its content along: drop alone does not let a
+	// principal read it (nor, once it is moved where the principal may
+	// write, obtain credentials for its files).
+	for _, priv := range []string{PrivDrop, PrivRead} {
+		if err := s.authorize(r, priv, from.Namespace, func() error {
+			return notFoundView("view does not exist: %s", from)
+		}); err != nil {
+			return err
+		}
 	}
 	if err := s.authorize(r, PrivWrite, to.Namespace, func() error {
 		return notFoundNamespace("namespace does not exist: %s", nsString(to.Namespace))

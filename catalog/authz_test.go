@@ -1,0 +1,68 @@
+package catalog_test
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// grantAuthz grants by the X-Test-Principal header: "admin" everything,
+// anyone else the privileges listed for it as "privilege namespace".
+type grantAuthz map[string][]string
+
+func (grantAuthz) Principal(r *http.Request) string { return r.Header.Get("X-Test-Principal") }
+func (g grantAuthz) Allowed(r *http.Request, priv string, ns []string) (bool, error) {
+	p := r.Header.Get("X-Test-Principal")
+	if p == "admin" {
+		return true, nil
+	}
+	for _, l := range ns {
+		if slices.Contains(g[p], priv+" "+l) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+func (grantAuthz) Visible(*http.Request, []string) (bool, error) { return true, nil }
+
+// A rename moves what it renames to where the caller may write: drop on
+// the source alone (which does not let a principal read it) is not
+// enough, or a principal could move a table or view it may not read to a
+// namespace it may, then read it and be vended credentials for its files.
+func TestRenameNeedsReadOnTheSource(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg, authz: grantAuthz{
+		"dropper": {"drop secret", "write open", "read open"},
+		"mover":   {"drop secret", "read secret", "write open", "read open"},
+	}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	for _, ns := range []string{"secret", "open"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}, admin...).status)
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/secret/tables", withName("t"), admin...).status)
+	r := n.vdo(t, "POST", "/v1/namespaces/secret/views", createViewBody("v", "select 1", "secret"), admin...)
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	for _, kind := range []string{"tables", "views"} {
+		name := map[string]string{"tables": "t", "views": "v"}[kind]
+		rename := func(principal, to string) response {
+			return n.vdo(t, "POST", "/v1/"+kind+"/rename", map[string]any{
+				"source":      map[string]any{"namespace": []string{"secret"}, "name": name},
+				"destination": map[string]any{"namespace": []string{"open"}, "name": to},
+			}, "X-Test-Principal", principal)
+		}
+		r := rename("dropper", "stolen-"+kind)
+		assert.Equal(t, 403, r.status, "%s: %s", kind, r.body)
+		assert.Equal(t, 200, n.vdo(t, "GET", "/v1/namespaces/secret/"+kind+"/"+name, nil, admin...).status, kind)
+		assert.Equal(t, 404, n.vdo(t, "GET", "/v1/namespaces/open/"+kind+"/stolen-"+kind, nil, admin...).status, kind)
+
+		r = rename("mover", "moved-"+kind)
+		assert.Equal(t, 204, r.status, "%s: %s", kind, r.body)
+		assert.Equal(t, 200, n.vdo(t, "GET", "/v1/namespaces/open/"+kind+"/moved-"+kind, nil, admin...).status, kind)
+	}
+}
