@@ -160,15 +160,21 @@ func (s *Server) authorizeRoute(op string, r *http.Request) error {
 			priv = PrivPurge
 		}
 	}
-	notFound := func() error { return notFoundNamespace("namespace does not exist: %s", nsString(levels)) }
-	if name, isTable := mux.Vars(r)["table"]; isTable {
+	// The 404 that hides what the caller may not see names it as written
+	// (see varsAsWritten).
+	written, shown := varsAsWritten(r), levels
+	if l, err := parseNamespace(written["namespace"]); err == nil {
+		shown = levelsIn(r.Context(), l)
+	}
+	notFound := func() error { return notFoundNamespace("namespace does not exist: %s", nsString(shown)) }
+	if name, isTable := written["table"]; isTable {
 		notFound = func() error {
-			return notFoundTable("table does not exist: %s", fmt.Sprintf("%s.%s", nsString(levels), name))
+			return notFoundTable("table does not exist: %s", fmt.Sprintf("%s.%s", nsString(shown), name))
 		}
 	}
-	if name, isView := mux.Vars(r)["view"]; isView {
+	if name, isView := written["view"]; isView {
 		notFound = func() error {
-			return notFoundView("view does not exist: %s", fmt.Sprintf("%s.%s", nsString(levels), name))
+			return notFoundView("view does not exist: %s", fmt.Sprintf("%s.%s", nsString(shown), name))
 		}
 	}
 	return s.authorize(r, priv, levels, notFound)

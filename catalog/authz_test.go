@@ -3,6 +3,7 @@ package catalog_test
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,7 +27,44 @@ func (g grantAuthz) Allowed(r *http.Request, priv string, ns []string) (bool, er
 	}
 	return false, nil
 }
-func (grantAuthz) Visible(*http.Request, []string) (bool, error) { return true, nil }
+func (g grantAuthz) Visible(r *http.Request, ns []string) (bool, error) {
+	p := r.Header.Get("X-Test-Principal")
+	for _, grant := range g[p] {
+		_, l, _ := strings.Cut(grant, " ")
+		if p == "admin" || slices.Contains(ns, l) {
+			return true, nil
+		}
+	}
+	return p == "admin", nil
+}
+
+// The 404 that hides a namespace from a caller names what the caller
+// wrote: a '+' read as a space (which names the namespace or table only
+// when it exists) would tell whether a name with a space exists.
+func TestHiddenNotFoundNamesWhatWasWritten(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg, authz: grantAuthz{"etl": {"read open"}}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	for _, ns := range []string{"a b", "secret"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}, admin...).status)
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/secret/tables", withName("my tbl"), admin...).status)
+	// The admin reaches both through '+'.
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/a+b", nil, admin...).status)
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/secret/tables/my+tbl", nil, admin...).status)
+	for _, c := range []struct{ path, want string }{
+		{"/v1/namespaces/a+b", "namespace does not exist: a+b"},
+		{"/v1/namespaces/c+d", "namespace does not exist: c+d"},
+		{"/v1/namespaces/secret/tables/my+tbl", "table does not exist: secret.my+tbl"},
+		{"/v1/namespaces/secret/tables/no+tbl", "table does not exist: secret.no+tbl"},
+	} {
+		r := n.do(t, "GET", c.path, nil, "X-Test-Principal", "etl")
+		assert.Equal(t, 404, r.status, "%s: %s", c.path, r.body)
+		assert.Contains(t, string(r.body), c.want, c.path)
+	}
+}
 
 // A rename moves what it renames to where the caller may write: drop on
 // the source alone (which does not let a principal read it) is not

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"maps"
 	"net/http"
 	"net/url"
@@ -79,5 +80,21 @@ func (s *Server) resolvePlus(r *http.Request) *http.Request {
 	if _, ok := vars[nameVar]; ok {
 		out[nameVar] = name
 	}
-	return mux.SetURLVars(r, out)
+	r = mux.SetURLVars(r, out)
+	return r.WithContext(context.WithValue(r.Context(), asWrittenKey{}, vars))
+}
+
+// asWrittenKey carries a request's route variables as the client wrote
+// them, when resolvePlus read a '+' in them as a space.
+type asWrittenKey struct{}
+
+// varsAsWritten returns the request's route variables as the client wrote
+// them, before resolvePlus. The 404 that hides a namespace from a caller
+// names it so: naming the resolved spelling would tell that a name with a
+// space exists.
+func varsAsWritten(r *http.Request) map[string]string {
+	if v, ok := r.Context().Value(asWrittenKey{}).(map[string]string); ok {
+		return v
+	}
+	return mux.Vars(r)
 }
