@@ -215,7 +215,10 @@ func (s *Server) replay(op string, w http.ResponseWriter, r *http.Request, res f
 // reflect a newer state of the catalog"); when there is none, or the name
 // now holds a table at another location, 404 NoSuchTableException. Any other failure to read is returned as it is.
 func (s *Server) replayedTable(r *http.Request, t fsm.Table) (*tableMetadata, error) {
-	tm, err := s.readMetadata(r.Context(), t.MetadataLocation)
+	// From storage, not the cache: whether the file is gone (a purge
+	// deleted it) decides the answer, and a node that cached it must
+	// answer as one that did not.
+	tm, err := s.readMetadataFile(r.Context(), t.MetadataLocation)
 	if err == nil || !errors.Is(err, storage.ErrNotFound) {
 		return tm, err
 	}

@@ -1,7 +1,9 @@
 package catalog_test
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 func newKey(t *testing.T) string {
@@ -359,4 +363,41 @@ func TestKeyedNoOpCommitWritesNothing(t *testing.T) {
 	assert.Equal(t, before, files())
 	assert.Equal(t, cur, n.do(t, "GET", "/v1/namespaces/a/tables/noop", nil).json(t)["metadata-location"])
 	assert.Equal(t, "1", n.do(t, "GET", "/v1/namespaces/a/tables/other", nil).json(t)["metadata"].(map[string]any)["properties"].(map[string]any)["x"])
+}
+
+// A replay reads the file its request produced from storage: a node that
+// cached it answers as one that did not. After an async purge deleted
+// the file, every node answers 404, not the cached metadata of a table
+// whose files are gone.
+func TestReplayAfterAnAsyncPurgeReadsStorage(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("ap")).status)
+	key := newKey(t)
+	first := n.do(t, "POST", "/v1/namespaces/a/tables/ap", setProp("k", "v"), "Idempotency-Key", key)
+	require.Equal(t, 200, first.status, "%s", first.body)
+	file := strings.TrimPrefix(first.json(t)["metadata-location"].(string), "file://")
+	r := n.do(t, "DELETE", "/v1/namespaces/a/tables/ap?purgeRequested=true", nil, "X-Gravitino-Async-Purge", "true")
+	require.Equal(t, 204, r.status, "%s", r.body)
+	// No purge workers run here: delete the file as the job would.
+	require.NoError(t, os.Remove(file))
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/ap", setProp("k", "v"), "Idempotency-Key", key)
+	assert.Equal(t, 404, r.status, "%s", r.body)
+	assert.Equal(t, "NoSuchTableException", r.errorType(t))
+}
+
+// A synchronous purge drop replayed after its job was pruned (finished
+// long ago) answers what the first request did, 204.
+func TestReplayedPurgeDropAfterItsJobWasPruned(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("pp")).status)
+	key := newKey(t)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/pp?purgeRequested=true", nil, "Idempotency-Key", key).status)
+	res, err := n.raft.Propose(context.Background(), fsm.PrunePurgeJobs{BeforeMs: math.MaxInt64, AtMs: time.Now().UnixMilli()})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Count, "the job is pruned")
+	r := n.do(t, "DELETE", "/v1/namespaces/a/tables/pp?purgeRequested=true", nil, "Idempotency-Key", key)
+	assert.Equal(t, 204, r.status, "%s", r.body)
+	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
 }

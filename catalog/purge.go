@@ -208,6 +208,12 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 			return purgeUnfinished(jobID, ctx.Err())
 		case err != nil:
 			s.log.Debug("waiting for purge job: read failed; retrying", "job_id", jobID, "error", err)
+		case !found && jobID == "":
+			// A replay whose job was pruned since: only a SUCCEEDED or a
+			// released FAILED job is pruned, both done with the files.
+			// The first request's answer was (or would have been) 204.
+			s.cache.remove(dropped.MetadataLocation)
+			return nil
 		case !found:
 			return fmt.Errorf("purge job %s of table %s not found after the drop", jobID, dropped.Ident())
 		case job.State == fsm.JobSucceeded:
