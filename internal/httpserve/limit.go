@@ -59,6 +59,13 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if l.readTimeout > 0 {
 			b.limit = b.start.Add(l.readTimeout)
 		}
+		// On a copy: net/http looks at the body of the request it passed
+		// in once the handler returns, by its type, to tell whether a
+		// client waiting for "100 Continue" got it. Another body there
+		// made it withhold the 100 and read up to 256 KiB of a body the
+		// handler refused before answering, so a client sending
+		// "Expect: 100-continue" waited for its own timeout.
+		r = r.WithContext(r.Context())
 		r.Body = b
 	}
 	l.next.ServeHTTP(w, r)

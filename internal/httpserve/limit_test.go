@@ -1,6 +1,7 @@
 package httpserve
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -296,4 +297,26 @@ func TestReadingPastTheBodyEndKeepsTheRequestAlive(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
 	assert.NoError(t, <-ctxErr, "the request's context was not cancelled")
+}
+
+// A request sent with "Expect: 100-continue" that the handler refuses
+// without reading its body gets the refusal at once, and no 100: the
+// client never has to send the body.
+func TestExpectContinueRefusedAtOnce(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+	})
+	s, err := New(h, Config{MaxInFlight: 4, ReadTimeout: time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 9000000\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	// Bounds a hang only: the answer is due without any body sent.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err, "no answer before any body was sent")
+	assert.Equal(t, "HTTP/1.1 403 Forbidden\r\n", line)
 }
