@@ -116,8 +116,9 @@ type Walker struct {
 	// walk.
 	OnPhase func(phase int) error
 	// OnMissing, if set, is told of a manifest list or manifest that no
-	// longer exists; the walk skips it.
-	OnMissing func(uri string)
+	// longer exists. Its error stops the walk; without one (or without
+	// OnMissing) the walk skips it.
+	OnMissing func(uri string) error
 	// MayRead, if set, is asked before a manifest list or manifest is
 	// read: one it refuses is not read but skipped, with its entries, and
 	// told to OnNotRead. A table's metadata may name any path, and what a
@@ -153,7 +154,8 @@ func (w Walker) mayRead(uri string) bool {
 // list or manifest that cannot be parsed is an error wrapping
 // ErrCorruptMetadata; a manifest is found corrupt only when the walk
 // reaches the bad part, so fn may already have seen the entries before it.
-// A missing manifest list or manifest is skipped (and told to OnMissing),
+// A missing manifest list or manifest is told to OnMissing and skipped
+// unless OnMissing fails,
 // as is one MayRead refuses (told to OnNotRead);
 // any other storage error, including a streamed body that breaks off, is
 // returned without ErrCorruptMetadata.
@@ -270,7 +272,9 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 		}
 		data, err := w.Reader.Read(ctx, snap.ManifestList)
 		if errors.Is(err, storage.ErrNotFound) {
-			w.missing(snap.ManifestList)
+			if err := w.missing(snap.ManifestList); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {
@@ -293,10 +297,11 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 	return nil
 }
 
-func (w Walker) missing(uri string) {
+func (w Walker) missing(uri string) error {
 	if w.OnMissing != nil {
-		w.OnMissing(uri)
+		return w.OnMissing(uri)
 	}
+	return nil
 }
 
 // Files is every file a purge of one table deals with, split by whether it

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ func TestPurge(t *testing.T) {
 			t.Run("gc.enabled=false keeps data files", func(t *testing.T) { testGCDisabled(t, c) })
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
+			t.Run("a missing manifest fails the job, and no manifest is deleted", func(t *testing.T) { testMissingManifest(t, c) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
@@ -283,6 +285,32 @@ func testDeleteFailures(t *testing.T, c *cluster) {
 	require.Equal(t, 200, r.status, r.body)
 	c.waitJob("refused", "t", 30*time.Second, isState(fsm.JobSucceeded))
 	assert.Empty(t, c.list(tt.tbl.Location()))
+}
+
+// A manifest is the only record of the data files it lists: a purge that
+// finds one missing (or is told so wrongly) fails, retried up to the
+// attempts allowed, rather than succeed with its files left behind and the
+// other manifests, which name theirs, deleted.
+func testMissingManifest(t *testing.T, c *cluster) {
+	n := c.live()[0]
+	tt := c.makeTable(n, "lost", "t", nil, 2, 3)
+	var manifests []string
+	for _, f := range tt.files {
+		if strings.HasSuffix(f, ".avro") && strings.Contains(path.Base(f), "-m") {
+			manifests = append(manifests, f)
+		}
+	}
+	require.GreaterOrEqual(t, len(manifests), 2, "one manifest a snapshot: %v", tt.files)
+	_, err := n.objects.Delete(context.Background(), manifests[:1])
+	require.NoError(t, err)
+	r := n.do(t, "DELETE", "/v1/namespaces/lost/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.waitJob("lost", "t", 30*time.Second, isState(fsm.JobFailed))
+	assert.Equal(t, 3, job.Attempts, "retried up to max attempts")
+	assert.Contains(t, job.LastError, manifests[0]+" is missing")
+	assert.ElementsMatch(t, manifests[1:], c.exist(manifests[1:]), "no manifest deleted")
+	r = n.do(t, "POST", "/v1/namespaces/lost/tables", createTableBody("t", ""))
+	assert.Equal(t, 409, r.status, "the name stays held: %s", r.body)
 }
 
 func testStaleLease(t *testing.T, c *cluster) {

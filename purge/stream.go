@@ -34,7 +34,8 @@ type Opener interface {
 // uncompressed when iceberg-go wrote it), plus the manifest's bytes when the
 // Reader is not an Opener.
 //
-// A missing manifest is reported to OnMissing and yields nothing. An error
+// A missing manifest is reported to OnMissing and yields nothing (or
+// OnMissing's error). An error
 // opening or reading the manifest is returned as the storage gave it (a
 // failure while reading the body is wrapped with the manifest's path); one
 // that does not decode wraps ErrCorruptMetadata. A manifest corrupt partway
@@ -47,8 +48,7 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 	}
 	body, err := w.open(ctx, mf.FilePath())
 	if errors.Is(err, storage.ErrNotFound) {
-		w.missing(mf.FilePath())
-		return nil
+		return w.missing(mf.FilePath())
 	}
 	if err != nil {
 		return err
