@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,7 @@ func TestPurge(t *testing.T) {
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
 			t.Run("a missing manifest fails the job, and no manifest is deleted", func(t *testing.T) { testMissingManifest(t, c) })
+			t.Run("a local file written at its decoded path goes too", func(t *testing.T) { testEscapedLocalPaths(t, c, wh) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
@@ -311,6 +313,30 @@ func testMissingManifest(t *testing.T, c *cluster) {
 	assert.ElementsMatch(t, manifests[1:], c.exist(manifests[1:]), "no manifest deleted")
 	r = n.do(t, "POST", "/v1/namespaces/lost/tables", createTableBody("t", ""))
 	assert.Equal(t, 409, r.status, "the name stays held: %s", r.body)
+}
+
+// iceberg-go's local FileIO writes a data file whose stored URI holds
+// %-escapes (a partition value "x/y" as name=x%2Fy) at the decoded path;
+// the purge deletes it there too, and nothing beside the table.
+func testEscapedLocalPaths(t *testing.T, c *cluster, wh warehouse) {
+	if wh.name != "file" {
+		t.Skip("S3 keys are literal")
+	}
+	n := c.live()[0]
+	loc := c.warehouse + "/esc/t"
+	stored := []string{loc + "/data/name=x%2Fy/a.parquet", loc + "/data/ts=10%3A00/b.parquet", loc + "/data/%2E%2E/%2E%2E/keep/c.parquet"}
+	written := []string{loc + "/data/name=x/y/a.parquet", loc + "/data/ts=10:00/b.parquet"}
+	keep := c.warehouse + "/esc/keep/c.parquet" // where the last would decode to
+	for _, u := range append(slices.Clone(written), keep) {
+		require.NoError(t, n.objects.Write(context.Background(), u, []byte("placeholder")))
+	}
+	tt := c.makeTable(n, "esc", "t", nil, 1, 2, stored...)
+	require.Equal(t, loc, tt.tbl.Location())
+	r := n.do(t, "DELETE", "/v1/namespaces/esc/tables/t?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	assert.Empty(t, c.exist(written), "the files at the decoded paths are gone")
+	assert.Empty(t, c.list(loc))
+	assert.Equal(t, []string{keep}, c.exist([]string{keep}), "a decoded path leaving the directory is not followed")
 }
 
 func testStaleLease(t *testing.T, c *cluster) {

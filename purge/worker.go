@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -401,6 +403,10 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 	} else {
 		r.uris = append(r.uris, f.URI)
 		r.bytes += f.Size
+		if alt, ok := decodedLocalURI(f.URI); ok && r.inside(alt) {
+			// Checked by the guard like any other file.
+			r.uris = append(r.uris, alt)
+		}
 	}
 	if len(r.uris) >= r.s.cfg.DeleteBatchSize {
 		r.flush()
@@ -409,6 +415,40 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 		}
 	}
 	return nil
+}
+
+// decodedLocalURI returns, for a file: URI whose path holds %-escapes,
+// the same URI with its path decoded. Writers disagree on where such a
+// file lies: iceberg-go's local FileIO decodes the path of the URI a
+// manifest stores (a partition value "x/y" is stored as name=x%2Fy and
+// written to name=x/y), while Hadoop's keeps it as written; S3 keys are
+// literal for both. A purge deletes both spellings, so a file is not left
+// behind while counted as deleted. ok is false when there is nothing to
+// decode, the escapes are malformed, or the decoded path has an empty,
+// "." or ".." segment (it could then leave the directory the URI names).
+func decodedLocalURI(uri string) (string, bool) {
+	rest, ok := strings.CutPrefix(uri, "file:")
+	if !ok || !strings.Contains(rest, "%") {
+		return "", false
+	}
+	prefix := "file:"
+	if strings.HasPrefix(rest, "//") {
+		i := strings.IndexByte(rest[2:], '/')
+		if i < 0 {
+			return "", false
+		}
+		prefix, rest = prefix+rest[:2+i], rest[2+i:]
+	}
+	dec, err := url.PathUnescape(rest)
+	if err != nil || dec == rest || !strings.HasPrefix(dec, "/") {
+		return "", false
+	}
+	for _, seg := range strings.Split(dec[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." || strings.ContainsRune(seg, 0) {
+			return "", false
+		}
+	}
+	return prefix + dec, true
 }
 
 // flush hands the batch being filled to the delete pool (or runs it here
