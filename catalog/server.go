@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -572,6 +573,11 @@ func readBody(r *http.Request) ([]byte, error) {
 		if errors.As(err, &tooLarge) {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestException",
 				msg: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit)}
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// Cut by the server (the whole-request read timeout, or a body
+			// arriving too slowly): the error names the sockets.
+			return nil, badRequest("the request body did not arrive in time")
 		}
 		return nil, badRequest("reading request body: %v", err)
 	}
