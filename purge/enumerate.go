@@ -115,10 +115,10 @@ type Walker struct {
 	// at least one file, before that file is passed on. An error stops the
 	// walk.
 	OnPhase func(phase int) error
-	// OnMissing, if set, is told of a manifest list or manifest that no
-	// longer exists. Its error stops the walk; without one (or without
-	// OnMissing) the walk skips it.
-	OnMissing func(uri string) error
+	// OnMissing, if set, is told of a manifest list (list true) or
+	// manifest that no longer exists. Its error stops the walk; without
+	// one (or without OnMissing) the walk skips it.
+	OnMissing func(uri string, list bool) error
 	// MayRead, if set, is asked before a manifest list or manifest is
 	// read: one it refuses is not read but skipped, with its entries, and
 	// told to OnNotRead. A table's metadata may name any path, and what a
@@ -272,7 +272,7 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 		}
 		data, err := w.Reader.Read(ctx, snap.ManifestList)
 		if errors.Is(err, storage.ErrNotFound) {
-			if err := w.missing(snap.ManifestList); err != nil {
+			if err := w.missing(snap.ManifestList, true); err != nil {
 				return err
 			}
 			continue
@@ -297,9 +297,9 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 	return nil
 }
 
-func (w Walker) missing(uri string) error {
+func (w Walker) missing(uri string, list bool) error {
 	if w.OnMissing != nil {
-		return w.OnMissing(uri)
+		return w.OnMissing(uri, list)
 	}
 	return nil
 }

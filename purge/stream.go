@@ -48,7 +48,7 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 	}
 	body, err := w.open(ctx, mf.FilePath())
 	if errors.Is(err, storage.ErrNotFound) {
-		return w.missing(mf.FilePath())
+		return w.missing(mf.FilePath(), false)
 	}
 	if err != nil {
 		return err

@@ -334,7 +334,7 @@ func TestStreamedWalkMatchesWholeManifests(t *testing.T) {
 
 	for _, rd := range []purge.Reader{store, memOpener{memReader: store}} {
 		walk := func(from purge.Checkpoint) (files []purge.File, missing []string) {
-			w := purge.Walker{Reader: rd, OnMissing: func(uri string) error { missing = append(missing, uri); return nil }}
+			w := purge.Walker{Reader: rd, OnMissing: func(uri string, _ bool) error { missing = append(missing, uri); return nil }}
 			require.NoError(t, w.Walk(context.Background(), meta, metaLoc, from, func(f purge.File) error {
 				if f.Phase == purge.PhaseData {
 					files = append(files, f)

@@ -22,8 +22,8 @@ var errStale = errors.New("purge: lease lost")
 // errPermanent marks a failure retrying cannot fix.
 var errPermanent = errors.New("permanent")
 
-// errMissingManifest fails a run that found a manifest list or manifest
-// of the table missing. It is retried: storage may have answered "not
+// errMissingManifest fails a run that found a manifest of the table
+// missing. It is retried: storage may have answered "not
 // found" wrongly, or an operator may restore the file.
 var errMissingManifest = errors.New("purge: missing manifest")
 
@@ -285,17 +285,26 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	w := Walker{
 		Reader:  r.objs,
 		OnPhase: r.enterPhase,
-		OnMissing: func(uri string) error {
-			// The only record of the files it lists: skipping it would
-			// leave them behind under a SUCCEEDED job, and the later
-			// phases would delete the manifests that still name them
-			// (after a false "not found", all of them). Manifests and
-			// lists are deleted only after every phase that reads them,
-			// so no earlier run of the job removed it. The run fails
-			// and is retried; a job that keeps failing so waits for an
-			// operator (retry once the file is back, or release).
+		OnMissing: func(uri string, list bool) error {
 			r.s.m.missingManifests.Inc()
-			r.log.Warn("purge: manifest list or manifest missing; the files it lists cannot be found", "uri", uri)
+			if list {
+				// A snapshot may name a list never written (a client
+				// that committed and lost the file; tools and tests
+				// that make snapshots by hand): skipped, as the
+				// reference does.
+				r.log.Warn("purge: manifest list missing; its manifests and their files cannot be found and are left", "uri", uri)
+				return nil
+			}
+			// A manifest named by a list that exists: the only record
+			// of the files it lists. Skipping it would leave them
+			// behind under a SUCCEEDED job, and the later phases would
+			// delete the manifests that still name them (after a
+			// false "not found", all of them). Manifests are deleted
+			// only in a phase after every phase that reads them, so no
+			// earlier run of the job removed it. The run fails and is
+			// retried; a job that keeps failing so waits for an
+			// operator (retry once the file is back, or release).
+			r.log.Warn("purge: manifest missing; the files it lists cannot be found", "uri", uri)
 			return fmt.Errorf("%w: %s is missing, so the files it lists cannot be found", errMissingManifest, uri)
 		},
 		MayRead: r.s.allowed,
