@@ -593,7 +593,7 @@ func (c clientSource) Client(ctx context.Context, id string) (auth.ClientRecord,
 		var cl fsm.AuthClient
 		if cl, ok = rd.AuthClient(id); ok {
 			roles := append(append([]string(nil), cl.Roles...), rd.PrincipalRoles(cl.Principal)...)
-			rec = auth.ClientRecord{SecretHash: cl.SecretHash, Principal: cl.Principal, Roles: roles}
+			rec = auth.ClientRecord{SecretHash: cl.SecretHash, Principal: cl.Principal, Roles: roles, CreatedMs: cl.CreatedMs}
 		}
 		return nil
 	})

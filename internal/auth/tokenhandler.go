@@ -41,6 +41,8 @@ type ClientRecord struct {
 	Principal string
 	// Roles of the principal.
 	Roles []string
+	// CreatedMs is when the client was created (Unix ms); 0 if unknown.
+	CreatedMs int64
 }
 
 // ClientSource is the replicated store of OAuth clients.
@@ -339,6 +341,19 @@ func (h *TokenHandler) clientCredentials(r *http.Request, form url.Values) (*tok
 		ClientGeneration: clientGeneration(rec.SecretHash), Scope: scope})
 }
 
+// sameClient reports whether a token's client is rec as it is now, not
+// an earlier client under the same id. A token carries its client's
+// generation; one without (issued by an earlier release, or by a node on
+// one during a rolling upgrade) passes when it was issued no earlier than
+// the second the client was created, so that sessions of clients created
+// before the upgrade go on refreshing.
+func sameClient(claims *floeClaims, rec ClientRecord) bool {
+	if claims.ClientGeneration != "" {
+		return subtle.ConstantTimeCompare([]byte(claims.ClientGeneration), []byte(clientGeneration(rec.SecretHash))) == 1
+	}
+	return claims.IssuedAt != nil && claims.IssuedAt.Unix() >= rec.CreatedMs/1000
+}
+
 // clientGeneration names one creation of a client: a digest of its secret
 // hash, whose salt is drawn anew each time a client is created (a client's
 // secret never changes otherwise). A client deleted and created again
@@ -432,13 +447,13 @@ func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tok
 			h.log.Error("token exchange: read client", "client_id", claims.ClientID, "err", err)
 			return nil, unavailable("unavailable", "client store unavailable, retry later")
 		}
-		if !ok || subtle.ConstantTimeCompare([]byte(claims.ClientGeneration), []byte(clientGeneration(rec.SecretHash))) != 1 {
+		if !ok || !sameClient(claims, rec) {
 			// Deleted, or deleted and created again: the client that got
 			// the token is gone either way.
 			return nil, badRequest(oauthInvalidGrant, "the client of subject_token no longer exists")
 		}
 		req.Principal, req.Roles = rec.Principal, rec.Roles
-		req.ClientGeneration = claims.ClientGeneration
+		req.ClientGeneration = clientGeneration(rec.SecretHash)
 		if req.Principal == "" {
 			req.Principal = claims.ClientID
 		}

@@ -425,6 +425,14 @@ func TestTokenExchange(t *testing.T) {
 		t.Fatalf("second refresh: %d %s", w.Code, w.Body)
 	}
 
+	// A token of an earlier release, without client_gen, issued after the
+	// client was created, is refreshed (a running Java session survives
+	// the upgrade).
+	legacy := f.issue(t, IssueRequest{Principal: "etl-service", ClientID: "etl"})
+	if w := f.post(exchangeForm(legacy), nil); w.Code != http.StatusOK {
+		t.Fatalf("token without client_gen: %d %s", w.Code, w.Body)
+	}
+
 	// The client is deleted: no more refreshes.
 	f.clients.remove("etl")
 	w = f.post(exchangeForm(first), nil)
@@ -433,14 +441,16 @@ func TestTokenExchange(t *testing.T) {
 	}
 	// Nor once a client is created again under its id, here for another
 	// principal: the old tokens are not the new client's.
-	f.clients.set("etl", ClientRecord{SecretHash: cheapHash(t, NewSecret()), Principal: "other", Roles: []string{"admins"}})
-	for _, tok := range []string{first, refreshed} {
+	f.clock.Advance(2 * time.Second)
+	f.clients.set("etl", ClientRecord{SecretHash: cheapHash(t, NewSecret()), Principal: "other", Roles: []string{"admins"},
+		CreatedMs: f.clock.Now().UnixMilli()})
+	for _, tok := range []string{first, refreshed, legacy} {
 		w = f.post(exchangeForm(tok), nil)
 		if w.Code != http.StatusBadRequest || decode(t, w).Error != "invalid_grant" {
 			t.Fatalf("client created again: %d %s", w.Code, w.Body)
 		}
 	}
-	if got := testutil.ToFloat64(f.handler.metrics.issued.WithLabelValues("token_exchange")); got != 5 {
+	if got := testutil.ToFloat64(f.handler.metrics.issued.WithLabelValues("token_exchange")); got != 6 {
 		t.Fatalf("issued{token_exchange} = %v", got)
 	}
 }
