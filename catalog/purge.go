@@ -210,8 +210,10 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 			s.log.Debug("waiting for purge job: read failed; retrying", "job_id", jobID, "error", err)
 		case !found && jobID == "":
 			// A replay whose job was pruned since: only a SUCCEEDED or a
-			// released FAILED job is pruned, both done with the files.
-			// The first request's answer was (or would have been) 204.
+			// released FAILED job is pruned, and which one is no longer
+			// known. 204, what the first request answered unless the job
+			// FAILED and an operator released it, which leaves the name
+			// free as a success does.
 			s.cache.remove(dropped.MetadataLocation)
 			return nil
 		case !found:

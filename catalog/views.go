@@ -183,7 +183,7 @@ func checkNewVersions(base, meta view.Metadata) error {
 const propertyHistoryEntries = "version.history.num-entries"
 
 // checkViewProperties refuses a version.history.num-entries that is not
-// a 32-bit integer, when it changes: iceberg-go falls back to its default
+// a positive 32-bit integer, when it changes: iceberg-go falls back to its default
 // for one, but Java's builder (PropertyUtil.propertyAsInt) throws on every
 // later change of the view until the property is removed.
 func checkViewProperties(base, meta view.Metadata) error {
@@ -191,8 +191,8 @@ func checkViewProperties(base, meta view.Metadata) error {
 	if !ok || (base != nil && base.Properties()[propertyHistoryEntries] == v) {
 		return nil
 	}
-	if _, err := strconv.ParseInt(v, 10, 32); err != nil {
-		return badRequest("view property %s must be an integer, got %q", propertyHistoryEntries, v)
+	if n, err := strconv.ParseInt(v, 10, 32); err != nil || n <= 0 {
+		return badRequest("view property %s must be a positive integer, got %q", propertyHistoryEntries, v)
 	}
 	return nil
 }

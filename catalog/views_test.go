@@ -555,8 +555,10 @@ func testBadViewInput(t *testing.T, f *node) {
 	nulNS := createViewBody("x", "select 1", "bad\x00x")
 	badHistory := createViewBody("x", "select 1", "bad")
 	badHistory["properties"] = map[string]string{"version.history.num-entries": "abc"}
+	zeroHistory := createViewBody("x", "select 1", "bad")
+	zeroHistory["properties"] = map[string]string{"version.history.num-entries": "0"}
 	for i, body := range append([]any{`{"name":`, `[]`, noSchema, noVersion, noSQL, noDefaultNS, outside, createViewBody("", "select 1", "bad"),
-		nulNS, badHistory}, missing...) {
+		nulNS, badHistory, zeroHistory}, missing...) {
 		r := f.vdo(t, "POST", "/v1/namespaces/bad/views", body)
 		assert.Equal(t, 400, r.status, "body %d: %s", i, r.body)
 		assert.Equal(t, "BadRequestException", r.errorType(t))

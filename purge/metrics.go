@@ -81,7 +81,7 @@ func newMetrics() *metrics {
 			Name: "floe_purge_scheduler_wakes_total", Help: "Times the leader's purge scheduler was woken by a newly claimable job instead of waiting for its next poll.",
 		}),
 		missingManifests: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists or manifests already gone when a purge walked them.",
+			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists (skipped) or manifests (the run fails) missing when a purge walked them.",
 		}),
 		notRead: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_manifests_not_read_total", Help: "Manifest lists or manifests a purge did not read because they lie outside the allowed locations; their entries are left in place.",

@@ -230,7 +230,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.Prefix, "prefix", defaultPrefix, "catalog prefix advertised in /v1/config")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest request body accepted, in bytes")
-	fs.Int64Var(&c.MetadataCacheBytes, "metadata-cache-bytes", defaultMetadataCacheBytes, "bytes of table and view metadata documents kept parsed in memory (their parsed objects take a few times as much again); a document over a quarter of it is read from storage on every load; 0: no cache")
+	fs.Int64Var(&c.MetadataCacheBytes, "metadata-cache-bytes", defaultMetadataCacheBytes, "bytes of table metadata documents kept parsed in memory (their parsed objects take a few times as much again); a document over a quarter of it is read from storage on every load; 0: no cache")
 	fs.StringVar(&c.ClusterAdvertise, "cluster-advertise", "", "cluster address other nodes dial to reach this one, when it differs from --cluster-addr (NAT, a proxy, a bind on every interface) (default: --cluster-addr)")
 	fs.StringVar(&c.Join, "join", "", "comma-separated cluster addresses of other nodes to join (host:port,...); ignored once this node has Raft state")
 	fs.IntVar(&c.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one and the --join nodes, none with state) are reachable; 0: join an existing cluster when --join is set, else bootstrap a cluster of one")
