@@ -445,6 +445,49 @@ func TestRunInProcess(t *testing.T) {
 	assert.Contains(t, logs.String(), `"msg":"floe stopped"`)
 }
 
+// inProcess is a node run in the test's process (runInProcess).
+type inProcess struct {
+	base    string // http://<its HTTP address>
+	dataDir string
+	logs    *syncBuffer
+}
+
+// runInProcess runs run with args (a data directory and loopback
+// addresses added) until the test ends, and returns the node once it is
+// ready. At cleanup it cancels run, which must return without an error;
+// the node's logs are shown when the test failed.
+func runInProcess(t *testing.T, args ...string) inProcess {
+	t.Helper()
+	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
+	n := inProcess{base: "http://" + httpAddr, dataDir: t.TempDir(), logs: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := n.logs
+	done := make(chan error, 1)
+	args = append([]string{"--data-dir", n.dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr, "--log-format=json"}, args...)
+	go func() { done <- run(ctx, args, nil, io.Discard, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Error("run did not return after its context ended")
+		}
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(n.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "not ready")
+	return n
+}
+
 // --metadata-cache-bytes reaches the catalog: with 0, a loaded table's
 // metadata is not kept (the cache's byte gauge stays 0); by default it is.
 func TestMetadataCacheBytesFlag(t *testing.T) {
@@ -452,53 +495,34 @@ func TestMetadataCacheBytesFlag(t *testing.T) {
 		args   []string
 		cached bool
 	}{{nil, true}, {[]string{"--metadata-cache-bytes=0"}, false}} {
-		httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		var logs syncBuffer
-		done := make(chan error, 1)
-		args := append([]string{"--data-dir", t.TempDir(), "--http-addr", httpAddr, "--cluster-addr", clusterAddr}, tc.args...)
-		go func() { done <- run(ctx, args, nil, io.Discard, &logs) }()
-		base := "http://" + httpAddr
-		require.Eventually(t, func() bool {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return false
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			base := runInProcess(t, tc.args...).base
+			for _, req := range []struct{ path, body string }{
+				{"/v1/floe/namespaces", `{"namespace":["n"]}`},
+				{"/v1/floe/namespaces/n/tables", `{"name":"t","schema":{"type":"struct","fields":[{"id":1,"name":"a","type":"long","required":false}]}}`},
+			} {
+				resp, err := http.Post(base+req.path, "application/json", strings.NewReader(req.body))
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Equal(t, http.StatusOK, resp.StatusCode, req.path)
 			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, 30*time.Second, 50*time.Millisecond, "not ready; logs:\n%s", &logs)
-		for _, req := range []struct{ path, body string }{
-			{"/v1/floe/namespaces", `{"namespace":["n"]}`},
-			{"/v1/floe/namespaces/n/tables", `{"name":"t","schema":{"type":"struct","fields":[{"id":1,"name":"a","type":"long","required":false}]}}`},
-		} {
-			resp, err := http.Post(base+req.path, "application/json", strings.NewReader(req.body))
+			resp, err := http.Get(base + "/v1/floe/namespaces/n/tables/t")
 			require.NoError(t, err)
 			resp.Body.Close()
-			require.Equal(t, http.StatusOK, resp.StatusCode, req.path)
-		}
-		resp, err := http.Get(base + "/v1/floe/namespaces/n/tables/t")
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		resp, err = http.Get(base + "/metrics")
-		require.NoError(t, err)
-		metrics, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		m := regexp.MustCompile(`(?m)^floe_catalog_metadata_cache_bytes (\S+)$`).FindSubmatch(metrics)
-		require.NotNil(t, m, "no cache gauge in /metrics")
-		if tc.cached {
-			assert.NotEqual(t, "0", string(m[1]), "default: the loaded metadata is cached")
-		} else {
-			assert.Equal(t, "0", string(m[1]), "--metadata-cache-bytes=0: nothing is cached")
-		}
-		cancel()
-		select {
-		case err := <-done:
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			resp, err = http.Get(base + "/metrics")
 			require.NoError(t, err)
-		case <-time.After(15 * time.Second):
-			t.Fatal("run did not return after its context ended")
-		}
+			metrics, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			m := regexp.MustCompile(`(?m)^floe_catalog_metadata_cache_bytes (\S+)$`).FindSubmatch(metrics)
+			require.NotNil(t, m, "no cache gauge in /metrics")
+			if tc.cached {
+				assert.NotEqual(t, "0", string(m[1]), "default: the loaded metadata is cached")
+			} else {
+				assert.Equal(t, "0", string(m[1]), "--metadata-cache-bytes=0: nothing is cached")
+			}
+		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -55,36 +54,8 @@ func TestParsePurgeAndIdempotencyFlags(t *testing.T) {
 // TestRunPurges runs the node in process: a synchronous and an asynchronous
 // purging drop, seen through the operator API and the metrics.
 func TestRunPurges(t *testing.T) {
-	httpAddr, clusterAddr, dataDir := freeAddr(t), freeAddr(t), t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr,
-			"--purge-heartbeat-timeout=300ms", "--log-format=json"}, nil, io.Discard, &logs)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(15 * time.Second):
-			t.Fatal("run did not return")
-		}
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	}()
-	base := "http://" + httpAddr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond)
+	n := runInProcess(t, "--purge-heartbeat-timeout=300ms")
+	base, dataDir, logs := n.base, n.dataDir, n.logs
 
 	call := func(method, path, body string, headers ...string) (int, string) {
 		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
