@@ -2,12 +2,9 @@ package catalog
 
 import (
 	"encoding/json"
-	"io"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // loneSurrogate finds exactly the \u escapes encoding/json would read as
@@ -34,28 +31,4 @@ func TestLoneSurrogate(t *testing.T) {
 			}
 		}
 	}
-}
-
-// timeoutReader fails as a body the server cut off for arriving too
-// slowly: a net.Error that names the sockets.
-type timeoutReader struct{}
-
-func (timeoutReader) Read([]byte) (int, error) { return 0, timeoutError{} }
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string {
-	return "read tcp 127.0.0.1:8181->127.0.0.1:38518: i/o timeout"
-}
-func (timeoutError) Timeout() bool   { return true }
-func (timeoutError) Temporary() bool { return true }
-
-// A body the server cut off is a 400 that says so, without the sockets.
-func TestBodyCutOffNamesNoSocket(t *testing.T) {
-	r := httptest.NewRequest("POST", "/v1/namespaces", io.NopCloser(timeoutReader{}))
-	_, err := readBody(r)
-	var ae *apiError
-	require.ErrorAs(t, err, &ae)
-	assert.Equal(t, 400, ae.status)
-	assert.Equal(t, "the request body did not arrive in time", ae.msg)
 }

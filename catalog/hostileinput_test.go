@@ -1,8 +1,13 @@
 package catalog_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +222,29 @@ func startNodeWithNamespaceA(t *testing.T) *node {
 	n := startNode(t, warehouses()[0])
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
 	return n
+}
+
+// A body the server cut off (here by its read timeout) is a 400 that says
+// so, without the sockets' addresses the read error carries.
+func TestBodyCutOffIsA400NamingNoSocket(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	srv := httptest.NewUnstartedServer(n.srv.Handler())
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"namespace\":")
+	require.NoError(t, err)
+	// Bounds a hang only; the body never ends.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, 400, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), "the request body did not arrive in time")
+	assert.NotContains(t, string(body), "127.0.0.1")
 }
