@@ -241,6 +241,12 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 			// again when the command is applied.
 			return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: "table already exists: " + id.String()}
 		}
+		if _, ok := rd.View(id); ok {
+			// A staged create is answered from this read alone: without it,
+			// a create transaction at a view's name would be refused only
+			// at its final commit.
+			return &apiError{status: http.StatusConflict, typ: "AlreadyExistsException", msg: "view already exists: " + id.String()}
+		}
 		return nil
 	})
 	if err != nil {

@@ -472,6 +472,13 @@ func testViewTableNames(t *testing.T, f *node) {
 	assert.Equal(t, 409, r.status, "%s", r.body)
 	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
 	assert.Contains(t, string(r.body), "view already exists: nm.v")
+	// A staged create (a create transaction's first step) is refused at
+	// once, not at its final commit.
+	staged := withName("v")
+	staged["stage-create"] = true
+	r = f.vdo(t, "POST", "/v1/namespaces/nm/tables", staged)
+	assert.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, "AlreadyExistsException", r.errorType(t))
 	tr := f.vdo(t, "GET", "/v1/namespaces/nm/tables/t", nil)
 	require.Equal(t, 200, tr.status)
 	r = f.vdo(t, "POST", "/v1/namespaces/nm/register", map[string]any{
