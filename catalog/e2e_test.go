@@ -205,6 +205,33 @@ func TestMultiTableTransaction(t *testing.T) {
 	assert.Equal(t, 400, r.status, "%s", r.body)
 }
 
+// A burst of commits without requirements to one table through one node
+// all succeed: they take their turn on the node instead of racing for the
+// compare-and-set until their retries run out (409s for a client, such as
+// iceberg-js, that does not retry them). Each client's property is there.
+func TestBurstOfCommitsToOneTableThroughOneNode(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	const clients = 32
+	statuses := make([]int, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			r := n.do(t, "POST", "/v1/namespaces/a/tables/t", setProp(fmt.Sprint("k", i), "v"))
+			statuses[i] = r.status
+		})
+	}
+	wg.Wait()
+	for i, st := range statuses {
+		assert.Equal(t, 200, st, "client %d", i)
+	}
+	props := n.do(t, "GET", "/v1/namespaces/a/tables/t", nil).json(t)["metadata"].(map[string]any)["properties"].(map[string]any)
+	for i := range clients {
+		assert.Contains(t, props, fmt.Sprint("k", i))
+	}
+}
+
 // TestConcurrentCommits has 8 clients append to one table at once; every
 // snapshot a client saw acknowledged must be in the final table.
 func TestConcurrentCommits(t *testing.T) {

@@ -157,6 +157,12 @@ func outcomeError(op string, res fsm.Result) error {
 		return nil
 	}
 	switch op {
+	case "createNamespace":
+		// The spec lists no 404 for createNamespace: a parent dropped
+		// before the create applied is a 400, replayed as one.
+		if res.Status == fsm.StatusNoSuchNamespace {
+			return badRequest("%v", err)
+		}
 	case "dropTable", "unregisterTable":
 		// The spec's answer for a table whose namespace is missing is
 		// NoSuchTable.

@@ -185,6 +185,37 @@ func TestKeyMisuse(t *testing.T) {
 	assert.Equal(t, "PT30M", n.do(t, "GET", "/v1/config", nil).json(t)["idempotency-key-lifetime"])
 }
 
+// A refusal recorded under a key is replayed as the same answer: the
+// same status and error type as the first time, whichever way the first
+// answer was mapped from the state machine's outcome.
+func TestReplayedRefusalIsTheSameAnswer(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	missing := map[string]any{"namespace": []string{"a"}, "name": "gone"}
+	for _, c := range []struct {
+		name, method, path string
+		body               any
+		status             int
+	}{
+		{"namespace under a missing parent", "POST", "/v1/namespaces", map[string]any{"namespace": []string{"nope", "x"}}, 400},
+		{"namespace that exists", "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}, 409},
+		{"table in a missing namespace", "POST", "/v1/namespaces/nope/tables", withName("t"), 404},
+		{"table that exists", "POST", "/v1/namespaces/a/tables", withName("t"), 409},
+		{"drop of a missing table", "DELETE", "/v1/namespaces/a/tables/gone", nil, 404},
+		{"drop of a namespace not empty", "DELETE", "/v1/namespaces/a", nil, 409},
+		{"rename of a missing table", "POST", "/v1/tables/rename", map[string]any{"source": missing, "destination": map[string]any{"namespace": []string{"a"}, "name": "u"}}, 404},
+		{"commit whose requirement fails", "POST", "/v1/namespaces/a/tables/t", map[string]any{"requirements": []any{map[string]any{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000001"}}, "updates": []any{}}, 409},
+	} {
+		key := newKey(t)
+		first := n.do(t, c.method, c.path, c.body, "Idempotency-Key", key)
+		require.Equal(t, c.status, first.status, "%s: %s", c.name, first.body)
+		again := n.do(t, c.method, c.path, c.body, "Idempotency-Key", key)
+		assert.Equal(t, first.status, again.status, "%s: replayed %s", c.name, again.body)
+		assert.Equal(t, first.errorType(t), again.errorType(t), c.name)
+	}
+}
+
 func TestExpiredKeyIsNew(t *testing.T) {
 	var offset atomic.Int64
 	wh := warehouses()[0]

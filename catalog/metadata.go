@@ -501,8 +501,8 @@ func (s *Server) checkLocation(ctx context.Context, loc string) error {
 }
 
 // checkNewLocationSpelling refuses, for a location a table or view is
-// about to take, a '?' or '#' anywhere and a percent-escape ("%2F",
-// "%2e"): clients read a location as a URI, and some drop what follows
+// about to take, a '?' or '#' anywhere and any '%', a percent-escape
+// ("%2F", "%2e") or not ("50%", which no URI parser accepts): clients read a location as a URI, and some drop what follows
 // '?' or '#' (Java's S3URI, PyIceberg's urlparse) or decode the escapes
 // (Hadoop's Path), so two tables' locations that floe tells apart could
 // name the same files for them. Likewise an empty path segment (a doubled
@@ -516,15 +516,13 @@ func checkNewLocationSpelling(loc string) error {
 	if hasEmptySegment(loc) {
 		return badRequest("location %q has an empty path segment (\"//\"): some clients and stores read it as the path without it, others do not", loc)
 	}
-	for i := strings.IndexByte(loc, '%'); i >= 0 && i+2 < len(loc); {
-		if isHex(loc[i+1]) && isHex(loc[i+2]) {
+	if i := strings.IndexByte(loc, '%'); i >= 0 {
+		if i+2 < len(loc) && isHex(loc[i+1]) && isHex(loc[i+2]) {
 			return badRequest("location %q contains the percent-escape %q: some clients decode it, others do not", loc, loc[i:i+3])
 		}
-		j := strings.IndexByte(loc[i+1:], '%')
-		if j < 0 {
-			break
-		}
-		i += 1 + j
+		// A '%' that starts no escape makes the location no URI at all:
+		// Go's url.Parse and Java's URI refuse it.
+		return badRequest("location %q contains '%%' outside a percent-escape: clients read locations as URIs, and such a URI is invalid", loc)
 	}
 	return nil
 }

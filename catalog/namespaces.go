@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -206,11 +205,7 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := res.Err(); err != nil {
-		if errors.Is(err, fsm.ErrNoSuchNamespace) {
-			// The spec lists no 404 for createNamespace.
-			return badRequest("%v", err)
-		}
+	if err := outcomeError("createNamespace", res); err != nil {
 		return err
 	}
 	if req.Properties == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -549,14 +550,27 @@ func TestPurgeDoesNotReadOutsideTheAllowedLocations(t *testing.T) {
 	assert.Equal(t, "root:x:0:0:secret", string(b))
 }
 
-// A '%' that is not a percent-escape is an ordinary character of a name
-// and of the default location built from it.
-func TestPercentSignInANameIsKept(t *testing.T) {
+// A '%' that starts no percent-escape would make the default location no
+// URI at all (iceberg-go's FileIO, through url.Parse, and Java's URI refuse
+// it): a table named so, or in a namespace named so, is given a location
+// by its creator. The same holds for '?' and '#' in a namespace level, and
+// the refusal names the table, not only its name.
+func TestNameThatMakesNoLocationNeedsOne(t *testing.T) {
 	n := startNode(t, warehouses()[0])
-	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
-	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("growth_100%"))
-	require.Equal(t, 200, r.status, "%s", r.body)
-	assert.Equal(t, n.warehouse+"/a/growth_100%", r.json(t)["metadata"].(map[string]any)["location"])
+	for _, ns := range []string{"a", "q?x", "h#x", "p%41", "p%"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}).status, ns)
+	}
+	for _, c := range []struct{ ns, name string }{{"a", "growth_100%"}, {"a", "x%zz"}, {"q?x", "t"}, {"h#x", "t"}, {"p%41", "t"}, {"p%", "t"}} {
+		path := "/v1/namespaces/" + url.PathEscape(c.ns) + "/tables"
+		r := n.do(t, "POST", path, withName(c.name))
+		assert.Equal(t, 400, r.status, "%s.%s: %s", c.ns, c.name, r.body)
+		assert.Contains(t, string(r.body), "table "+c.ns+"."+c.name+" has no default location", "%s", r.body)
+		r = n.do(t, "POST", path, withLocation(c.name, n.warehouse+"/given/"+strings.NewReplacer("?", "q", "#", "h", "%", "p").Replace(c.ns+"-"+c.name)))
+		assert.Equal(t, 200, r.status, "%s.%s with a location: %s", c.ns, c.name, r.body)
+	}
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withLocation("l", n.warehouse+"/a/50%"))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "outside a percent-escape")
 }
 
 // A commit whose updates change nothing writes no new metadata version:

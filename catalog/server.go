@@ -192,6 +192,7 @@ type Server struct {
 	log     *slog.Logger
 	cache   *metadataCache
 	metrics *metrics
+	commits commitLocks
 	router  *mux.Router
 	// warehouses are the served warehouses, the default one first.
 	warehouses []*warehouse

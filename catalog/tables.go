@@ -259,7 +259,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
 		if err := checkNewLocationSpelling(s.defaultLocation(r.Context(), id)); err != nil {
-			return badRequest("table name %q cannot make a default location (%v): give the table a location", req.Name, err)
+			return badRequest("table %s has no default location (%v): give the table a location", id, err)
 		}
 		if loc, err = s.newDefaultLocation(r.Context(), id, tableUUID, (*fsm.Reader).CheckClaim); err != nil {
 			return err
@@ -1110,7 +1110,7 @@ func (s *Server) commitTransaction(w http.ResponseWriter, r *http.Request) error
 		}
 		// By levels and name: the dotted form is one string for db."x.y"
 		// and db.x."y", two tables.
-		k := strings.Join(id.Namespace, "\x1f") + "\x00" + id.Name
+		k := lockKey(id)
 		if seen[k] {
 			return badRequest("table %s appears more than once in the transaction", id)
 		}
@@ -1151,6 +1151,15 @@ type prepared struct {
 // deleted; when the outcome is unknown they are kept, since the pointer may
 // now reference them.
 func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableMetadata, error) {
+	ids := make([]fsm.Ident, len(pending))
+	for i, p := range pending {
+		ids[i] = p.id
+	}
+	unlock, err := s.commits.lock(ctx, ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	for attempt := 0; ; attempt++ {
 		preps, err := s.prepareCommit(ctx, pending)
 		written := func() []string {
@@ -1185,6 +1194,9 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 			if res.Status == fsm.StatusCommitFailed {
 				if attempt < s.cfg.CommitRetries {
 					s.metrics.commitRetries.Inc()
+					if err := retryWait(ctx, attempt); err != nil {
+						return nil, err
+					}
 					continue
 				}
 				return nil, &apiError{status: http.StatusConflict, typ: "CommitFailedException", contended: true,

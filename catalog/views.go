@@ -365,7 +365,7 @@ func (s *Server) createView(w http.ResponseWriter, r *http.Request) error {
 	loc := strings.TrimSuffix(req.Location, "/")
 	if loc == "" {
 		if err := checkNewLocationSpelling(s.defaultLocation(r.Context(), id)); err != nil {
-			return badRequest("view name %q cannot make a default location (%v): give the view a location", req.Name, err)
+			return badRequest("view %s has no default location (%v): give the view a location", id, err)
 		}
 		if loc, err = s.newDefaultLocation(r.Context(), id, viewUUID, (*fsm.Reader).CheckViewClaim); err != nil {
 			return err
@@ -558,6 +558,11 @@ func (s *Server) replaceView(w http.ResponseWriter, r *http.Request) error {
 // attempt that lost is deleted; when the outcome is unknown it is kept,
 // since the pointer may now reference it. Earlier metadata files are kept.
 func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewRequest) (*viewMetadata, error) {
+	unlock, err := s.commits.lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	for attempt := 0; ; attempt++ {
 		cmd, after, err := s.prepareViewCommit(ctx, id, req)
 		if err != nil {
@@ -588,6 +593,9 @@ func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewReq
 			if res.Status == fsm.StatusCommitFailed {
 				if attempt < s.cfg.CommitRetries {
 					s.metrics.commitRetries.Inc()
+					if err := retryWait(ctx, attempt); err != nil {
+						return nil, err
+					}
 					continue
 				}
 				return nil, &apiError{status: http.StatusConflict, typ: "CommitFailedException", contended: true,
