@@ -510,6 +510,15 @@ func (s *Server) checkLocation(ctx context.Context, loc string) error {
 // Hadoop's Path, S3A and S3 servers backed by a file system read them as
 // one place. Locations a table already holds are not judged again.
 func checkNewLocationSpelling(loc string) error {
+	// Python's urlsplit (PyIceberg's FileIO) deletes tab, CR and LF
+	// anywhere and strips leading and trailing spaces and control
+	// characters: "a/t\t1" or "a/t1 " is a/t1 for it.
+	if i := strings.IndexFunc(loc, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return badRequest("location %q contains the control character %U: some clients delete it", loc, loc[i])
+	}
+	if strings.TrimSpace(loc) != loc {
+		return badRequest("location %q starts or ends with white space: some clients strip it", loc)
+	}
 	if i := strings.IndexAny(loc, "?#"); i >= 0 {
 		return badRequest("location %q contains %q: clients read locations as URIs, and some drop what follows it", loc, loc[i:i+1])
 	}

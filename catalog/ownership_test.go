@@ -161,6 +161,50 @@ func TestMovedTableKeepsTheLocationItLeft(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 }
 
+// A moved table dropped without purge and registered again (the usual way
+// to move a table between names or catalogs) still owns the place it
+// left: its snapshots and metadata log point there. Before, the register
+// freed it, a table registered from the old metadata file took it, and
+// purging that table deleted the live one's files.
+func TestRegisteredTableAdoptsThePlaceItLeft(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/ns/tables", withName("x"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	first := r.json(t)["metadata-location"].(string)
+	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/x", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-location", "location": old + "-moved"}},
+	})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	current := r.json(t)["metadata-location"].(string)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/x", nil).status)
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": current})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	before, files := n.state(t), n.listFiles(t, old)
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "ns.x")
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("t", old))
+	require.Equal(t, 409, r.status, "%s", r.body)
+	assert.Equal(t, before, n.state(t))
+	assert.Equal(t, files, n.listFiles(t, old), "nothing written")
+
+	// Dropped, it frees the place again.
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/x", nil).status)
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	// Registered again now, x cannot adopt c's location: it stays c's,
+	// and the register still succeeds.
+	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": current})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/c", nil).status)
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("t", old))
+	require.Equal(t, 200, r.status, "x adopted nothing: %s", r.body)
+}
+
 // While a node's heartbeat says its binary predates body version 3, a
 // commit that would move a table is a 503 that writes nothing: that node
 // would stop at the entry. Once the node announces the feature, or has
@@ -219,6 +263,21 @@ func TestRegisteredMetadataMustLieInItsLocation(t *testing.T) {
 	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "s", "metadata-location": stray})
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "not inside the location")
+
+	// Metadata whose write paths lead outside its location (into a's) is
+	// refused as a create or commit setting them is.
+	m := raw.(map[string]any)
+	m["location"] = n.warehouse + "/ns/evil"
+	m["properties"] = map[string]any{"write.data.path": n.warehouse + "/ns/a/data"}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	evil := n.warehouse + "/ns/evil/metadata/00000-x.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), evil, b))
+	before := n.state(t)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "evil", "metadata-location": evil})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "write.data.path")
+	assert.Equal(t, before, n.state(t))
 }
 
 // Two nodes racing to create overlapping tables: exactly one wins.

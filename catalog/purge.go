@@ -154,16 +154,7 @@ const olderBinaryWindow = 10 * time.Minute
 // upgraded. It reads the local replica: a node that started on an older
 // binary since is missed, as the upgrade notes say.
 func (s *Server) checkMovesEverywhere() error {
-	cutoff := s.cfg.Now().Add(-olderBinaryWindow).UnixMilli()
-	var old []string
-	_ = s.store.StaleRead(func(r *fsm.Reader) error {
-		for _, n := range r.PurgeNodes() {
-			if n.Features&fsm.PurgeFeatureMoves == 0 && n.AtMs >= cutoff {
-				old = append(old, n.Node)
-			}
-		}
-		return nil
-	})
+	old := s.nodesWithout(fsm.PurgeFeatureMoves)
 	if len(old) == 0 {
 		return nil
 	}
@@ -243,4 +234,21 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 func purgeUnfinished(jobID string, cause error) error {
 	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: fmt.Sprintf(
 		"the table was dropped; purge job %s had not finished when the request ended (%v) and continues in the background", jobID, cause)}
+}
+
+// nodesWithout lists the nodes whose purge heartbeat arrived within
+// olderBinaryWindow without the feature bit: their binaries would stop at
+// an entry that needs it. It reads the local replica.
+func (s *Server) nodesWithout(feature uint64) []string {
+	cutoff := s.cfg.Now().Add(-olderBinaryWindow).UnixMilli()
+	var old []string
+	_ = s.store.StaleRead(func(r *fsm.Reader) error {
+		for _, n := range r.PurgeNodes() {
+			if n.Features&feature == 0 && n.AtMs >= cutoff {
+				old = append(old, n.Node)
+			}
+		}
+		return nil
+	})
+	return old
 }

@@ -1573,6 +1573,12 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkScope(r.Context(), levels, tm.meta.Location()); err != nil {
 		return err
 	}
+	// Engines write where write.data.path and write.metadata.path say: as
+	// at a create, they must lie inside the table's location, or a table
+	// registered so would write into another table's.
+	if err := checkWritePaths(nil, tm.meta); err != nil {
+		return err
+	}
 	// The metadata file must be the table's own: one inside another
 	// table's location would make this table share (and a purge of
 	// either destroy) the other's files.
@@ -1609,6 +1615,12 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var adopts []fsm.FormerLocation
+	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) == 0 {
+		adopts = s.placesOutside(r.Context(), tm.meta)
+	} else {
+		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release", "table", id.String(), "nodes", strings.Join(old, ", "))
+	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
@@ -1616,7 +1628,8 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 			UUID: tm.meta.TableUUID().String(), Overwrite: req.Overwrite, SnapshotID: currentSnapshotID(tm.meta),
 			// An overwrite may move the table it replaces: keep the
 			// location it leaves (body version 3) when it is the same table.
-			Moves: req.Overwrite,
+			Moves:  req.Overwrite,
+			Adopts: adopts,
 		}},
 		AtMs: s.cfg.Now().UnixMilli(),
 	})
@@ -1626,6 +1639,46 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	s.cache.add(tm)
 	writeJSON(w, http.StatusOK, s.loadResultWith(w, r, id, tm, false, vc))
 	return nil
+}
+
+// placesOutside returns the places meta points into outside its own
+// location, for a register to adopt (fsm.TableChange.Adopts): the table
+// roots (the directory holding "metadata/") of its metadata log's files
+// and its snapshots' manifest lists, where a table that moved (set-location)
+// left its files. Only places a new location could be are kept: strictly
+// inside the allowed locations and spelled as a new location must be.
+// Data files are not listed (that would read every manifest); they lie
+// beside the manifest lists unless the table was written oddly.
+func (s *Server) placesOutside(ctx context.Context, meta table.Metadata) []fsm.FormerLocation {
+	own := fsm.LocationKey(meta.Location())
+	var out []fsm.FormerLocation
+	add := func(file string) {
+		i := strings.LastIndex(file, "/metadata/")
+		if i <= 0 || len(out) >= fsm.MaxFormerLocations {
+			return
+		}
+		root := file[:i]
+		key := fsm.LocationKey(root)
+		if key == "" || key == own || storage.IsWithin(meta.Location(), root) {
+			return
+		}
+		for _, o := range out {
+			if o.Key == key {
+				return
+			}
+		}
+		if checkNewLocationSpelling(root) != nil || s.checkLocation(ctx, root) != nil {
+			return
+		}
+		out = append(out, fsm.FormerLocation{Location: root, Key: key})
+	}
+	for e := range meta.PreviousFiles() {
+		add(e.MetadataFile)
+	}
+	for _, snap := range meta.Snapshots() {
+		add(snap.ManifestList)
+	}
+	return out
 }
 
 type renameTableRequest struct {

@@ -185,26 +185,44 @@ type TableChange struct {
 	// command is then written as body version 3 (CommitTables.bodyVersion).
 	// It only picks the version; Apply compares the locations itself.
 	Moves bool `json:"-"`
+	// Adopts, for a register, are the places the registered metadata
+	// points into outside its location, as the proposer read them from
+	// it (the table roots of its metadata log and manifest lists), with
+	// their keys. Apply makes each one the table's FormerLocation unless
+	// it lies inside the table's location, another live table holds
+	// it, a purge job is deleting it, or the table already owns
+	// maxFormerLocations: a table moved, dropped without purge and
+	// registered again keeps the place it left, as it did while it
+	// lived (body version 4).
+	Adopts []FormerLocation `json:"adopts,omitempty"`
 }
 
 func (ch TableChange) locKey() string { return stampedKey(ch.LocationKey, ch.Location) }
 
-// bodyVersion is the body version Encode writes: 3 when a change may move
-// an existing table (Moves), so that it keeps the location it leaves; 2
-// otherwise, which a replica on a binary from before version 3 still reads.
+// bodyVersion is the body version Encode writes: 4 when a register adopts
+// places (Adopts); 3 when a change may move an existing table (Moves), so
+// that it keeps the location it leaves; 2 otherwise, which a replica on a
+// binary from before version 3 still reads.
 // An older binary stops at a version 3 entry, so only moving tables needs
 // every node upgraded first.
 func (c CommitTables) bodyVersion() uint8 {
+	v := uint8(2)
 	for _, ch := range c.Changes {
-		if ch.Moves {
+		if len(ch.Adopts) > 0 {
 			return commitTablesVersion
 		}
+		if ch.Moves {
+			v = 3
+		}
 	}
-	return 2
+	return v
 }
 
-// commitTablesVersion is the newest CommitTables body version.
-const commitTablesVersion = 3
+// commitTablesVersion is the newest CommitTables body version: 4, whose
+// registers may adopt places (TableChange.Adopts). A version 3 binary
+// stops at it; the catalog proposes Adopts only once every node announces
+// PurgeFeatureAdopts.
+const commitTablesVersion = 4
 
 // CommitTables applies one or more table changes atomically: either every
 // change's precondition holds and all are written, or nothing is written and
@@ -277,7 +295,7 @@ func init() {
 	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
 }
 
-// decodeCommitTables reads body versions 1 to 3; version 1 entries replay
+// decodeCommitTables reads body versions 1 to 4; version 1 entries replay
 // without the location-ownership check, versions 1 and 2 free the location
 // a moved table leaves (see CommitTables).
 func decodeCommitTables(v uint8, body []byte) (Command, error) {
@@ -459,6 +477,9 @@ func applyCommitTables(t *txn, c Command) Result {
 				}
 			}
 		}
+		if ch.Kind == ChangeRegister && len(ch.Adopts) > 0 {
+			tb.FormerLocations = t.adopt(ch, tb)
+		}
 		if !exists || cur.Location != ch.Location {
 			claims = append(claims, ch)
 		}
@@ -485,6 +506,40 @@ func applyCommitTables(t *txn, c Command) Result {
 		next[i] = next[i].answer()
 	}
 	return Result{Tables: next}
+}
+
+// adopt returns tb's former locations with the places ch adopts added:
+// each one not inside tb's location, not held by another live table, not
+// being purged, and not owned already, while tb owns fewer than
+// maxFormerLocations. Nothing here is refused: a place another table
+// holds stays that table's, and its files with it.
+func (t *txn) adopt(ch TableChange, tb Table) []FormerLocation {
+	out := tb.FormerLocations
+	owned := func(key string) bool {
+		if key == tb.locKey() {
+			return true
+		}
+		for _, f := range out {
+			if f.Key == key {
+				return true
+			}
+		}
+		return false
+	}
+	for _, a := range ch.Adopts {
+		key := stampedKey(a.Key, a.Location)
+		if len(out) >= maxFormerLocations || key == "" || owned(key) || keysOverlap(key, tb.locKey()) {
+			continue
+		}
+		if _, held := locationOwner(t.tx, key, otherTables(ch.Ident)); held {
+			continue
+		}
+		if _, purging := t.locationTombstone(a.Location); purging {
+			continue
+		}
+		out = append(slices.Clip(out), FormerLocation{Location: a.Location, Key: key})
+	}
+	return out
 }
 
 // checkOwnership refuses the first change whose new location overlaps the

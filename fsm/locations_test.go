@@ -471,3 +471,40 @@ func TestLocationOwnerReadsBothSpellings(t *testing.T) {
 		return nil
 	}))
 }
+
+// A register adopts the places its metadata points into (body version 4):
+// those no other live table holds, none being purged, none inside its own
+// location, at most maxFormerLocations in all. A place held elsewhere is
+// not adopted and the register still applies.
+func TestRegisterAdoptsFreePlaces(t *testing.T) {
+	o := newOwnFSM(t)
+	require.NoError(t, o.create("held", "s3://b/w/held").Err())
+	require.NoError(t, o.create("gone", "s3://b/w/gone").Err())
+	require.NoError(t, o.apply(DropTable{Ident: Ident{Namespace: nsA, Name: "gone"}, Purge: true, Job: &PurgeJobSpec{ID: "j1"}}).Err())
+	reg := change(ChangeRegister, "x", "s3://b/w/x2")
+	for _, loc := range []string{"s3://b/w/x", "s3://b/w/held", "s3://b/w/held/inner", "s3://b/w/gone", "s3://b/w/x2/inside", "s3://b/w/x", "s3://b/w/y"} {
+		reg.Adopts = append(reg.Adopts, FormerLocation{Location: loc, Key: LocationKey(loc)})
+	}
+	b, err := Encode(CommitTables{Changes: []TableChange{reg}})
+	require.NoError(t, err)
+	assert.Equal(t, byte(4), b[1])
+	require.NoError(t, o.applyRaw(b).Err())
+	tb, _ := o.table("x")
+	assert.Equal(t, []string{"s3://b/w/x/", "s3://b/w/y/"}, formerKeys(tb))
+	res := o.create("n", "s3://b/w/x/sub")
+	require.ErrorIs(t, res.Err(), ErrLocationInUse)
+	assert.Contains(t, res.Message, "a.x")
+
+	// Bounded: a register adopting more than the table may own keeps the
+	// first ones; a command listing more is invalid.
+	many := change(ChangeRegister, "m", "s3://b/w/m")
+	for i := range maxFormerLocations + 1 {
+		loc := fmt.Sprintf("s3://b/w/m%d", i)
+		many.Adopts = append(many.Adopts, FormerLocation{Location: loc, Key: LocationKey(loc)})
+	}
+	require.ErrorIs(t, o.apply(CommitTables{Changes: []TableChange{many}}).Err(), ErrInvalidCommand)
+	many.Adopts = many.Adopts[:maxFormerLocations]
+	require.NoError(t, o.apply(CommitTables{Changes: []TableChange{many}}).Err())
+	tb, _ = o.table("m")
+	assert.Len(t, tb.FormerLocations, maxFormerLocations)
+}

@@ -184,9 +184,13 @@ const (
 	// node announces less (it is not a purge feature, but every node
 	// heartbeats and nothing else carries a node's binary to the others).
 	PurgeFeatureMoves uint64 = 1 << 1
+	// PurgeFeatureAdopts: the node applies CommitTables body version 4 (a
+	// register adopts the places its metadata points into). Until every
+	// node announces it, the catalog registers without adopting.
+	PurgeFeatureAdopts uint64 = 1 << 2
 
 	// PurgeFeaturesOfThisBinary are the bits this binary announces.
-	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves
+	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves | PurgeFeatureAdopts
 )
 
 // PurgeFeaturesEverywhere reports whether every node with a heartbeat row

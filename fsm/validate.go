@@ -20,6 +20,8 @@ const (
 	// from and still owns (Table.FormerLocations): every commit to the
 	// table rewrites its index entries.
 	maxFormerLocations = 32
+	// MaxFormerLocations is maxFormerLocations for proposers.
+	MaxFormerLocations = maxFormerLocations
 )
 
 // checker is implemented by commands that can be refused as malformed
@@ -81,6 +83,14 @@ func (c CommitTables) check() (Result, bool) {
 		}
 		if len(ch.Location) > maxLocationBytes || len(ch.LocationKey) > maxLocationBytes || len(ch.locKey()) > maxLocationBytes {
 			return invalid("location of %s is over %d bytes", ch.Ident, maxLocationBytes)
+		}
+		if len(ch.Adopts) > maxFormerLocations {
+			return invalid("%s adopts %d places, the limit is %d", ch.Ident, len(ch.Adopts), maxFormerLocations)
+		}
+		for _, a := range ch.Adopts {
+			if len(a.Location) > maxLocationBytes || len(a.Key) > maxLocationBytes {
+				return invalid("a place %s adopts is over %d bytes", ch.Ident, maxLocationBytes)
+			}
 		}
 	}
 	return Result{}, false
