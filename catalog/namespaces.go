@@ -61,9 +61,18 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 
 // page parses pageToken and pageSize. The token is the last name returned,
 // base64url-encoded; it stays valid across changes because listing resumes
-// after that name rather than at an offset.
+// after that name rather than at an offset. As the spec's PageToken says,
+// a request without a pageToken parameter gets every result in one answer,
+// whatever its pageSize: a client that sends a size but does not follow
+// tokens would otherwise see only the first page. Paging starts with an
+// empty pageToken (Java sends one); pageSize is still checked.
 func page(r *http.Request) (after string, limit int, err error) {
 	q := r.URL.Query()
+	defer func() {
+		if err == nil && !q.Has("pageToken") {
+			limit = 0
+		}
+	}()
 	if tok := q.Get("pageToken"); tok != "" {
 		// A token this catalog issued decodes to a name: UTF-8 that
 		// validateName accepts. Anything else was not issued here.

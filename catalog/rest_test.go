@@ -107,7 +107,13 @@ func TestPagination(t *testing.T) {
 		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/p/tables", withName(name)).status)
 	}
 	var got []string
-	path := "/v1/floe/namespaces/p/tables?pageSize=2"
+	// Without a pageToken, every result at once, whatever the size (the
+	// spec's PageToken): a client that does not follow tokens sees all.
+	r := n.do(t, "GET", "/v1/floe/namespaces/p/tables?pageSize=2", nil)
+	require.Equal(t, 200, r.status)
+	assert.Len(t, r.json(t)["identifiers"], 5)
+	assert.Nil(t, r.json(t)["next-page-token"])
+	path := "/v1/floe/namespaces/p/tables?pageSize=2&pageToken="
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 5)
 		r := n.do(t, "GET", path, nil)

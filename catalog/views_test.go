@@ -321,7 +321,12 @@ func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
 		names = append(names, ident[len(ident)-1])
 	}
 	assert.Equal(t, []string{"a", "b", "c", "d", "v"}, names)
+	// Without a pageToken, everything (the spec's PageToken).
 	r = f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Len(t, r.json(t)["identifiers"], 5)
+	assert.Nil(t, r.json(t)["next-page-token"])
+	r = f.vdo(t, "GET", "/v1/floe/namespaces/vs/views?pageSize=3&pageToken=", nil)
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.Len(t, r.json(t)["identifiers"], 3)
 	token, _ := r.json(t)["next-page-token"].(string)
