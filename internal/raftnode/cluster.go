@@ -768,6 +768,71 @@ func (n *Node) checkSameCluster(addr string, info nodeInfo) error {
 		"start it with an empty data directory to join this one", ErrInvalidMember, addr, info.ClusterID, ours)
 }
 
+// foreignProbeTimeout bounds the probe checkPeerCluster makes before a
+// Raft dial.
+const foreignProbeTimeout = 2 * time.Second
+
+// checkPeerCluster runs before each Raft dial (holdLayer.checkPeer): it
+// asks the node at addr who it is and refuses to connect when it holds
+// another cluster's identity. A member that lost its data directory and
+// was started without --join forms a cluster of one and stamps its own
+// identity; without this check this cluster's leader reached it at its
+// old address, and Raft, which has no notion of cluster identity (both
+// logs start with a bootstrap entry at index 1, term 1), made it a
+// follower again over the entries it had applied on its own: it served
+// writes the others never had. A node that does not answer, one from a
+// binary that reports no identity, one without an identity yet (a node
+// joining) and a cluster not yet stamped are not judged: Raft's own dial
+// decides.
+func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
+	if n.ClusterID() == "" {
+		return nil
+	}
+	if timeout <= 0 || timeout > foreignProbeTimeout {
+		timeout = foreignProbeTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var info nodeInfo
+	if err := n.call(ctx, addr, rpcInfo, struct{}{}, &info); err != nil {
+		return nil
+	}
+	err := n.checkSameCluster(addr, info)
+	if err != nil {
+		n.metrics.foreignDials.Inc()
+		n.foreignLog.Do(addr, func() {
+			n.logger.Error("not connecting Raft to a member that holds another cluster's state; remove it (floe members remove) and add it back with an empty data directory and --join",
+				"addr", addr, "peer_id", info.ID, "peer_cluster_id", info.ClusterID, "cluster_id", n.ClusterID())
+		})
+	}
+	return err
+}
+
+// throttle runs a function at most once per interval for each key (a log
+// line that would otherwise repeat at every Raft redial).
+type throttle struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+const throttleInterval = time.Minute
+
+func (t *throttle) Do(key string, f func()) {
+	now := time.Now()
+	t.mu.Lock()
+	if t.last == nil {
+		t.last = map[string]time.Time{}
+	}
+	due := now.Sub(t.last[key]) >= throttleInterval
+	if due {
+		t.last[key] = now
+	}
+	t.mu.Unlock()
+	if due {
+		f()
+	}
+}
+
 // admitResponse is the leader's answer to an admission request.
 type admitResponse struct {
 	// Suffrage is what the leader's configuration holds for the ID after
@@ -1085,6 +1150,11 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 			m.Reachable = true
 			m.HTTPAddr, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastContact, m.ClusterID =
 				info.HTTPAddr, info.State, info.Term, info.CommitIndex, info.Applied, info.LastContact, info.ClusterID
+			if info.ClusterID != "" && st.ClusterID != "" && info.ClusterID != st.ClusterID {
+				// Raft does not connect to it (checkPeerCluster): it is
+				// a member only in name until replaced.
+				m.Error = fmt.Sprintf("holds another cluster's state (cluster id %s): remove it and add it back with an empty data directory", info.ClusterID)
+			}
 		}
 		st.Members = append(st.Members, m)
 	}

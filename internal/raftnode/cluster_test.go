@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
 )
 
 // startJoinedCluster starts size nodes that form a cluster through Join and
@@ -705,4 +707,83 @@ func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 	offsets[slices.Index(nodes, leader)].Store(int64(time.Hour))
 	_, err = leader.Propose(ctx, outcome("k-leader", time.Now().Add(time.Hour)))
 	require.NoError(t, err)
+}
+
+// A member that lost its data directory and was started without --join
+// forms a cluster of one and stamps its own identity. The cluster's leader
+// still has its address, and Raft alone would make it a follower again
+// over the entries it had applied on its own (both logs start with a
+// bootstrap entry at index 1, term 1). The leader does not connect Raft to
+// it, and the cluster's status says why.
+func TestRaftDoesNotReachAMemberThatFormedItsOwnCluster(t *testing.T) {
+	const size = 3
+	addrs := make([]string, size)
+	peers := make([]raft.Server, size)
+	for i := range addrs {
+		addrs[i] = freeAddr(t)
+		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}
+	}
+	nodes := make([]*Node, size)
+	for i := range nodes {
+		cfg := testConfig(t, t.TempDir(), addrs[i])
+		cfg.NodeID, cfg.Bootstrap, cfg.Peers = string(peers[i].ID), true, peers
+		nodes[i] = mustOpen(t, cfg)
+	}
+	leader := waitOneLeader(t, nodes)
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return n.ClusterID() != "" && n.ClusterID() == leader.ClusterID() }, 10*time.Second, 10*time.Millisecond)
+	}
+	victim := 0
+	for nodes[victim] == leader {
+		victim++
+	}
+	require.NoError(t, nodes[victim].Shutdown())
+
+	cfg := testConfig(t, t.TempDir(), addrs[victim])
+	cfg.NodeID, cfg.Bootstrap = string(peers[victim].ID), true
+	cfg.Faults.(*raftfault.Network).Isolate(true) // until it has its own identity
+	lone := mustOpen(t, cfg)
+	waitLeaderOf(t, lone)
+	require.Eventually(t, func() bool { return lone.ClusterID() != "" }, 10*time.Second, 10*time.Millisecond)
+	own := lone.ClusterID()
+	require.NotEqual(t, leader.ClusterID(), own)
+	require.NoError(t, mustPropose(t, lone, createNS("only-lone")).Err())
+	// The cluster moves to a later term than the lone node's, as a
+	// cluster in use has: Raft then makes the lone node step down for
+	// its leader.
+	var rest []*Node
+	for i, n := range nodes {
+		if i != victim {
+			rest = append(rest, n)
+		}
+	}
+	for leader.raft.CurrentTerm() <= lone.raft.CurrentTerm() {
+		to := rest[0]
+		if to == leader {
+			to = rest[1]
+		}
+		require.NoError(t, leader.raft.LeadershipTransferToServer(to.id, raft.ServerAddress(to.Addr())).Error())
+		leader = waitOneLeader(t, rest)
+	}
+	cfg.Faults.(*raftfault.Network).Isolate(false)
+
+	require.NoError(t, mustPropose(t, leader, createNS("after")).Err())
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(leader.metrics.foreignDials) > 0 || hasNamespace(t, lone.StaleRead, "after")
+	}, 30*time.Second, 10*time.Millisecond, "the leader never tried to reach the address")
+	assert.False(t, hasNamespace(t, lone.StaleRead, "after"), "the cluster's entries never reach it")
+	assert.True(t, lone.IsLeader(), "still the leader of its own cluster")
+	assert.Equal(t, own, lone.ClusterID())
+	assert.True(t, hasNamespace(t, linearRead(t, lone), "only-lone"))
+	assert.False(t, hasNamespace(t, linearRead(t, lone), "after"), "the cluster's entries never reach it")
+
+	st, err := leader.Status(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	var flagged bool
+	for _, m := range st.Members {
+		if m.ID == string(peers[victim].ID) {
+			flagged = strings.Contains(m.Error, "another cluster's state")
+		}
+	}
+	assert.True(t, flagged, "status: %+v", st.Members)
 }

@@ -24,6 +24,9 @@ import (
 type holdLayer struct {
 	raft.StreamLayer
 	held atomic.Bool
+	// checkPeer, when set, runs before every Raft dial; an error refuses
+	// the dial (see Node.checkPeerCluster). Set before Raft starts.
+	checkPeer func(addr string, timeout time.Duration) error
 
 	mu     sync.Mutex
 	closed bool
@@ -107,6 +110,11 @@ var errConnsClosed = errors.New("raftnode: raft connections closed by shutdown")
 func (h *holdLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if h.held.Load() {
 		return nil, errHeld
+	}
+	if h.checkPeer != nil {
+		if err := h.checkPeer(string(addr), timeout); err != nil {
+			return nil, err
+		}
 	}
 	c, err := h.StreamLayer.Dial(addr, timeout)
 	if err != nil {

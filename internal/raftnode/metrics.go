@@ -30,6 +30,9 @@ type metrics struct {
 
 	snapshotDuration prometheus.Histogram
 	snapshotBytes    prometheus.Gauge
+	// foreignDials counts Raft dials refused because the peer holds
+	// another cluster's identity (checkPeerCluster).
+	foreignDials prometheus.Counter
 }
 
 // Values of the role label of the read-index metrics, and the batchers'
@@ -127,11 +130,15 @@ func newMetrics() *metrics {
 			Namespace: ns, Subsystem: sub, Name: "snapshot_bytes",
 			Help: "Size of the last state machine snapshot written.",
 		}),
+		foreignDials: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "foreign_peer_dials_refused_total",
+			Help: "Raft connections this node did not open because the member at that address holds another cluster's identity (a node that formed a cluster of its own).",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.readIndexRounds, m.readIndexBatch, m.snapshotDuration, m.snapshotBytes}
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.readIndexRounds, m.readIndexBatch, m.snapshotDuration, m.snapshotBytes, m.foreignDials}
 }
 
 // register registers every collector with reg, or none: on failure the ones

@@ -278,6 +278,8 @@ type Node struct {
 	trans   *gatedTransport
 	raft    *raft.Raft
 	metrics *metrics
+	// foreignLog throttles checkPeerCluster's log line per address.
+	foreignLog throttle
 
 	// ctx is canceled by Shutdown: it is the stop signal of the background
 	// goroutines and ends every wait on a Raft future.
@@ -432,6 +434,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	undo = append(undo, func() { n.rpc.Close() })
 	n.hold = newHoldLayer(n.mux.RaftLayer())
+	n.hold.checkPeer = n.checkPeerCluster
 	var layer raft.StreamLayer = n.hold
 	if cfg.Faults != nil {
 		layer = cfg.Faults.WrapStreamLayer(layer)
