@@ -21,6 +21,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/internal/boltopen"
 )
 
 var (
@@ -110,11 +112,21 @@ func openDB(path string) (*bolt.DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("fsm: create dir: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, boltOptions())
+	db, err := boltopen.Open(path, 0o600, boltOptions(), func(db *bolt.DB) error {
+		if err := initBuckets(db); err != nil {
+			return fmt.Errorf("fsm: init buckets: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("fsm: open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	return db, nil
+}
+
+// initBuckets creates what a file written by an earlier release lacks.
+func initBuckets(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error {
 		// Before the buckets are created: a missing location index means
 		// a file written before the index existed.
 		if err := buildLocationIndex(tx); err != nil {
@@ -132,11 +144,6 @@ func openDB(path string) (*bolt.DB, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("fsm: init buckets: %w", err)
-	}
-	return db, nil
 }
 
 func storedIndex(db *bolt.DB) uint64 {

@@ -19,9 +19,10 @@ const module = "github.com/floe-catalog/floe/"
 var layers = map[string][]string{
 	"internal/location": nil,
 	"internal/replica":  nil,
-	"internal/raftlog":  nil,
+	"internal/boltopen": nil,
+	"internal/raftlog":  {"internal/boltopen"},
 	"transport":         nil,
-	"fsm":               {"internal/location"},
+	"fsm":               {"internal/location", "internal/boltopen"},
 	"idempotency":       {"fsm"},
 	"internal/storage":  {"internal/location"},
 	"purge":             {"fsm", "internal/storage", "internal/location"},

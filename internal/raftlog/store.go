@@ -54,6 +54,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/internal/boltopen"
 )
 
 // Compile-time checks that *Store satisfies the interfaces raft needs.
@@ -121,27 +123,26 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultOpenTimeout
 	}
-	db, err := bolt.Open(path, fileMode, &bolt.Options{
+	db, err := boltopen.Open(path, fileMode, &bolt.Options{
 		Timeout: timeout,
 		NoSync:  opts.NoSync,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
-	}
-
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketLogs, bucketConf} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %q: %w", name, err)
+	}, func(db *bolt.DB) error {
+		err := db.Update(func(tx *bolt.Tx) error {
+			for _, name := range [][]byte{bucketLogs, bucketConf} {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return fmt.Errorf("create bucket %q: %w", name, err)
+				}
 			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("initialise: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
-		closeErr := db.Close()
-		return nil, errors.Join(fmt.Errorf("raftlog: initialise %s: %w", path, err), closeErr)
+		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
 	}
-
 	return &Store{db: db, path: path}, nil
 }
 

@@ -384,7 +384,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.fsm, err = fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), cfg.Logger.With("component", "fsm"))
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: %w", err)
+		return nil, fmt.Errorf("raftnode: %w", damaged(err))
 	}
 	undo = append(undo, func() { n.fsm.Close() })
 	n.fsm.OnSnapshot(func(d time.Duration, size int64) {
@@ -394,7 +394,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.logs, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: %w", err)
+		return nil, fmt.Errorf("raftnode: %w", damaged(err))
 	}
 	undo = append(undo, func() { n.logs.Close() })
 
@@ -404,6 +404,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
 	if err := n.restoreIfBehindSnapshot(); err != nil {
+		return nil, err
+	}
+	if err := n.checkStateMachineNotAhead(); err != nil {
 		return nil, err
 	}
 	hasState, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
@@ -460,6 +463,10 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// After the seed record: a seeded directory is checked against it.
+	if err := n.checkNodeID(hasState || seeded); err != nil {
+		return nil, err
+	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = n.id
@@ -498,7 +505,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, n.snaps, n.trans)
+	n.raft, err = newRaft(rc, n.fsm, n.logs, n.snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
@@ -1292,4 +1299,16 @@ func (n *Node) Shutdown() error {
 		n.logger.Info("raft node stopped")
 	})
 	return n.shutdownErr
+}
+
+// newRaft is raft.NewRaft, with a panic while it reads the stores (a
+// snapshot whose metadata is damaged, with the log it stands for compacted
+// away: "log not found") turned into ErrDamaged.
+func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("%w: Raft could not start from its log and snapshots (%v); %s", ErrDamaged, p, damagedHint)
+		}
+	}()
+	return raft.NewRaft(rc, f, logs, logs, snaps, trans)
 }

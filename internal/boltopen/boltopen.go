@@ -1,0 +1,66 @@
+// Package boltopen opens bbolt files so that a damaged one is an error that
+// names the file, not a crash of the process.
+//
+// bbolt maps the file into memory and trusts its page headers: a file cut
+// short faults (SIGBUS) on the first page past its end, and a damaged page
+// makes bbolt panic. Both would end the process with a Go stack trace and
+// exit code 2, which says nothing of the file or the way out.
+package boltopen
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrDamaged reports a bbolt file that cannot be read: cut short, or with a
+// page bbolt refuses. Nothing was written to it.
+var ErrDamaged = errors.New("damaged database file")
+
+// Open is bolt.Open followed by init (nil: none), both in a guard that
+// turns a fault or a panic while reading the file into ErrDamaged. Before
+// init it checks that the pages the file's meta page counts fit in the
+// file. On any error the file is closed (when it can be).
+func Open(path string, mode os.FileMode, opts *bolt.Options, init func(*bolt.DB) error) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			closeQuietly(db)
+			db, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, path, r)
+		}
+	}()
+	db, err = bolt.Open(path, mode, opts)
+	if err != nil {
+		return nil, err
+	}
+	if fi, serr := os.Stat(path); serr == nil {
+		var size int64
+		_ = db.View(func(tx *bolt.Tx) error {
+			size = tx.Size()
+			return nil
+		})
+		if size > fi.Size() {
+			closeQuietly(db)
+			return nil, fmt.Errorf("%w: %s is %d bytes, but its pages reach byte %d: the file was cut short", ErrDamaged, path, fi.Size(), size)
+		}
+	}
+	if init != nil {
+		if err := init(db); err != nil {
+			closeQuietly(db)
+			return nil, err
+		}
+	}
+	return db, nil
+}
+
+// closeQuietly closes db, ignoring a fault or panic while doing so.
+func closeQuietly(db *bolt.DB) {
+	if db == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	_ = db.Close()
+}

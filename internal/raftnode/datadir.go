@@ -1,0 +1,123 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/floe-catalog/floe/internal/boltopen"
+)
+
+// Errors of a data directory that is not this node's, or not whole. The
+// node did not start and changed nothing.
+var (
+	// ErrForeignState: the state machine holds entries this node's Raft log
+	// and snapshots never had (fsm.db copied from another node or cluster,
+	// or raft.db lost or replaced). Served, it would answer with state no
+	// other member has, and skip the cluster's entries up to its index.
+	ErrForeignState = errors.New("raftnode: the state machine is not this node's")
+	// ErrNodeIDMismatch: the data directory belongs to another node ID.
+	// Started under a new ID the node would hold the old member's vote
+	// record and log while the configuration does not name it.
+	ErrNodeIDMismatch = errors.New("raftnode: the data directory belongs to another node ID")
+	// ErrDamaged: a file of the data directory cannot be read.
+	ErrDamaged = errors.New("raftnode: the data directory is damaged")
+)
+
+// nodeIDFile records the node ID a data directory belongs to, written at
+// the first start.
+const nodeIDFile = "node-id"
+
+// damagedHint is the way out of a damaged data directory.
+const damagedHint = "restore the node from a backup (floe restore), or remove it from the cluster (floe members remove), empty its data directory and start it with --join"
+
+// damaged wraps an error of opening one of the data directory's files.
+func damaged(err error) error {
+	if errors.Is(err, boltopen.ErrDamaged) {
+		return fmt.Errorf("%w: %w; %s", ErrDamaged, err, damagedHint)
+	}
+	return err
+}
+
+// checkStateMachineNotAhead refuses a state machine that applied entries
+// beyond the end of this node's Raft log and newest snapshot: every entry
+// is in the log before it is applied, and an installed snapshot is stored
+// before the state machine takes it, so only a state machine file from
+// elsewhere (or a Raft log lost or replaced beside it) is ahead.
+func (n *Node) checkStateMachineNotAhead() error {
+	applied := n.fsm.AppliedIndex()
+	if applied == 0 {
+		return nil
+	}
+	last, err := n.logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: read the log's last index: %w", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftnode: list snapshots: %w", err)
+	}
+	if len(metas) > 0 && metas[0].Index > last {
+		last = metas[0].Index
+	}
+	if applied <= last {
+		return nil
+	}
+	return fmt.Errorf("%w: fsm.db has applied entry %d, but this node's Raft log and snapshots end at %d (raft.db lost or replaced, or fsm.db copied from another node); %s",
+		ErrForeignState, applied, last, damagedHint)
+}
+
+// checkNodeID refuses a data directory recorded for another node ID, and
+// records the ID in one that has none (a new directory, or one written
+// before the record existed). The ID defaults to the cluster address, so a
+// node moved to a new address without --node-id would change its ID.
+// A directory without state (no Raft state, nothing applied) is no
+// node's yet: its record is replaced.
+func (n *Node) checkNodeID(hasState bool) error {
+	path := filepath.Join(n.cfg.DataDir, nodeIDFile)
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		rec := strings.TrimSpace(string(raw))
+		if rec != string(n.id) && !hasState && n.fsm.AppliedIndex() == 0 {
+			return writeFileSynced(path, []byte(string(n.id)+"\n"))
+		}
+		if rec != string(n.id) {
+			return fmt.Errorf("%w: %s holds node %q's state, and this node is %q; start it with --node-id %s, or give %q an empty data directory",
+				ErrNodeIDMismatch, n.cfg.DataDir, rec, n.id, rec, n.id)
+		}
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return writeFileSynced(path, []byte(string(n.id)+"\n"))
+	default:
+		return fmt.Errorf("raftnode: %w", err)
+	}
+}
+
+// writeFileSynced writes path through a temporary file and a rename, both
+// synced.
+func writeFileSynced(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("raftnode: %w", err)
+	}
+	return syncDirPath(filepath.Dir(path))
+}

@@ -1,0 +1,99 @@
+package raftnode
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+)
+
+// startLone opens a one-node cluster in dir at addr under id, waits for it
+// to lead, writes n namespaces and shuts it down.
+func startLone(t *testing.T, dir, addr, id string, n int) {
+	t.Helper()
+	cfg := testConfig(t, dir, addr)
+	cfg.NodeID, cfg.Bootstrap = id, true
+	node, err := Open(cfg)
+	require.NoError(t, err)
+	waitLeaderOf(t, node)
+	for i := range n {
+		require.NoError(t, mustPropose(t, node, createNS(string(rune('a'+i)))).Err())
+	}
+	require.NoError(t, node.Shutdown())
+}
+
+// A state machine file that is not this node's is refused at start, with
+// nothing changed: one from another node's directory (ahead of this
+// node's log), or one beside a Raft log that was lost.
+func TestOpenRefusesAStateMachineAheadOfItsLog(t *testing.T) {
+	mine, other := t.TempDir(), t.TempDir()
+	startLone(t, mine, freeAddr(t), "n1", 1)
+	startLone(t, other, freeAddr(t), "n2", 5)
+	raw, err := os.ReadFile(filepath.Join(other, fsmFile))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(mine, fsmFile), raw, 0o600))
+	cfg := testConfig(t, mine, freeAddr(t))
+	cfg.NodeID = "n1"
+	_, err = Open(cfg)
+	require.ErrorIs(t, err, ErrForeignState)
+	assert.Contains(t, err.Error(), "floe restore")
+
+	// raft.db lost: without the check the node bootstrapped a new
+	// cluster on top of the old state.
+	require.NoError(t, os.Remove(filepath.Join(other, raftFile)))
+	require.NoError(t, os.RemoveAll(filepath.Join(other, snapshotsDir)))
+	cfg = testConfig(t, other, freeAddr(t))
+	cfg.NodeID, cfg.Bootstrap = "n2", true
+	_, err = Open(cfg)
+	require.ErrorIs(t, err, ErrForeignState)
+}
+
+// A data directory is its node's: started under another --node-id it is
+// refused, while one without state takes any ID.
+func TestOpenRefusesAnotherNodeID(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	startLone(t, dir, addr, "n1", 1)
+	cfg := testConfig(t, dir, addr)
+	cfg.NodeID = "n1b"
+	_, err := Open(cfg)
+	require.ErrorIs(t, err, ErrNodeIDMismatch)
+	assert.Contains(t, err.Error(), "--node-id n1")
+
+	empty := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(empty, nodeIDFile), []byte("old\n"), 0o600))
+	startLone(t, empty, freeAddr(t), "new", 0)
+	raw, err := os.ReadFile(filepath.Join(empty, nodeIDFile))
+	require.NoError(t, err)
+	assert.Equal(t, "new\n", string(raw))
+}
+
+// A state machine or log file cut short is an error that names the file
+// and the way out, not a crash of the process.
+func TestOpenRefusesACutShortFile(t *testing.T) {
+	for _, file := range []string{fsmFile, raftFile} {
+		t.Run(file, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := freeAddr(t)
+			startLone(t, dir, addr, "n1", 20)
+			path := filepath.Join(dir, file)
+			db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			require.NoError(t, err)
+			var used int64
+			require.NoError(t, db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil }))
+			require.NoError(t, db.Close())
+			require.Greater(t, used, int64(4*4096))
+			require.NoError(t, os.Truncate(path, used/2/4096*4096))
+			cfg := testConfig(t, dir, addr)
+			cfg.NodeID = "n1"
+			start := time.Now()
+			_, err = Open(cfg)
+			require.ErrorIs(t, err, ErrDamaged, "after %s", time.Since(start))
+			assert.Contains(t, err.Error(), path)
+		})
+	}
+}
