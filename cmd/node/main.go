@@ -33,6 +33,10 @@ import (
 	"github.com/floe-catalog/floe/purge"
 )
 
+// handOverTimeout bounds how long a stopping leader tries to hand
+// leadership to another voter.
+const handOverTimeout = 5 * time.Second
+
 // httpShutdownTimeout bounds the graceful HTTP shutdown: requests still
 // running after it are cut off, and Raft is shut down regardless.
 const httpShutdownTimeout = 10 * time.Second
@@ -251,6 +255,15 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	case <-node.Failed():
 		failed = explainNodeFailure(node.Err(), node.ID(), node.Addr())
 		logger.Error("shutting down: this node cannot join the cluster", "error", node.Err())
+	}
+	if failed == nil {
+		// A leader hands over first, so that the commands in flight on it
+		// finish and followers send new ones to the next leader.
+		hctx, hcancel := context.WithTimeout(context.Background(), handOverTimeout)
+		if err := node.HandOver(hctx); err != nil {
+			logger.Warn("could not hand leadership over before stopping", "error", err)
+		}
+		hcancel()
 	}
 	stopStreams()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)

@@ -1017,6 +1017,24 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	return n.onLeader(ctx, rpcTransfer, memberRequest{ID: id}, nil, func() error { return n.transferLocal(ctx, id) })
 }
 
+// HandOver, on a leader, gives leadership to the most up-to-date other
+// voter before a planned stop, within ctx; elsewhere, or without another
+// voter, it does nothing. Without it a leader stopping at once failed every
+// command in flight on it, its own and those followers forwarded, as an
+// unknown outcome (500), though most of them committed; during the
+// transfer new commands are refused as by a node that does not lead, and
+// the followers send them again to the new leader.
+func (n *Node) HandOver(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return nil
+	}
+	err := n.transferLocal(ctx, "")
+	if errors.Is(err, ErrInvalidMember) {
+		return nil
+	}
+	return err
+}
+
 func (n *Node) transferLocal(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader

@@ -787,3 +787,48 @@ func TestRaftDoesNotReachAMemberThatFormedItsOwnCluster(t *testing.T) {
 	}
 	assert.True(t, flagged, "status: %+v", st.Members)
 }
+
+// A stopping leader hands leadership over first: another voter leads, and
+// the old leader forwards what it is sent. On a follower, or alone, it
+// does nothing.
+func TestHandOverBeforeStopping(t *testing.T) {
+	alone := testConfig(t, t.TempDir(), freeAddr(t))
+	alone.Bootstrap = true
+	one := mustOpen(t, alone)
+	waitLeaderOf(t, one)
+	require.NoError(t, one.HandOver(ctxTimeout(t, 5*time.Second)))
+	assert.True(t, one.IsLeader(), "no other voter: it stays the leader")
+
+	const size = 3
+	addrs := make([]string, size)
+	peers := make([]raft.Server, size)
+	for i := range addrs {
+		addrs[i] = freeAddr(t)
+		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}
+	}
+	nodes := make([]*Node, size)
+	for i := range nodes {
+		cfg := testConfig(t, t.TempDir(), addrs[i])
+		cfg.NodeID, cfg.Bootstrap, cfg.Peers = string(peers[i].ID), true, peers
+		nodes[i] = mustOpen(t, cfg)
+	}
+	leader := waitOneLeader(t, nodes)
+	for _, n := range nodes {
+		if n != leader {
+			require.NoError(t, n.HandOver(ctxTimeout(t, 5*time.Second)))
+		}
+	}
+	assert.True(t, leader.IsLeader(), "a follower's hand-over changes nothing")
+	require.NoError(t, leader.HandOver(ctxTimeout(t, 10*time.Second)))
+	assert.False(t, leader.IsLeader())
+	var rest []*Node
+	for _, n := range nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	waitOneLeader(t, rest)
+	res, err := leader.Propose(ctxTimeout(t, 10*time.Second), createNS("after-hand-over"))
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+}
