@@ -34,11 +34,20 @@ func lockKey(id fsm.Ident) string {
 	return strings.Join(id.Namespace, "\x1f") + "\x00" + id.Name
 }
 
+// commitTurnWait bounds how long a commit waits for its turn. Turns only
+// spare attempts bound to lose (the compare-and-set keeps commits
+// correct), so a commit that has waited this long goes ahead without its
+// turn: when the one before it is slow (no leader, storage stalling), the
+// commits queued behind it each wait at most this long, not one such wait
+// per commit ahead of it.
+const commitTurnWait = 2 * time.Second
+
 // lock takes the locks of ids, in one order for every caller (so two
 // transactions over the same tables cannot deadlock), and returns the
-// function that releases them. It gives up with ctx's error, holding
-// nothing.
-func (l *commitLocks) lock(ctx context.Context, ids ...fsm.Ident) (func(), error) {
+// function that releases them. A lock not taken within commitTurnWait is
+// gone without (timedOut), as are the ones after it. It gives up with
+// ctx's error, holding nothing.
+func (l *commitLocks) lock(ctx context.Context, ids ...fsm.Ident) (release func(), timedOut bool, err error) {
 	keys := make([]string, 0, len(ids))
 	for _, id := range ids {
 		keys = append(keys, lockKey(id))
@@ -46,23 +55,28 @@ func (l *commitLocks) lock(ctx context.Context, ids ...fsm.Ident) (func(), error
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	var held []string
-	release := func() {
+	release = func() {
 		for _, k := range held {
 			l.release(k)
 		}
 	}
+	turn := time.NewTimer(commitTurnWait)
+	defer turn.Stop()
 	for _, k := range keys {
 		cl := l.ref(k)
 		select {
 		case cl.held <- struct{}{}:
 			held = append(held, k)
+		case <-turn.C:
+			l.unref(k)
+			return release, true, nil
 		case <-ctx.Done():
 			l.unref(k)
 			release()
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 	}
-	return release, nil
+	return release, false, nil
 }
 
 func (l *commitLocks) ref(k string) *commitLock {

@@ -6,6 +6,7 @@ type metrics struct {
 	requests       *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
 	commitRetries  prometheus.Counter
+	turnTimeouts   prometheus.Counter
 	orphanedFiles  prometheus.Counter
 	metricsReports *prometheus.CounterVec
 	cacheHits      prometheus.Counter
@@ -29,6 +30,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"op"}),
 		commitRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_catalog_commit_retries_total", Help: "Commits rebuilt on newer metadata after losing a compare-and-set.",
+		}),
+		turnTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_catalog_commit_turn_timeouts_total", Help: "Commits that went ahead without their turn on a table after waiting commitTurnWait for it (the commit before them was slow).",
 		}),
 		orphanedFiles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_catalog_orphaned_metadata_files_total", Help: "Metadata files of losing attempts that could not be deleted.",
@@ -62,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses, m.staleReads,
+		reg.MustRegister(m.requests, m.latency, m.commitRetries, m.turnTimeouts, m.orphanedFiles, m.metricsReports, m.cacheHits, m.cacheMisses, m.staleReads,
 			m.idemStored, m.idemReplays, m.idemConflicts, m.idemNonV7, m.idemPruned)
 	}
 	return m

@@ -33,6 +33,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/muxallow"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -362,7 +363,7 @@ func (s *Server) routes() *mux.Router {
 		}
 	}
 	r.MethodNotAllowedHandler = s.wrap(def, "methodNotAllowed", func(w http.ResponseWriter, req *http.Request) error {
-		setAllow(w, r, req)
+		muxallow.Set(w, r, req)
 		return &apiError{status: http.StatusMethodNotAllowed, typ: "MethodNotAllowedException",
 			msg: fmt.Sprintf("%s is not allowed on %s", req.Method, req.URL.Path)}
 	})
@@ -516,33 +517,6 @@ func (m *stringMap) UnmarshalJSON(b []byte) error {
 	}
 	*m = out
 	return nil
-}
-
-// setAllow sets the Allow header of a 405 answer (RFC 9110, 15.5.6): the
-// methods of router's routes whose path matches req's, whatever their
-// method. It sets nothing when no route's path matches.
-func setAllow(w http.ResponseWriter, router *mux.Router, req *http.Request) {
-	var methods []string
-	_ = router.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
-		var m mux.RouteMatch
-		if !route.Match(req, &m) && !errors.Is(m.MatchErr, mux.ErrMethodMismatch) {
-			return nil
-		}
-		ms, err := route.GetMethods()
-		if err != nil {
-			return nil
-		}
-		for _, method := range ms {
-			if !slices.Contains(methods, method) {
-				methods = append(methods, method)
-			}
-		}
-		return nil
-	})
-	if len(methods) > 0 {
-		slices.Sort(methods)
-		w.Header().Set("Allow", strings.Join(methods, ", "))
-	}
 }
 
 // readJSONBody is readBody, and a 400 for a body that is empty or only

@@ -1155,11 +1155,14 @@ func (s *Server) commit(ctx context.Context, pending []pendingCommit) ([]*tableM
 	for i, p := range pending {
 		ids[i] = p.id
 	}
-	unlock, err := s.commits.lock(ctx, ids...)
+	unlock, timedOut, err := s.commits.lock(ctx, ids...)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	if timedOut {
+		s.metrics.turnTimeouts.Inc()
+	}
 	for attempt := 0; ; attempt++ {
 		preps, err := s.prepareCommit(ctx, pending)
 		written := func() []string {
@@ -1615,11 +1618,11 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var adopts []fsm.FormerLocation
-	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) == 0 {
-		adopts = s.placesOutside(r.Context(), tm.meta)
-	} else {
-		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release", "table", id.String(), "nodes", strings.Join(old, ", "))
+	adopts := s.placesOutside(r.Context(), tm.meta)
+	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) > 0 && len(adopts) > 0 {
+		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release; register the table again once every node is upgraded",
+			"table", id.String(), "places", len(adopts), "nodes", strings.Join(old, ", "))
+		adopts = nil
 	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{

@@ -558,11 +558,14 @@ func (s *Server) replaceView(w http.ResponseWriter, r *http.Request) error {
 // attempt that lost is deleted; when the outcome is unknown it is kept,
 // since the pointer may now reference it. Earlier metadata files are kept.
 func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewRequest) (*viewMetadata, error) {
-	unlock, err := s.commits.lock(ctx, id)
+	unlock, timedOut, err := s.commits.lock(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	if timedOut {
+		s.metrics.turnTimeouts.Inc()
+	}
 	for attempt := 0; ; attempt++ {
 		cmd, after, err := s.prepareViewCommit(ctx, id, req)
 		if err != nil {

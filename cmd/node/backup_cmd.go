@@ -306,8 +306,10 @@ func offlineBackup(ctx context.Context, dataDir, to string, stderr io.Writer) (b
 	sized := make(chan struct{})
 	go func() {
 		err := f.View(func(r *fsm.Reader) error {
+			// The cluster's identity is in the state; its members are in
+			// the Raft log, which is not read here.
 			h := backup.Header{Created: time.Now().UTC(), NodeID: "offline:" + dataDir, Members: []string{},
-				Index: r.AppliedIndex(), PayloadSize: r.Size()}
+				ClusterID: r.ClusterID(), Index: r.AppliedIndex(), PayloadSize: r.Size()}
 			if n, err := backup.Size(h); err == nil {
 				size = n
 			}
@@ -521,8 +523,14 @@ Flags:
 		problem = "--data-dir DIR is required"
 	}
 	if problem == "" {
-		if _, _, err := net.SplitHostPort(clusterAddr); err != nil {
+		if host, _, err := net.SplitHostPort(clusterAddr); err != nil {
 			problem = fmt.Sprintf("--cluster-addr %q: want host:port: %v", clusterAddr, err)
+		} else if wildcardHost(host) {
+			// A node started on the directory advertises an address the
+			// others can dial; a wildcard is none, and a node that
+			// listens on every interface is started with
+			// --cluster-advertise, which is what to give here.
+			problem = fmt.Sprintf("--cluster-addr %q listens on every interface and names no address to dial: give the address the node will advertise (its --cluster-advertise)", clusterAddr)
 		} else if nodeID != "" {
 			if err := raftnode.CheckMemberID(nodeID); err != nil {
 				problem = fmt.Sprintf("--node-id: %v", err)

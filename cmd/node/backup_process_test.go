@@ -293,6 +293,14 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	code, _, stderr = runFloe(t, bin, "restore", "--from", badFile, "--data-dir", emptyDir, "--node-id", "r1")
 	assert.Equal(t, 1, code, "restore of a truncated file: %s", stderr)
 	assert.Contains(t, stderr, "truncated")
+	// A wildcard address no node could advertise: a usage error, nothing
+	// written.
+	code, _, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", emptyDir, "--node-id", "r1", "--cluster-addr", "0.0.0.0:9999")
+	assert.Equal(t, 2, code, "restore for a wildcard address: %s", stderr)
+	assert.Contains(t, stderr, "every interface")
+	entries, err = os.ReadDir(emptyDir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
 	// A data dir with state: refused.
 	code, _, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", flagValue(t, leader.args, "--data-dir"))
 	assert.Equal(t, 1, code, "restore into a node's data dir: %s", stderr)
@@ -472,6 +480,11 @@ func TestOfflineBackupAfterLosingQuorum(t *testing.T) {
 	}
 	code, stdout, stderr := runFloe(t, bin, "backup", "--from-data-dir", dir, "--to", file, "--json")
 	require.Equal(t, 0, code, "floe backup --from-data-dir: %s %s", stdout, stderr)
+	var summary struct {
+		ClusterID string `json:"cluster-id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &summary), stdout)
+	assert.NotEmpty(t, summary.ClusterID, "the header names the cluster, as an online backup's does: %s", stdout)
 
 	newDir := filepath.Join(t.TempDir(), "r1")
 	p := &clusterProc{id: "r1", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &syncBuffer{}}

@@ -327,6 +327,10 @@ func renderStatus(w io.Writer, node, self string, st cliCluster, health map[stri
 			h = "unknown: no HTTP address"
 		case h != "ready" && !m.Reachable && m.Error != "":
 			h += " (" + m.Error + ")"
+		case m.Reachable && m.Error != "":
+			// Reachable and ready, yet not a member in fact: one that
+			// holds another cluster's state, which Raft does not reach.
+			h = "not in this cluster: " + m.Error
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Suffrage, memberState(m), dash(m.HTTPAddr), m.ClusterAddr,
 			count(m.Term), count(m.CommitIndex), count(m.AppliedIndex), dash(m.LastContact), dash(h))

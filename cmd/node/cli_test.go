@@ -861,3 +861,13 @@ func TestBackupExitCodesAreTheCommands(t *testing.T) {
 	code, _, errOut = runCLI(t, "backup", "--node", "http://"+freeAddr(t), "--to", to)
 	assert.Equal(t, exitUnavailable, code, errOut)
 }
+
+// A member that answers and is ready, yet holds another cluster's state,
+// is shown as not in this cluster, with why.
+func TestStatusShowsAMemberOfAnotherCluster(t *testing.T) {
+	st := cliCluster{Members: []cliMember{{ID: "node3", Suffrage: "Voter", ClusterAddr: "127.0.0.1:8382", HTTPAddr: "127.0.0.1:8381",
+		Reachable: true, State: "leader", Error: "holds another cluster's state (cluster id x)"}}}
+	var out bytes.Buffer
+	renderStatus(&out, "http://127.0.0.1:8181", "node1", st, map[string]string{"node3": "ready"})
+	assert.Contains(t, out.String(), "not in this cluster: holds another cluster's state (cluster id x)")
+}

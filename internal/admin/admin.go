@@ -20,6 +20,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/muxallow"
 	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
@@ -129,11 +130,18 @@ func New(c Cluster, records Records, cfg Config) *Server {
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
 	})
-	r.MethodNotAllowedHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
-		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
-	})
+	r.MethodNotAllowedHandler = s.methodNotAllowed(r)
 	s.router = r
 	return s
+}
+
+// methodNotAllowed answers 405 with the Allow header of router's routes
+// for the path.
+func (s *Server) methodNotAllowed(router *mux.Router) http.Handler {
+	return s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		muxallow.Set(w, router, r)
+		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
+	})
 }
 
 // Handler serves /management/v1/….

@@ -51,9 +51,7 @@ func (s *Server) Backup(src BackupSource, reg prometheus.Registerer) http.Handle
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
 	})
-	r.MethodNotAllowedHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
-		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
-	})
+	r.MethodNotAllowedHandler = s.methodNotAllowed(r)
 	return r
 }
 

@@ -82,6 +82,7 @@ func TestBackupEndpointStreamsVerifiableFile(t *testing.T) {
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/management/v1/backup", nil))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+	assert.Equal(t, "GET", rec.Header().Get("Allow"))
 }
 
 // backupCounter returns the floe_backup_total counter of result, as

@@ -119,9 +119,7 @@ func (s *Server) Events(src EventSource, cfg EventsConfig) http.Handler {
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
 	})
-	r.MethodNotAllowedHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
-		return &statusError{http.StatusMethodNotAllowed, "MethodNotAllowedException", r.Method + " is not allowed on " + r.URL.Path}
-	})
+	r.MethodNotAllowedHandler = s.methodNotAllowed(r)
 	return r
 }
 

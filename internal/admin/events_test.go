@@ -268,6 +268,7 @@ func TestFeedRefusesBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, "GET", resp.Header.Get("Allow"))
 }
 
 // olderFSM returns a state machine whose file applied entries 1 and 2

@@ -10,10 +10,12 @@ package boltopen
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // ErrDamaged reports a bbolt file that cannot be read: cut short, or with a
@@ -34,7 +36,13 @@ func Open(path string, mode os.FileMode, opts *bolt.Options, init func(*bolt.DB)
 	}()
 	db, err = bolt.Open(path, mode, opts)
 	if err != nil {
-		return nil, err
+		var pathErr *fs.PathError
+		if errors.Is(err, bolterrors.ErrTimeout) || errors.As(err, &pathErr) {
+			return nil, err // locked by another process, or not opened at all
+		}
+		// The file opened, and bbolt refused what it read (too small,
+		// not a database, a checksum or version mismatch).
+		return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
 	}
 	if fi, serr := os.Stat(path); serr == nil {
 		var size int64

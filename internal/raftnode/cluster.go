@@ -382,7 +382,14 @@ func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, er
 		// Nothing is written by a read: asking again is always safe.
 		n.metrics.leaderAbandoned.WithLabelValues(rpcReadIndex).Inc()
 		n.logger.Debug("read-index call abandoned", "leader_addr", addr, "cause", cause)
-		return 0, fmt.Errorf("raftnode: read index from %s: %w", addr, cause)
+		// Returned as the read's error when no leader answers in the
+		// end: a read that found no leader, which a client may resend
+		// (503), not a failure of unknown outcome.
+		kind := ErrNoLeader
+		if errors.Is(cause, errLeaderChanged) {
+			kind = ErrNotLeader
+		}
+		return 0, fmt.Errorf("raftnode: read index from %s: %w: %w", addr, kind, cause)
 	}
 	return 0, fromRemote(err, false)
 }
@@ -768,6 +775,9 @@ func (n *Node) checkSameCluster(addr string, info nodeInfo) error {
 		"start it with an empty data directory to join this one", ErrInvalidMember, addr, info.ClusterID, ours)
 }
 
+// errForeignPeer is the error of a Raft dial refused by checkPeerCluster.
+var errForeignPeer = errors.New("raftnode: not connecting Raft to a node of another cluster")
+
 // foreignProbeTimeout bounds the probe checkPeerCluster makes before a
 // Raft dial.
 const foreignProbeTimeout = 2 * time.Second
@@ -799,6 +809,7 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	}
 	err := n.checkSameCluster(addr, info)
 	if err != nil {
+		err = fmt.Errorf("%w: %w", errForeignPeer, err)
 		n.metrics.foreignDials.Inc()
 		n.foreignLog.Do(addr, func() {
 			n.logger.Error("not connecting Raft to a member that holds another cluster's state; remove it (floe members remove) and add it back with an empty data directory and --join",
@@ -1084,7 +1095,12 @@ func (n *Node) transferLocal(ctx context.Context, id string) error {
 	if err := n.await(ctx, f); err != nil {
 		return fmt.Errorf("%w: leadership transfer: %w", ErrUnavailable, err)
 	}
-	n.logger.Info("leadership transferred", "to", id)
+	to := id
+	if to == "" {
+		_, l := n.raft.LeaderWithID()
+		to = string(l) // "" until this node has heard from the new leader
+	}
+	n.logger.Info("leadership transferred", "to", to)
 	return nil
 }
 

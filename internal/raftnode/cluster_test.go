@@ -716,19 +716,16 @@ func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 // bootstrap entry at index 1, term 1). The leader does not connect Raft to
 // it, and the cluster's status says why.
 func TestRaftDoesNotReachAMemberThatFormedItsOwnCluster(t *testing.T) {
-	const size = 3
-	addrs := make([]string, size)
-	peers := make([]raft.Server, size)
-	for i := range addrs {
-		addrs[i] = freeAddr(t)
-		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}
-	}
-	nodes := make([]*Node, size)
-	for i := range nodes {
-		cfg := testConfig(t, t.TempDir(), addrs[i])
-		cfg.NodeID, cfg.Bootstrap, cfg.Peers = string(peers[i].ID), true, peers
-		nodes[i] = mustOpen(t, cfg)
-	}
+	// Started again at once, while the cluster's leader still sends it
+	// heartbeats: it keeps them out until it has its own identity.
+	t.Run("restarted at once", func(t *testing.T) { testFormedItsOwnCluster(t, false) })
+	// Cut off until it has its identity (the cluster was down, say), then
+	// reached by a leader at a later term.
+	t.Run("reached later", func(t *testing.T) { testFormedItsOwnCluster(t, true) })
+}
+
+func testFormedItsOwnCluster(t *testing.T, cutOff bool) {
+	nodes, peers := openThree(t)
 	leader := waitOneLeader(t, nodes)
 	for _, n := range nodes {
 		require.Eventually(t, func() bool { return n.ClusterID() != "" && n.ClusterID() == leader.ClusterID() }, 10*time.Second, 10*time.Millisecond)
@@ -739,9 +736,9 @@ func TestRaftDoesNotReachAMemberThatFormedItsOwnCluster(t *testing.T) {
 	}
 	require.NoError(t, nodes[victim].Shutdown())
 
-	cfg := testConfig(t, t.TempDir(), addrs[victim])
+	cfg := testConfig(t, t.TempDir(), string(peers[victim].Address))
 	cfg.NodeID, cfg.Bootstrap = string(peers[victim].ID), true
-	cfg.Faults.(*raftfault.Network).Isolate(true) // until it has its own identity
+	cfg.Faults.(*raftfault.Network).Isolate(cutOff)
 	lone := mustOpen(t, cfg)
 	waitLeaderOf(t, lone)
 	require.Eventually(t, func() bool { return lone.ClusterID() != "" }, 10*time.Second, 10*time.Millisecond)
@@ -757,7 +754,7 @@ func TestRaftDoesNotReachAMemberThatFormedItsOwnCluster(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
-	for leader.raft.CurrentTerm() <= lone.raft.CurrentTerm() {
+	for cutOff && leader.raft.CurrentTerm() <= lone.raft.CurrentTerm() {
 		to := rest[0]
 		if to == leader {
 			to = rest[1]
@@ -799,19 +796,7 @@ func TestHandOverBeforeStopping(t *testing.T) {
 	require.NoError(t, one.HandOver(ctxTimeout(t, 5*time.Second)))
 	assert.True(t, one.IsLeader(), "no other voter: it stays the leader")
 
-	const size = 3
-	addrs := make([]string, size)
-	peers := make([]raft.Server, size)
-	for i := range addrs {
-		addrs[i] = freeAddr(t)
-		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}
-	}
-	nodes := make([]*Node, size)
-	for i := range nodes {
-		cfg := testConfig(t, t.TempDir(), addrs[i])
-		cfg.NodeID, cfg.Bootstrap, cfg.Peers = string(peers[i].ID), true, peers
-		nodes[i] = mustOpen(t, cfg)
-	}
+	nodes, _ := openThree(t)
 	leader := waitOneLeader(t, nodes)
 	for _, n := range nodes {
 		if n != leader {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/floe-catalog/floe/internal/boltopen"
+	"github.com/floe-catalog/floe/internal/raftlog"
 )
 
 // Errors of a data directory that is not this node's, or not whole. The
@@ -34,12 +35,13 @@ const nodeIDFile = "node-id"
 // damagedHint is the way out of a damaged data directory.
 const damagedHint = "restore the node from a backup (floe restore), or remove it from the cluster (floe members remove), empty its data directory and start it with --join"
 
-// damaged wraps an error of opening one of the data directory's files.
+// damaged is the error of opening one of the data directory's files: for
+// a damaged file, ErrDamaged with the way out.
 func damaged(err error) error {
 	if errors.Is(err, boltopen.ErrDamaged) {
 		return fmt.Errorf("%w: %w; %s", ErrDamaged, err, damagedHint)
 	}
-	return err
+	return fmt.Errorf("raftnode: %w", err)
 }
 
 // checkStateMachineNotAhead refuses a state machine that applied entries
@@ -68,6 +70,48 @@ func (n *Node) checkStateMachineNotAhead() error {
 	}
 	return fmt.Errorf("%w: fsm.db has applied entry %d, but this node's Raft log and snapshots end at %d (raft.db lost or replaced, or fsm.db copied from another node); %s",
 		ErrForeignState, applied, last, damagedHint)
+}
+
+// stableClusterIDKey is the key under which the Raft stable store (raft.db)
+// keeps the cluster identity this node's state machine first held.
+var stableClusterIDKey = []byte("floe-cluster-id")
+
+// checkClusterIDMatches refuses a state machine holding another cluster's
+// identity than the one raft.db recorded: fsm.db copied from a node of
+// another cluster, whatever its applied index (checkStateMachineNotAhead
+// catches only one ahead of the log).
+func (n *Node) checkClusterIDMatches() error {
+	rec, err := n.logs.Get(stableClusterIDKey)
+	if errors.Is(err, raftlog.ErrKeyNotFound) || len(rec) == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("raftnode: read the recorded cluster id: %w", err)
+	}
+	if have := n.ClusterID(); have != "" && have != string(rec) {
+		return fmt.Errorf("%w: fsm.db holds the state of cluster %s, and this node's Raft log is cluster %s's (fsm.db copied from another cluster's node); %s",
+			ErrForeignState, have, rec, damagedHint)
+	}
+	return nil
+}
+
+// recordClusterID writes the state machine's cluster identity into raft.db
+// once it has one (see checkClusterIDMatches).
+func (n *Node) recordClusterID() {
+	id := n.ClusterID()
+	if id == "" || n.clusterIDRecorded.Load() {
+		return
+	}
+	rec, err := n.logs.Get(stableClusterIDKey)
+	if err == nil && string(rec) == id {
+		n.clusterIDRecorded.Store(true)
+		return
+	}
+	if err := n.logs.Set(stableClusterIDKey, []byte(id)); err != nil {
+		n.logger.Warn("could not record the cluster id in raft.db", "error", err)
+		return
+	}
+	n.clusterIDRecorded.Store(true)
 }
 
 // checkNodeID refuses a data directory recorded for another node ID, and

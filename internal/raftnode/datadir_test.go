@@ -20,6 +20,7 @@ func startLone(t *testing.T, dir, addr, id string, n int) {
 	node, err := Open(cfg)
 	require.NoError(t, err)
 	waitLeaderOf(t, node)
+	require.Eventually(t, node.clusterIDRecorded.Load, 10*time.Second, 10*time.Millisecond, "cluster id stamped and recorded")
 	for i := range n {
 		require.NoError(t, mustPropose(t, node, createNS(string(rune('a'+i)))).Err())
 	}
@@ -28,7 +29,8 @@ func startLone(t *testing.T, dir, addr, id string, n int) {
 
 // A state machine file that is not this node's is refused at start, with
 // nothing changed: one from another node's directory (ahead of this
-// node's log), or one beside a Raft log that was lost.
+// node's log, or of another cluster), or one beside a Raft log that was
+// lost.
 func TestOpenRefusesAStateMachineAheadOfItsLog(t *testing.T) {
 	mine, other := t.TempDir(), t.TempDir()
 	startLone(t, mine, freeAddr(t), "n1", 1)
@@ -41,6 +43,16 @@ func TestOpenRefusesAStateMachineAheadOfItsLog(t *testing.T) {
 	_, err = Open(cfg)
 	require.ErrorIs(t, err, ErrForeignState)
 	assert.Contains(t, err.Error(), "floe restore")
+
+	// Behind, but another cluster's: raft.db recorded this cluster's id.
+	third := t.TempDir()
+	startLone(t, third, freeAddr(t), "n3", 0)
+	raw, err = os.ReadFile(filepath.Join(third, fsmFile))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(mine, fsmFile), raw, 0o600))
+	_, err = Open(cfg)
+	require.ErrorIs(t, err, ErrForeignState)
+	assert.Contains(t, err.Error(), "copied from another cluster")
 
 	// raft.db lost: without the check the node bootstrapped a new
 	// cluster on top of the old state.

@@ -177,3 +177,26 @@ func TestStatusWithSilentMembersAnswersFromWhatItKnows(t *testing.T) {
 		assert.NotEmpty(t, m.ClusterAddr, "%+v", m)
 	}
 }
+
+// A follower left alone (the leader and the other follower silent) answers
+// a linearizable read with "no leader", which a client may resend (503),
+// never with an error of unknown outcome: a read writes nothing.
+func TestReadWithNoLeaderLeftIsNoLeader(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	rest := others(nodes, leader)
+	asker, silent := rest[0], rest[1]
+	require.Eventually(t, func() bool { return asker.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+	pause(leader, true)
+	pause(silent, true)
+	t.Cleanup(func() {
+		pause(leader, false)
+		pause(silent, false)
+	})
+	for range 3 {
+		err := asker.Read(ctxTimeout(t, 30*time.Second), func(*fsm.Reader) error { return nil })
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrNoLeader, "%v", err)
+		assert.NotErrorIs(t, err, ErrUnknownOutcome)
+	}
+}

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -62,6 +63,13 @@ func (a *hclogAdapter) attrs(args []any) []any {
 
 func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lv := slogLevel(level)
+	for _, v := range args {
+		if err, ok := v.(error); ok && errors.Is(err, errForeignPeer) {
+			// Raft says so at every heartbeat; checkPeerCluster's own
+			// error line, once a minute, tells the operator.
+			lv = slog.LevelDebug
+		}
+	}
 	if !a.l.Enabled(context.Background(), lv) {
 		return
 	}

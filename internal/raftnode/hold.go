@@ -24,6 +24,9 @@ import (
 type holdLayer struct {
 	raft.StreamLayer
 	held atomic.Bool
+	// inboundHeld refuses inbound Raft connections only: a node forming a
+	// cluster of one keeps them out until it has its identity (see Open).
+	inboundHeld atomic.Bool
 	// checkPeer, when set, runs before every Raft dial; an error refuses
 	// the dial (see Node.checkPeerCluster). Set before Raft starts.
 	checkPeer func(addr string, timeout time.Duration) error
@@ -79,7 +82,7 @@ func (h *holdLayer) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if h.held.Load() {
+		if h.held.Load() || h.inboundHeld.Load() {
 			c.Close()
 			continue
 		}

@@ -280,6 +280,8 @@ type Node struct {
 	metrics *metrics
 	// foreignLog throttles checkPeerCluster's log line per address.
 	foreignLog throttle
+	// clusterIDRecorded: raft.db holds the cluster identity (recordClusterID).
+	clusterIDRecorded atomic.Bool
 
 	// ctx is canceled by Shutdown: it is the stop signal of the background
 	// goroutines and ends every wait on a Raft future.
@@ -384,7 +386,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.fsm, err = fsm.Open(filepath.Join(cfg.DataDir, "fsm.db"), cfg.Logger.With("component", "fsm"))
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: %w", damaged(err))
+		return nil, damaged(err)
 	}
 	undo = append(undo, func() { n.fsm.Close() })
 	n.fsm.OnSnapshot(func(d time.Duration, size int64) {
@@ -394,7 +396,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.logs, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft.db"), raftlog.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: %w", damaged(err))
+		return nil, damaged(err)
 	}
 	undo = append(undo, func() { n.logs.Close() })
 
@@ -407,6 +409,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := n.checkStateMachineNotAhead(); err != nil {
+		return nil, err
+	}
+	if err := n.checkClusterIDMatches(); err != nil {
 		return nil, err
 	}
 	hasState, err := raft.HasExistingState(n.logs, n.logs, n.snaps)
@@ -450,6 +455,16 @@ func Open(cfg Config) (*Node, error) {
 		// votes it cast. Its Raft port stays shut until formCluster knows
 		// whether its ID is a member (see Config.RejoinAsNonvoter).
 		n.hold.held.Store(true)
+	}
+	if !hasState && cfg.Bootstrap && len(cfg.Peers) <= 1 && cfg.BootstrapExpect <= 1 {
+		// A cluster of one about to form may be a member of another that
+		// lost its data directory. Until it has stamped its own identity,
+		// nothing tells that cluster's leader apart from it
+		// (checkPeerCluster), and within its first election timeout that
+		// leader's heartbeat, at a later term, would make it a follower
+		// over a log whose first entry (index 1, term 1) matches any
+		// cluster's. It needs no inbound Raft connection to lead itself.
+		n.hold.inboundHeld.Store(true)
 	}
 	n.trans = &gatedTransport{NetworkTransport: NewNetworkTransport(layer, hlog)}
 	undo = append(undo, func() { n.trans.Close() })
@@ -1117,6 +1132,10 @@ func (n *Node) monitor() {
 		n.metrics.commitIndex.Set(float64(n.raft.CommitIndex()))
 		n.metrics.appliedIndex.Set(float64(n.fsm.AppliedIndex()))
 		n.leader.update(n.raft.LeaderWithID())
+		if n.hold.inboundHeld.Load() {
+			n.openInbound()
+		}
+		n.recordClusterID()
 		if n.raft.State() == raft.Leader {
 			term := n.raft.CurrentTerm()
 			if n.barrierTerm.Load() != term {
@@ -1218,6 +1237,15 @@ func (n *Node) stampClusterID() {
 		return
 	}
 	n.logger.Info("cluster identity stamped", "cluster_id", n.ClusterID())
+	n.openInbound()
+}
+
+// openInbound lets inbound Raft connections in once this node holds a
+// cluster identity (see holdLayer.inboundHeld).
+func (n *Node) openInbound() {
+	if n.ClusterID() != "" && n.hold.inboundHeld.Swap(false) {
+		n.logger.Info("accepting Raft connections: this cluster has its identity")
+	}
 }
 
 // clusterIDFrom decides, from the members' info answers (errs[i] set for

@@ -268,23 +268,26 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	waitLeaderOf(t, n)
 }
 
-func TestThreeNodeCluster(t *testing.T) {
+// openThree opens a cluster of three voters, node0 to node2, each
+// bootstrapped with all three as peers.
+func openThree(t *testing.T) ([]*Node, []raft.Server) {
 	const size = 3
-	addrs := make([]string, size)
 	peers := make([]raft.Server, size)
-	for i := range addrs {
-		addrs[i] = freeAddr(t)
-		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addrs[i]), Suffrage: raft.Voter}
+	for i := range peers {
+		addr := freeAddr(t)
+		peers[i] = raft.Server{ID: raft.ServerID(fmt.Sprintf("node%d", i)), Address: raft.ServerAddress(addr), Suffrage: raft.Voter}
 	}
 	nodes := make([]*Node, size)
 	for i := range nodes {
-		cfg := testConfig(t, t.TempDir(), addrs[i])
-		cfg.NodeID = string(peers[i].ID)
-		cfg.Bootstrap = true
-		cfg.Peers = peers
+		cfg := testConfig(t, t.TempDir(), string(peers[i].Address))
+		cfg.NodeID, cfg.Bootstrap, cfg.Peers = string(peers[i].ID), true, peers
 		nodes[i] = mustOpen(t, cfg)
 	}
+	return nodes, peers
+}
 
+func TestThreeNodeCluster(t *testing.T) {
+	nodes, _ := openThree(t)
 	leader := waitOneLeader(t, nodes)
 	for _, n := range nodes {
 		require.Eventually(t, func() bool { return n.Ready() == nil }, 10*time.Second, 10*time.Millisecond, "node %s not ready: %v", n.ID(), n.Ready())
