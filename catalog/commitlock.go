@@ -116,7 +116,7 @@ func (l *commitLocks) release(k string) {
 // a commit through another node: a random wait below a bound that doubles
 // from retryWaitMin up to retryWaitMax ("full jitter"), so that racing
 // nodes spread out instead of meeting again. With the default 10 retries
-// the waits add up to at most about 1.3 s.
+// the waits add up to at most about 1 s.
 const (
 	retryWaitMin = 2 * time.Millisecond
 	retryWaitMax = 250 * time.Millisecond

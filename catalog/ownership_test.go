@@ -171,8 +171,12 @@ func TestRegisteredTableAdoptsThePlaceItLeft(t *testing.T) {
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
 	r := n.do(t, "POST", "/v1/namespaces/ns/tables", withName("x"))
 	require.Equal(t, 200, r.status, "%s", r.body)
-	first := r.json(t)["metadata-location"].(string)
 	old := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	// Its data path stays in the place it leaves (a value it has is not
+	// judged again when it moves).
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables/x", setProp("write.data.path", old+"/data"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	first := r.json(t)["metadata-location"].(string)
 	r = n.do(t, "POST", "/v1/namespaces/ns/tables/x", map[string]any{
 		"requirements": []any{},
 		"updates":      []any{map[string]any{"action": "set-location", "location": old + "-moved"}},
@@ -196,13 +200,14 @@ func TestRegisteredTableAdoptsThePlaceItLeft(t *testing.T) {
 	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/x", nil).status)
 	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "c", "metadata-location": first})
 	require.Equal(t, 200, r.status, "%s", r.body)
-	// Registered again now, x cannot adopt c's location: it stays c's,
-	// and the register still succeeds.
+	// Registered again now, x cannot adopt c's location, and its data
+	// path would write into c's: refused.
 	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": current})
-	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "write.data.path")
 	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/c", nil).status)
 	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("t", old))
-	require.Equal(t, 200, r.status, "x adopted nothing: %s", r.body)
+	require.Equal(t, 200, r.status, "%s", r.body)
 }
 
 // While a node's heartbeat says its binary predates body version 3, a

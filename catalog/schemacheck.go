@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -220,7 +221,8 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 // checkNewSnapshots, checkNewStatistics and checkWritePaths.
 func checkNewTableMetadata(before, after table.Metadata) error {
 	for _, check := range []func(before, after table.Metadata) error{
-		checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs, checkNewSnapshots, checkNewStatistics, checkWritePaths,
+		checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs, checkNewSnapshots, checkNewStatistics,
+		func(before, after table.Metadata) error { return checkWritePaths(before, after) },
 	} {
 		if err := check(before, after); err != nil {
 			return err
@@ -241,8 +243,10 @@ var writePathProperties = []string{
 // location: engines would write the table's files where no purge of the
 // table deletes them, or among another table's. A location belongs to one
 // table, and so do the files written for it. Values a table already has
-// (registered with them) are not judged again.
-func checkWritePaths(before, after table.Metadata) error {
+// are not judged again at a commit. A value inside one of alsoWithin is
+// accepted too: a register passes the places it adopts, where a table that
+// moved may still write (its own former location).
+func checkWritePaths(before, after table.Metadata, alsoWithin ...string) error {
 	for _, k := range writePathProperties {
 		v, ok := after.Properties()[k]
 		if !ok || (before != nil && before.Properties()[k] == v) {
@@ -254,7 +258,8 @@ func checkWritePaths(before, after table.Metadata) error {
 		if err := checkNewLocationSpelling(v); err != nil {
 			return err
 		}
-		if fsm.LocationKey(v) == fsm.LocationKey(after.Location()) || storage.IsWithin(after.Location(), v) {
+		if fsm.LocationKey(v) == fsm.LocationKey(after.Location()) || storage.IsWithin(after.Location(), v) ||
+			slices.ContainsFunc(alsoWithin, func(p string) bool { return fsm.LocationKey(v) == fsm.LocationKey(p) || storage.IsWithin(p, v) }) {
 			continue
 		}
 		return badRequest("property %s = %q is outside the table's location %s: a table's files stay below its location, so the location must cover it", k, v, after.Location())

@@ -1578,8 +1578,18 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Engines write where write.data.path and write.metadata.path say: as
 	// at a create, they must lie inside the table's location, or a table
-	// registered so would write into another table's.
-	if err := checkWritePaths(nil, tm.meta); err != nil {
+	// registered so would write into another table's; or inside a place
+	// the table adopts that no other table holds (a table that moved,
+	// dropped without purge and registered again, keeps writing there).
+	id := fsm.Ident{Namespace: levels, Name: req.Name}
+	adopts := s.placesOutside(r.Context(), tm.meta)
+	var free []string
+	for _, a := range adopts {
+		if s.checkOwner(r.Context(), id, a.Location) == nil {
+			free = append(free, a.Location)
+		}
+	}
+	if err := checkWritePaths(nil, tm.meta, free...); err != nil {
 		return err
 	}
 	// The metadata file must be the table's own: one inside another
@@ -1588,7 +1598,6 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if !storage.IsWithin(tm.meta.Location(), tm.location) {
 		return badRequest("metadata-location %s is not inside the location its metadata declares (%s)", tm.location, tm.meta.Location())
 	}
-	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	setAuditTarget(r, id.String())
 	// A missing namespace is named first, as the reference implementation
 	// does, before who owns the location (the state machine decides both
@@ -1618,7 +1627,6 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	adopts := s.placesOutside(r.Context(), tm.meta)
 	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) > 0 && len(adopts) > 0 {
 		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release; register the table again once every node is upgraded",
 			"table", id.String(), "places", len(adopts), "nodes", strings.Join(old, ", "))

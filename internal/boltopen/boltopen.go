@@ -10,9 +10,9 @@ package boltopen
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -36,13 +36,12 @@ func Open(path string, mode os.FileMode, opts *bolt.Options, init func(*bolt.DB)
 	}()
 	db, err = bolt.Open(path, mode, opts)
 	if err != nil {
-		var pathErr *fs.PathError
-		if errors.Is(err, bolterrors.ErrTimeout) || errors.As(err, &pathErr) {
-			return nil, err // locked by another process, or not opened at all
+		if refusedContent(err) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
 		}
-		// The file opened, and bbolt refused what it read (too small,
-		// not a database, a checksum or version mismatch).
-		return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
+		// Locked, not permitted, out of memory for the mapping, an I/O
+		// error: not the file's content.
+		return nil, err
 	}
 	if fi, serr := os.Stat(path); serr == nil {
 		var size int64
@@ -71,4 +70,16 @@ func closeQuietly(db *bolt.DB) {
 	}
 	defer func() { _ = recover() }()
 	_ = db.Close()
+}
+
+// refusedContent reports whether bolt.Open failed on what it read: not a
+// database, a checksum or version mismatch, a mapping it cannot use, a
+// file too small to hold its meta pages.
+func refusedContent(err error) bool {
+	for _, e := range []error{bolterrors.ErrInvalid, bolterrors.ErrChecksum, bolterrors.ErrVersionMismatch, bolterrors.ErrInvalidMapping} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return strings.HasPrefix(err.Error(), "file size too small")
 }

@@ -1035,15 +1035,38 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 // unknown outcome (500), though most of them committed; during the
 // transfer new commands are refused as by a node that does not lead, and
 // the followers send them again to the new leader.
+//
+// The target is the voter that answers with the most of the log: Raft's
+// own pick (the highest next index) may be a voter that is down, which
+// would refuse writes until the transfer timed out and hand nothing over.
 func (n *Node) HandOver(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return nil
 	}
-	err := n.transferLocal(ctx, "")
-	if errors.Is(err, ErrInvalidMember) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return err
+	}
+	var voters []raft.Server
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != n.id {
+			voters = append(voters, s)
+		}
+	}
+	if len(voters) == 0 {
 		return nil
 	}
-	return err
+	infos, errs := n.askAll(ctx, voters, statusProbeTimeout)
+	best := -1
+	for i := range voters {
+		if errs[i] == nil && infos[i].ID == string(voters[i].ID) && (best < 0 || infos[i].LastIndex > infos[best].LastIndex) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return fmt.Errorf("%w: no other voter answers", ErrUnavailable)
+	}
+	return n.transferLocal(ctx, string(voters[best].ID))
 }
 
 func (n *Node) transferLocal(ctx context.Context, id string) error {

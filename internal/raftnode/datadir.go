@@ -33,7 +33,7 @@ var (
 const nodeIDFile = "node-id"
 
 // damagedHint is the way out of a damaged data directory.
-const damagedHint = "restore the node from a backup (floe restore), or remove it from the cluster (floe members remove), empty its data directory and start it with --join"
+const damagedHint = "remove the node from the cluster (floe members remove), empty its data directory and start it with --join; if it was the cluster's last node, start a new cluster from a backup (floe restore)"
 
 // damaged is the error of opening one of the data directory's files: for
 // a damaged file, ErrDamaged with the way out.
@@ -119,14 +119,15 @@ func (n *Node) recordClusterID() {
 // before the record existed). The ID defaults to the cluster address, so a
 // node moved to a new address without --node-id would change its ID.
 // A directory without state (no Raft state, nothing applied) is no
-// node's yet: its record is replaced.
-func (n *Node) checkNodeID(hasState bool) error {
+// node's yet, and a seeded one not started yet is the node's its seed
+// record names (checked by checkSeed): their record is replaced.
+func (n *Node) checkNodeID(hasState, seeded bool) error {
 	path := filepath.Join(n.cfg.DataDir, nodeIDFile)
 	raw, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		rec := strings.TrimSpace(string(raw))
-		if rec != string(n.id) && !hasState && n.fsm.AppliedIndex() == 0 {
+		if rec != string(n.id) && (seeded || !hasState && n.fsm.AppliedIndex() == 0) {
 			return writeFileSynced(path, []byte(string(n.id)+"\n"))
 		}
 		if rec != string(n.id) {

@@ -479,7 +479,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	// After the seed record: a seeded directory is checked against it.
-	if err := n.checkNodeID(hasState || seeded); err != nil {
+	if err := n.checkNodeID(hasState, seeded); err != nil {
 		return nil, err
 	}
 
