@@ -28,11 +28,9 @@ func TestCommitTurns(t *testing.T) {
 	_, _, err = l.lock(ctx, a)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
-	start := time.Now()
 	other, timedOut, err := l.lock(context.Background(), a)
 	require.NoError(t, err)
 	assert.True(t, timedOut, "no turn within commitTurnWait: it goes ahead without")
-	assert.GreaterOrEqual(t, time.Since(start), commitTurnWait)
 	other()
 
 	release()

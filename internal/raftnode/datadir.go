@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/floe-catalog/floe/internal/boltopen"
 	"github.com/floe-catalog/floe/internal/raftlog"
 )
@@ -128,7 +130,7 @@ func (n *Node) checkNodeID(hasState, seeded bool) error {
 	case err == nil:
 		rec := strings.TrimSpace(string(raw))
 		if rec != string(n.id) && (seeded || !hasState && n.fsm.AppliedIndex() == 0) {
-			return writeFileSynced(path, []byte(string(n.id)+"\n"))
+			return recordNodeID(path, n.id)
 		}
 		if rec != string(n.id) {
 			return fmt.Errorf("%w: %s holds node %q's state, and this node is %q; start it with --node-id %s, or give %q an empty data directory",
@@ -136,33 +138,16 @@ func (n *Node) checkNodeID(hasState, seeded bool) error {
 		}
 		return nil
 	case errors.Is(err, fs.ErrNotExist):
-		return writeFileSynced(path, []byte(string(n.id)+"\n"))
+		return recordNodeID(path, n.id)
 	default:
 		return fmt.Errorf("raftnode: %w", err)
 	}
 }
 
-// writeFileSynced writes path through a temporary file and a rename, both
-// synced.
-func writeFileSynced(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("raftnode: %w", err)
+// recordNodeID writes id into the node-id file at path.
+func recordNodeID(path string, id raft.ServerID) error {
+	if err := writeFileAtomic(path, []byte(string(id)+"\n")); err != nil {
+		return fmt.Errorf("raftnode: record the node id: %w", err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	return syncDirPath(filepath.Dir(path))
+	return nil
 }

@@ -102,9 +102,8 @@ func TestOpenRefusesACutShortFile(t *testing.T) {
 			require.NoError(t, os.Truncate(path, used/2/4096*4096))
 			cfg := testConfig(t, dir, addr)
 			cfg.NodeID = "n1"
-			start := time.Now()
 			_, err = Open(cfg)
-			require.ErrorIs(t, err, ErrDamaged, "after %s", time.Since(start))
+			require.ErrorIs(t, err, ErrDamaged)
 			assert.Contains(t, err.Error(), path)
 		})
 	}
