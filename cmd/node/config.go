@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/auth"
@@ -338,6 +341,7 @@ func parseConfig(args, env []string, stdout io.Writer) (config, error) {
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	c.notices = append(c.notices, commandLineSecrets(onCommandLine, c.Warehouses)...)
 	vars := envMap(env)
+	c.notices = append(c.notices, unknownEnv(fs, vars)...)
 	path := c.Config
 	if !onCommandLine[configFlag] {
 		path = vars[envName(configFlag)]
@@ -413,6 +417,38 @@ func unwrapParse(err error) error {
 		return ne.Err
 	}
 	return err
+}
+
+// cliEnv are the FLOE_* variables the operator commands read (floe status,
+// floe backup, ...) and deploy/cluster.sh's port base: not a node's
+// settings, but not mistakes either.
+var cliEnv = []string{"FLOE_NODE", "FLOE_TOKEN", "FLOE_CLUSTER_BASE_PORT"}
+
+// unknownEnv warns of each FLOE_* variable that is no flag's twin: a
+// misspelt FLOE_WAREHOSE would otherwise leave the node on its default
+// warehouse without a word. A warning, not a refusal: a variable meant
+// for another tool must not stop a node.
+func unknownEnv(fs *flag.FlagSet, vars map[string]string) []notice {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	var out []notice
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if known[k] || slices.Contains(cliEnv, k) {
+			continue
+		}
+		attrs := []any{"variable", k}
+		best, bestDist := "", 4 // farther than 3 edits is no suggestion
+		for name := range known {
+			if d := levenshtein.ComputeDistance(k, name); d < bestDist || (d == bestDist && name < best) {
+				best, bestDist = name, d
+			}
+		}
+		if best != "" {
+			attrs = append(attrs, "did_you_mean", best)
+		}
+		out = append(out, notice{msg: "environment variable names no setting of floe; it is ignored", attrs: attrs})
+	}
+	return out
 }
 
 func envMap(env []string) map[string]string {

@@ -130,6 +130,9 @@ line, ` + "`FLOE_*`" + ` environment variables, and an optional YAML configurati
 file. Every setting can be given in each of them under the same name:
 ` + "`--data-dir`" + ` on the command line is ` + "`FLOE_DATA_DIR`" + ` in the environment and
 ` + "`data-dir`" + ` in the file. ` + "`floe --help`" + ` prints the same list as the table below.
+A ` + "`FLOE_*`" + ` variable that names no setting is ignored with a warning at start
+that names it and the setting it may have meant (` + "`FLOE_NODE`" + ` and
+` + "`FLOE_TOKEN`" + `, read by the operator commands, are not warned of).
 
 ## Precedence
 

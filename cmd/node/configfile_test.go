@@ -438,3 +438,23 @@ func TestMistypedCommand(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `unexpected argument "extra"`)
 }
+
+// TestUnknownEnvironmentWarned: a FLOE_* variable that is no setting's
+// twin is named in a warning, with the setting it may have meant; the
+// operator commands' variables and the settings' own are not.
+func TestUnknownEnvironmentWarned(t *testing.T) {
+	c, err := parseConfig(nil, []string{
+		"FLOE_WAREHOSE=s3://lake/w", "FLOE_LOG_LEVEL=info", "FLOE_NODE=127.0.0.1:8181",
+		"FLOE_TOKEN=x", "FLOE_SOMETHING_ELSE_ENTIRELY=1", "OTHER_WAREHOSE=1",
+	}, io.Discard)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	c.logNotices(newLogger(c, &logs))
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	require.Len(t, lines, 2, logs.String())
+	assert.Contains(t, lines[0], "variable=FLOE_SOMETHING_ELSE_ENTIRELY")
+	assert.NotContains(t, lines[0], "did_you_mean")
+	assert.Contains(t, lines[1], "variable=FLOE_WAREHOSE")
+	assert.Contains(t, lines[1], "did_you_mean=FLOE_WAREHOUSE")
+	assert.Contains(t, lines[1], "level=WARN")
+}
