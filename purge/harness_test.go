@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/catalog"
@@ -283,6 +286,20 @@ func (c *cluster) list(prefix string) []string {
 		return nil
 	}))
 	return out
+}
+
+// assertNoDir checks, in a file:// warehouse, that the directory at loc
+// is gone: a purge removes the empty directories its deletes leave.
+func (c *cluster) assertNoDir(loc string) {
+	c.t.Helper()
+	path, ok := strings.CutPrefix(loc, "file://")
+	if !ok {
+		return
+	}
+	_, err := os.Lstat(path)
+	assert.ErrorIs(c.t, err, fs.ErrNotExist, "the purged table's directory %s is removed", path)
+	_, err = os.Stat(filepath.Dir(path))
+	assert.NoError(c.t, err, "the namespace's directory stays")
 }
 
 type resp struct {

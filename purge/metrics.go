@@ -17,6 +17,8 @@ type metrics struct {
 	skippedOutside   prometheus.Counter
 	skippedOwned     *prometheus.CounterVec
 	deleteErrors     prometheus.Counter
+	dirsRemoved      prometheus.Counter
+	unrenewed        prometheus.Counter
 	batches          *prometheus.CounterVec
 	batchLatency     prometheus.Histogram
 	leases           *prometheus.CounterVec
@@ -54,6 +56,12 @@ func newMetrics() *metrics {
 		skippedOutside: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_files_skipped_outside_total", Help: "Reachable files left alone because they lie outside the dropped table's location.",
 		}),
+		unrenewed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_batches_unfenced_total", Help: "Delete batches not sent because no heartbeat of this node had been accepted within half the heartbeat timeout, and none came within a whole one (its leases may have been reassigned).",
+		}),
+		dirsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_directories_removed_total", Help: "Empty directories removed under dropped tables' locations after their purges succeeded (local file warehouses; object stores have none).",
+		}),
 		skippedOwned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floe_purge_files_skipped_guarded_total",
 			Help: "Files a purge batch left in place at the last check before deleting: inside another live table's location (owned) or outside the allowed locations (disallowed). Non-zero only for state written before locations were owned.",
@@ -88,7 +96,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.dirsRemoved, m.unrenewed, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
 	return m
 }
 

@@ -176,6 +176,9 @@ type Service struct {
 	pollWake chan struct{}
 	// beat sends a heartbeat now (NewLeader).
 	beat chan struct{}
+	// renew sends a heartbeat now for a delete batch waiting on its fence.
+	renew    chan struct{}
+	renewals *renewals
 
 	mu   sync.Mutex
 	runs map[string]*run // by job id
@@ -220,6 +223,8 @@ func New(cfg Config) (*Service, error) {
 		wake:     make(chan struct{}, 1),
 		pollWake: make(chan struct{}, 1),
 		beat:     make(chan struct{}, 1),
+		renew:    make(chan struct{}, 1),
+		renewals: newRenewals(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -424,13 +429,19 @@ func (s *Service) heartbeatLoop() {
 	defer t.Stop()
 	for {
 		now := s.cfg.Now()
+		// The fence (fence.go) counts from the sending, by this
+		// process's monotonic clock, whatever cfg.Now says.
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(s.ctx, interval)
 		_, err := s.cfg.Store.Propose(ctx, fsm.PurgeHeartbeat{
 			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: s.leases(), Features: fsm.PurgeFeaturesOfThisBinary,
 			AtMs: now.UnixMilli(), ExpiresMs: now.Add(s.cfg.HeartbeatTimeout).UnixMilli(),
 		})
 		cancel()
-		if err != nil && s.ctx.Err() == nil {
+		switch {
+		case err == nil:
+			s.renewals.accepted(sent)
+		case s.ctx.Err() == nil:
 			s.log.Debug("purge heartbeat failed", "error", err)
 		}
 		select {
@@ -439,6 +450,7 @@ func (s *Service) heartbeatLoop() {
 		case <-t.C:
 		case <-s.beat:
 			s.m.leaderBeats.Inc()
+		case <-s.renew:
 		}
 	}
 }

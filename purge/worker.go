@@ -71,6 +71,9 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 			"checkpoint_phase", PhaseName(progress.Phase), "checkpoint_offset", progress.Offset)
 		return
 	}
+	if err == nil {
+		jr.removeEmptyDirs(ctx)
+	}
 	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: progress, MaxAttempts: s.cfg.MaxAttempts, AtMs: s.cfg.Now().UnixMilli()}
 	switch {
 	case err == nil:
@@ -489,8 +492,14 @@ func (r *jobRun) flush() {
 	r.pending.Add(1)
 	task := func() {
 		defer r.pending.Done()
+		fctx, cancel, err := r.s.fence(r.ctx)
+		if err != nil {
+			r.complete(b, 0, 0, fmt.Errorf("deleting %d files: %w", len(uris), err))
+			return
+		}
 		start := time.Now()
-		n, err := r.objs.Delete(r.ctx, uris)
+		n, err := r.objs.Delete(fctx, uris)
+		cancel()
 		r.s.m.batchLatency.Observe(time.Since(start).Seconds())
 		if err == nil {
 			r.complete(b, n, size, nil)
@@ -576,6 +585,60 @@ func (r *jobRun) guard(uris []string) ([]string, error) {
 		}
 	}
 	return keep, nil
+}
+
+// dirRemover is storage that has directories: local files
+// (storage.Mux.RemoveEmptyDirs; a no-op for object stores).
+type dirRemover interface {
+	RemoveEmptyDirs(ctx context.Context, uri string) (int, error)
+}
+
+// removeEmptyDirs removes the directories a successful run left empty at
+// and under the table's locations, before the outcome lifts their
+// tombstones, so that no new table can be writing there yet. Only empty
+// directories go: a file anyone put there since keeps its directory. A
+// location is left alone when a live table's location overlaps it (state
+// from before locations were owned) or it lies outside the allowed
+// locations, as the guard leaves such files, and when the run no longer
+// holds the job's lease. Best effort: the files are gone, so a failure is
+// logged and the job still succeeds.
+func (r *jobRun) removeEmptyDirs(ctx context.Context) {
+	dr, ok := r.objs.(dirRemover)
+	if !ok {
+		return
+	}
+	var locs []string
+	rctx, cancel := context.WithTimeout(ctx, max(r.s.cfg.HeartbeatTimeout, time.Second))
+	err := r.s.cfg.Store.Read(rctx, func(rd *fsm.Reader) error {
+		locs = locs[:0]
+		if j, ok := rd.PurgeJob(r.job.ID); !ok || j.State != fsm.JobRunning || j.Lease == nil || j.Lease.Token != r.token {
+			return fmt.Errorf("%w: job %s is no longer leased to this run (token %d)", errStale, r.job.ID, r.token)
+		}
+		for _, loc := range r.job.Locations() {
+			if _, owned := rd.LocationOwner(loc); !owned && r.s.allowed(loc) {
+				locs = append(locs, loc)
+			}
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		r.log.Warn("purge: empty directories left in place", "error", err)
+		return
+	}
+	for _, loc := range locs {
+		fctx, cancel, err := r.s.fence(ctx)
+		if err != nil {
+			r.log.Warn("purge: empty directories left in place", "location", loc, "error", err)
+			return
+		}
+		n, err := dr.RemoveEmptyDirs(fctx, loc)
+		cancel()
+		r.s.m.dirsRemoved.Add(float64(n))
+		if err != nil {
+			r.log.Warn("purge: empty directories under a location not all removed", "location", loc, "removed", n, "error", err)
+		}
+	}
 }
 
 // allowed reports whether uri lies inside one of the allowed locations

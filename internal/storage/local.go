@@ -618,3 +618,78 @@ func (w *walker) descend(parent *os.Root, full, name string) error {
 	defer func() { _ = child.Close() }()
 	return w.walk(child, full)
 }
+
+// removeEmptyDirs removes the directory key and the directories under it
+// that are empty, deepest first, and returns how many it removed. A
+// directory holding anything that is not an empty directory (a file, a
+// link, the temporary file of a write in flight) stays, with every
+// directory above it. Links are never followed, and the file system's root
+// is never a candidate. A missing directory is no error.
+func (s *localStorage) removeEmptyDirs(ctx context.Context, uri string, l location) (int, error) {
+	key := strings.TrimSuffix(l.key, "/")
+	if key == "" {
+		return 0, nil
+	}
+	parentDir, name := splitKey(key)
+	parent, err := openDir(parentDir, false)
+	if err != nil {
+		if isMissing(err) {
+			return 0, nil
+		}
+		return 0, objErr("remove empty directories", uri, err)
+	}
+	defer func() { _ = parent.Close() }()
+	n, err := pruneDir(ctx, parent, key, name)
+	if err != nil {
+		return n, objErr("remove empty directories", uri, err)
+	}
+	return n, nil
+}
+
+// pruneDir removes the empty directories under the directory name of
+// parent (full path full), then name itself if it is left empty.
+func pruneDir(ctx context.Context, parent *os.Root, full, name string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	dir, err := openChild(parent, full, name, false)
+	if err != nil {
+		if isMissing(err) || errors.Is(err, ErrSymlink) || errors.Is(err, syscall.ENOTDIR) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	d, err := dir.Open(".")
+	if err != nil {
+		_ = dir.Close()
+		return 0, &fs.PathError{Op: "open", Path: full, Err: unwrapPathErr(err)}
+	}
+	entries, err := d.ReadDir(-1)
+	_ = d.Close()
+	if err != nil {
+		_ = dir.Close()
+		return 0, &fs.PathError{Op: "readdir", Path: full, Err: unwrapPathErr(err)}
+	}
+	removed := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		n, err := pruneDir(ctx, dir, full+"/"+e.Name(), e.Name())
+		removed += n
+		if err != nil {
+			_ = dir.Close()
+			return removed, err
+		}
+	}
+	_ = dir.Close()
+	switch err := rmdirAt(parent, name); {
+	case err == nil:
+		return removed + 1, nil
+	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENOTDIR), isMissing(err):
+		// Something is left in it, or it was replaced or removed meanwhile.
+		return removed, nil
+	default:
+		return removed, &fs.PathError{Op: "rmdir", Path: full, Err: unwrapPathErr(err)}
+	}
+}

@@ -204,3 +204,65 @@ func TestReadRefusesAnObjectTooLargeToHoldWhole(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{}`, string(data))
 }
+
+// TestLocalRemoveEmptyDirs: the empty directories at and under a location
+// go, deepest first; a directory holding a file, a link or a temporary
+// file stays with the directories above it; a link's target is never
+// entered; a missing location and an s3 URI are no error.
+func TestLocalRemoveEmptyDirs(t *testing.T) {
+	ctx := context.Background()
+	m := newLocal(t, storage.Config{})
+	base := t.TempDir()
+	mkdirs := func(paths ...string) {
+		for _, p := range paths {
+			require.NoError(t, os.MkdirAll(filepath.Join(base, p), 0o755))
+		}
+	}
+	exists := func(p string) bool {
+		_, err := os.Lstat(filepath.Join(base, p))
+		return err == nil
+	}
+
+	t.Run("PartlyEmpty", func(t *testing.T) {
+		mkdirs("t1/metadata", "t1/data/a/b", "t1/data/keep", "t1/data/tmp", "outside/empty")
+		require.NoError(t, os.WriteFile(filepath.Join(base, "t1/data/keep/f.parquet"), []byte("x"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(base, "t1/data/tmp/.floe-tmp-x"), []byte("x"), 0o644))
+		require.NoError(t, os.Symlink(filepath.Join(base, "outside"), filepath.Join(base, "t1/link")))
+		n, err := m.RemoveEmptyDirs(ctx, "file://"+base+"/t1")
+		require.NoError(t, err)
+		assert.Equal(t, 3, n, "metadata, data/a/b and data/a")
+		for _, gone := range []string{"t1/metadata", "t1/data/a"} {
+			assert.False(t, exists(gone), gone)
+		}
+		for _, kept := range []string{"t1", "t1/data", "t1/data/keep/f.parquet", "t1/data/tmp/.floe-tmp-x", "t1/link", "outside/empty"} {
+			assert.True(t, exists(kept), kept)
+		}
+	})
+	t.Run("AllEmpty", func(t *testing.T) {
+		mkdirs("ns/t2/metadata", "ns/t2/data/x=1/y=2", "ns/sibling")
+		n, err := m.RemoveEmptyDirs(ctx, "file://"+base+"/ns/t2/")
+		require.NoError(t, err)
+		assert.Equal(t, 5, n)
+		assert.False(t, exists("ns/t2"))
+		assert.True(t, exists("ns/sibling"), "outside the location")
+		assert.True(t, exists("ns"), "the location's parent")
+	})
+	t.Run("LocationIsALink", func(t *testing.T) {
+		mkdirs("real/empty")
+		require.NoError(t, os.Symlink(filepath.Join(base, "real"), filepath.Join(base, "t3")))
+		n, err := m.RemoveEmptyDirs(ctx, "file://"+base+"/t3")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		assert.True(t, exists("real/empty"))
+	})
+	t.Run("Missing", func(t *testing.T) {
+		n, err := m.RemoveEmptyDirs(ctx, "file://"+base+"/nothing/here")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+	})
+	t.Run("ObjectStore", func(t *testing.T) {
+		n, err := m.RemoveEmptyDirs(ctx, "s3://bucket/w/t")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+	})
+}

@@ -54,3 +54,14 @@ func openDirNoLinks(dir string) (root *os.Root, ok bool) {
 	}
 	return root, true
 }
+
+// rmdirAt removes the empty directory name of parent, and only a
+// directory: a file or link put at name meanwhile is left (ENOTDIR).
+func rmdirAt(parent *os.Root, name string) error {
+	d, err := parent.Open(".")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return unix.Unlinkat(int(d.Fd()), name, unix.AT_REMOVEDIR)
+}

@@ -320,6 +320,23 @@ func (m *Mux) Delete(ctx context.Context, uris []string) (int, error) {
 	return deleted, errors.Join(errs...)
 }
 
+// RemoveEmptyDirs removes, for a file: URI, the directory it names and the
+// directories under it that are empty, deepest first, and returns how many
+// it removed: a directory holding a file, a link or anything else stays,
+// and so does every directory above it; links are never followed. Object
+// stores have no directories: for s3 URIs it does nothing. A missing
+// directory is no error.
+func (m *Mux) RemoveEmptyDirs(ctx context.Context, uri string) (int, error) {
+	l, err := parse(uri)
+	if err != nil {
+		return 0, objErr("remove empty directories", uri, err)
+	}
+	if l.scheme == SchemeS3 {
+		return 0, nil
+	}
+	return m.local.removeEmptyDirs(ctx, uri, l)
+}
+
 // FileIO property keys. The s3.* keys besides s3.path-style-access are the
 // ones iceberg-go's io package defines (io/config.go) and its S3 FileIO reads.
 const (
