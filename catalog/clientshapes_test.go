@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -1062,4 +1063,49 @@ func TestNewTableMetadataCarriesFieldsOldReadersRequire(t *testing.T) {
 			assert.Contains(t, fields, k, name)
 		}
 	}
+}
+
+// TestETagHeaderNameAsJavaReadsIt: Java's HTTPClient keeps response
+// headers in a case-sensitive map under the names as sent and looks up
+// "ETag"; Go's canonical spelling "Etag" is never found there, so every
+// answer that carries the tag must name it "ETag" on the wire.
+func TestETagHeaderNameAsJavaReadsIt(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"e"}}).status)
+	create := `{"name":"t","schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}}`
+	commit := `{"requirements":[],"updates":[{"action":"set-properties","updates":{"k":"v"}}]}`
+	for _, tc := range []struct{ what, method, path, body string }{
+		{"createTable", "POST", "/v1/namespaces/e/tables", create},
+		{"loadTable", "GET", "/v1/namespaces/e/tables/t", ""},
+		{"loadTable with snapshots=refs", "GET", "/v1/namespaces/e/tables/t?snapshots=refs", ""},
+		{"updateTable", "POST", "/v1/namespaces/e/tables/t", commit},
+	} {
+		head := rawHead(t, n.URL, tc.method, tc.path, tc.body)
+		assert.Contains(t, head, "\r\nETag: \"", "%s: %s", tc.what, head)
+		assert.NotContains(t, head, "\r\nEtag:", tc.what)
+	}
+}
+
+// rawHead sends one HTTP/1.1 request over a new connection and returns the
+// answer's status line and headers as they came over the wire.
+func rawHead(t *testing.T, base, method, path, body string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	req := method + " " + path + " HTTP/1.1\r\nHost: " + u.Host + "\r\nConnection: close\r\n"
+	if body != "" {
+		req += "Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
+	}
+	_, err = io.WriteString(conn, req+"\r\n"+body)
+	require.NoError(t, err)
+	raw, err := io.ReadAll(conn)
+	require.NoError(t, err)
+	head, _, ok := strings.Cut(string(raw), "\r\n\r\n")
+	require.True(t, ok, "no end of headers: %q", raw)
+	require.True(t, strings.HasPrefix(head, "HTTP/1.1 200 "), head)
+	return head
 }

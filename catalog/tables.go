@@ -50,7 +50,7 @@ func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.I
 	res := loadTableResult{Metadata: tm.raw, Config: s.whOf(r.Context()).objects.ClientConfig(tm.meta.Location())}
 	if !staged {
 		res.MetadataLocation = &tm.location
-		if w.Header().Get("ETag") == "" { // loadTable sets its mode's
+		if _, tagged := w.Header()[etagHeader]; !tagged { // loadTable sets its mode's
 			setETag(w, tm.location)
 		}
 	}
@@ -59,7 +59,7 @@ func (s *Server) loadResultWith(w http.ResponseWriter, r *http.Request, id fsm.I
 		// Never revalidated: a 304 would let a client keep credentials
 		// that may have expired, or that a later request did not ask for.
 		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Del("ETag")
+		delete(w.Header(), etagHeader)
 	}
 	return res
 }
@@ -339,7 +339,7 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	etag := etagFor(t.MetadataLocation, mode)
-	w.Header().Set("ETag", etag)
+	w.Header()[etagHeader] = []string{etag}
 	// A client asking for credentials gets them fresh, never a 304.
 	vending := s.whOf(r.Context()).vendor != nil && wantsVendedCredentials(r)
 	if inm := r.Header.Get("If-None-Match"); inm != "" && !vending && etagMatches(inm, etag) {
@@ -380,9 +380,17 @@ func etagFor(metadataLocation, mode string) string {
 // a client may send it as If-None-Match on its next load.
 func setETag(w http.ResponseWriter, metadataLocation string) {
 	if metadataLocation != "" {
-		w.Header().Set("ETag", etagFor(metadataLocation, "all"))
+		w.Header()[etagHeader] = []string{etagFor(metadataLocation, "all")}
 	}
 }
+
+// etagHeader is the ETag header's name as sent, spelt as the spec and
+// Java's client spell it: that client keeps response headers in a
+// case-sensitive map under the names as they arrived and looks up "ETag",
+// so Go's canonical "Etag" (what Header().Set writes) would never be
+// found, and it would never send If-None-Match. Set it through the map,
+// not Header().Set.
+const etagHeader = "ETag"
 
 func etagMatches(header, etag string) bool {
 	for _, candidate := range strings.Split(header, ",") {

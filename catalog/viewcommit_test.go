@@ -26,6 +26,9 @@ func TestDecodeViewCommit(t *testing.T) {
 		`{"updates":5}`, `{"updates":[{"action":"no-such-action"}]}`,
 		`{"requirements":[{"type":"no-such-requirement"}],"updates":[]}`,
 		`{"requirements":{},"updates":[]}`, `{"identifier":5,"updates":[]}`,
+		// iceberg-go takes these as a nil schema and fails on it.
+		`{"updates":[{"action":"add-schema"}]}`, `{"updates":[{"action":"add-schema","schema":null}]}`,
+		`{"updates":[{"action":"add-schema","schema":5}]}`,
 	} {
 		_, err := decodeViewCommit([]byte(body))
 		requireBadRequest(t, err)

@@ -230,12 +230,18 @@ func checkRawViewUpdates(raw json.RawMessage) error {
 	var updates []struct {
 		Action      string          `json:"action"`
 		ViewVersion json.RawMessage `json:"view-version"`
+		Schema      json.RawMessage `json:"schema"`
 	}
 	if err := json.Unmarshal(raw, &updates); err != nil {
 		return badRequest("invalid view commit: %v", err)
 	}
 	added := 0
 	for _, u := range updates {
+		if u.Action == view.UpdateAddSchema && !isJSONObject(u.Schema) {
+			// iceberg-go would take a missing or null schema as a nil
+			// one, and fail on it as on a bug.
+			return badRequest("update %q requires field \"schema\", an object", u.Action)
+		}
 		if u.Action != view.UpdateAddViewVersion {
 			continue
 		}
@@ -875,4 +881,10 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeLoadViewResult(w, vm)
 	return nil
+}
+
+// isJSONObject reports whether raw is a JSON object (after white space).
+func isJSONObject(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
 }

@@ -54,7 +54,18 @@ func (rw *renewals) last() (time.Time, <-chan struct{}) {
 // deadline is never whole, so storage never acts on it. The time between
 // the deadline and the reassignment is the margin for the request's
 // transit.
+//
+// A service that was never started sends no heartbeats (a catalog's private
+// one, for a catalog used alone): it has no fence, and its leases are
+// renewed by nothing.
 func (s *Service) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		fctx, cancel := context.WithCancel(ctx)
+		return fctx, cancel, nil
+	}
 	timeout := s.cfg.HeartbeatTimeout
 	wait := time.NewTimer(timeout)
 	defer wait.Stop()
