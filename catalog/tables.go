@@ -1590,7 +1590,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// the table adopts that no other table holds (a table that moved,
 	// dropped without purge and registered again, keeps writing there).
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
-	adopts := s.placesOutside(r.Context(), tm.meta)
+	adopts := s.placesOutside(r.Context(), levels, tm.meta)
 	var free []string
 	for _, a := range adopts {
 		if s.checkOwner(r.Context(), id, a.Location) == nil {
@@ -1667,8 +1667,12 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 // left its files. Only places a new location could be are kept: strictly
 // inside the allowed locations and spelled as a new location must be.
 // Data files are not listed (that would read every manifest); they lie
-// beside the manifest lists unless the table was written oddly.
-func (s *Server) placesOutside(ctx context.Context, meta table.Metadata) []fsm.FormerLocation {
+// beside the manifest lists unless the table was written oddly. A place
+// outside the namespace's scope (checkScope: a principal with write on one
+// namespace only) is not adopted: adopting is claiming, and such a
+// principal may not claim, get credentials for or purge another
+// namespace's files by naming them in a metadata file it wrote.
+func (s *Server) placesOutside(ctx context.Context, namespace []string, meta table.Metadata) []fsm.FormerLocation {
 	own := fsm.LocationKey(meta.Location())
 	var out []fsm.FormerLocation
 	add := func(file string) {
@@ -1686,7 +1690,7 @@ func (s *Server) placesOutside(ctx context.Context, meta table.Metadata) []fsm.F
 				return
 			}
 		}
-		if checkNewLocationSpelling(root) != nil || s.checkLocation(ctx, root) != nil {
+		if checkNewLocationSpelling(root) != nil || s.checkLocation(ctx, root) != nil || s.checkScope(ctx, namespace, root) != nil {
 			return
 		}
 		out = append(out, fsm.FormerLocation{Location: root, Key: key})

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +273,40 @@ func TestAuthProcesses(t *testing.T) {
 		c.mustCall(t, n2, alice, "POST", "/v1/namespaces/sales/tables", body("custom", wh+"/sales/elsewhere/custom"), http.StatusOK)
 		// A catalog-wide writer (root) may place a table anywhere allowed.
 		c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces/sales/tables", body("placed", wh+"/shared/placed"), http.StatusOK)
+	})
+
+	t.Run("a namespace writer's register adopts no place of another namespace", func(t *testing.T) {
+		var created struct {
+			MetadataLocation string         `json:"metadata-location"`
+			Metadata         map[string]any `json:"metadata"`
+		}
+		require.NoError(t, json.Unmarshal(c.mustCall(t, n2, testRootToken, "POST", "/v1/namespaces/hr/tables",
+			`{"name":"secret","schema":{"type":"struct","fields":[]}}`, http.StatusOK), &created))
+		c.mustCall(t, n2, testRootToken, "DELETE", "/v1/namespaces/hr/tables/secret", "", http.StatusNoContent)
+		hrLoc := created.Metadata["location"].(string)
+		evilLoc := strings.Replace(hrLoc, "/hr/", "/sales/", 1) + "-evil"
+		// alice writes, inside her own namespace, a metadata file whose log
+		// names hr's file: registering it would adopt hr's place.
+		write := func(props map[string]any) string {
+			meta := maps.Clone(created.Metadata)
+			meta["location"] = evilLoc
+			meta["table-uuid"] = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8d"
+			meta["metadata-log"] = []any{map[string]any{"metadata-file": created.MetadataLocation, "timestamp-ms": 1}}
+			meta["properties"] = props
+			b, err := json.Marshal(meta)
+			require.NoError(t, err)
+			file := evilLoc + "/metadata/00001-" + strconv.Itoa(len(props)) + ".metadata.json"
+			path := strings.TrimPrefix(file, "file://")
+			require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			require.NoError(t, os.WriteFile(path, b, 0o644))
+			return `{"name":"evil` + strconv.Itoa(len(props)) + `","metadata-location":"` + file + `"}`
+		}
+		code, b := c.call(t, n1, alice, "POST", "/v1/namespaces/sales/register", write(map[string]any{"write.data.path": hrLoc + "/data"}))
+		assert.Equal(t, http.StatusBadRequest, code, "a write path into hr's place: %s", b)
+		c.mustCall(t, n1, alice, "POST", "/v1/namespaces/sales/register", write(map[string]any{}), http.StatusOK)
+		// hr's place was not taken: its table registers again.
+		c.mustCall(t, n3, testRootToken, "POST", "/v1/namespaces/hr/register",
+			`{"name":"secret","metadata-location":"`+created.MetadataLocation+`"}`, http.StatusOK)
 	})
 
 	t.Run("a cross-site browser request changes nothing", func(t *testing.T) {

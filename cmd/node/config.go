@@ -60,6 +60,7 @@ type config struct {
 	TLSCert              string
 	TLSKey               string
 	TLSCA                string
+	ClusterInsecure      bool
 	SnapshotThreshold    uint64
 	SnapshotInterval     time.Duration
 	RaftHeartbeatTimeout time.Duration
@@ -241,6 +242,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate for mutual TLS on the cluster port (with --tls-key and --tls-ca)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that signs every node's certificate")
+	fs.BoolVar(&c.ClusterInsecure, "cluster-insecure", false, "with --auth=on: serve the cluster port without mutual TLS on an address other than loopback. Anyone who reaches that port can change anything in the catalog, grants included, so only where no one but the nodes can reach it")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", raftnode.DefaultSnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", raftnode.DefaultSnapshotInterval, "how often to check whether a snapshot is due")
 	fs.DurationVar(&c.RaftHeartbeatTimeout, "raft-heartbeat-timeout", raftnode.DefaultHeartbeatTimeout, "silence from the leader after which a follower starts an election (checked at random between one and two of it); Raft's election and leader-lease timeouts are set to the same. Raise it on congested or long-distance links; every node should use the same")
@@ -451,6 +453,20 @@ func unknownEnv(fs *flag.FlagSet, vars map[string]string) []notice {
 	return out
 }
 
+// loopbackAddr reports whether addr (host:port) binds to a loopback
+// address only: "localhost" or a literal loopback IP.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func envMap(env []string) map[string]string {
 	m := make(map[string]string, len(env))
 	for _, kv := range env {
@@ -586,6 +602,15 @@ func (c *config) validate() error {
 		}
 	default:
 		return usagef("--auth must be %s or %s, got %q", authOff, authOn, c.Auth)
+	}
+	if c.Auth == authOn && c.TLSCert == "" && !loopbackAddr(c.ClusterAddr) {
+		if !c.ClusterInsecure {
+			return usagef("--auth=on with --cluster-addr %s and no mutual TLS: the cluster port takes changes from anyone who reaches it, grants included, so authentication would be void. Give every node --tls-cert, --tls-key and --tls-ca (deploy/gen-certs.sh makes them), bind --cluster-addr to loopback, or pass --cluster-insecure if only the nodes can reach that address", c.ClusterAddr)
+		}
+		c.notices = append(c.notices, notice{
+			msg:   "the cluster port serves without mutual TLS (--cluster-insecure): anyone who reaches it can change anything in the catalog, grants included",
+			attrs: []any{"cluster_addr", c.ClusterAddr},
+		})
 	}
 	if c.AuthTokenTTL <= 0 || c.AuthMaxTokenTTL < c.AuthTokenTTL || c.AuthKeyRotation < 0 {
 		return usagef("--auth-token-ttl must be positive and at most --auth-max-token-ttl; --auth-key-rotation must not be negative")

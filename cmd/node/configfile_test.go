@@ -458,3 +458,24 @@ func TestUnknownEnvironmentWarned(t *testing.T) {
 	assert.Contains(t, lines[1], "did_you_mean=FLOE_WAREHOUSE")
 	assert.Contains(t, lines[1], "level=WARN")
 }
+
+// TestClusterInsecure: with --auth=on, a cluster port on loopback or
+// behind mutual TLS needs nothing more; elsewhere --cluster-insecure lets
+// the node start, with a warning that says what it means.
+func TestClusterInsecure(t *testing.T) {
+	base := []string{"--auth=on"}
+	env := []string{"FLOE_AUTH_ROOT_TOKEN=" + testRootToken}
+	for _, addr := range []string{"127.0.0.1:8182", "[::1]:8182", "localhost:8182"} {
+		c, err := parseConfig(append(base, "--cluster-addr="+addr), env, io.Discard)
+		require.NoError(t, err, addr)
+		assert.Empty(t, c.notices, addr)
+	}
+	c, err := parseConfig(append(base, "--cluster-addr=0.0.0.0:8182", "--cluster-advertise=10.1.2.3:8182", "--cluster-insecure"), env, io.Discard)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	c.logNotices(newLogger(c, &logs))
+	assert.Contains(t, logs.String(), "without mutual TLS")
+	assert.Contains(t, logs.String(), "level=WARN")
+	_, err = parseConfig([]string{"--cluster-addr=0.0.0.0:8182", "--cluster-advertise=10.1.2.3:8182"}, nil, io.Discard)
+	assert.NoError(t, err, "without authentication the cluster port guards nothing the client API does not give away")
+}

@@ -342,6 +342,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--raft-heartbeat-timeout=10ms"}, want: "--raft-heartbeat-timeout"},
 		{args: []string{"--raft-heartbeat-timeout=2m"}, want: "--raft-heartbeat-timeout"},
 		{args: []string{"--purge-retention=0s"}, want: "--purge-retention"},
+		{args: []string{"--auth=on", "--auth-root-token=" + testRootToken, "--cluster-addr=0.0.0.0:8182", "--cluster-advertise=10.1.2.3:8182"}, want: "and no mutual TLS"},
+		{args: []string{"--auth=on", "--auth-root-token=" + testRootToken, "--cluster-addr=10.1.2.3:8182"}, want: "--cluster-insecure"},
 		{args: []string{"--purge-retention=20s", "--purge-heartbeat-timeout=10s"}, want: "at least 3 × --purge-heartbeat-timeout"},
 		{args: []string{"--idempotency-lifetime=30m"}, want: "--idempotency-lifetime"},
 		{args: []string{"--idempotency-lifetime=PT0S"}, want: "--idempotency-lifetime"},
