@@ -165,6 +165,9 @@ type tokenFailure struct {
 	description string
 	reason      string // metric label; the code if empty
 	basic       bool   // the client used Basic authentication
+	// expiredSubject: a token exchange refused only because its subject
+	// token expired.
+	expiredSubject bool
 }
 
 // ServeHTTP answers a token request with the spec's OAuthTokenResponse or
@@ -262,6 +265,15 @@ func (h *TokenHandler) serve(r *http.Request) (grant string, resp *tokenResponse
 			return "", nil, badRequest(oauthUnsupportedGrantType, "token exchange is not enabled")
 		}
 		resp, fail = h.tokenExchange(r.Context(), form)
+		if fail != nil && fail.expiredSubject && hasClientCredentials(r, form) {
+			// Java's client refreshes a token that has already expired
+			// with the expired token as subject and its client's
+			// credentials (HTTP Basic): "refresh using the credential".
+			// Authenticated, that is a client_credentials grant; refused,
+			// the session would keep its dead token until restarted.
+			resp, fail = h.clientCredentials(r, form)
+			return "client_credentials", resp, fail
+		}
 		return "token_exchange", resp, fail
 	default:
 		return "", nil, badRequest(oauthUnsupportedGrantType, "supported grant types: client_credentials, "+GrantTokenExchange)
@@ -387,6 +399,15 @@ func clientCredentialsOf(r *http.Request, form url.Values) (id, secret string, b
 	return id, secret, basic, nil
 }
 
+// hasClientCredentials reports whether the request carries a client's
+// credentials, by HTTP Basic or in the form (client_id and client_secret).
+func hasClientCredentials(r *http.Request, form url.Values) bool {
+	if _, _, basic := r.BasicAuth(); basic {
+		return true
+	}
+	return form.Get("client_id") != "" && form.Get("client_secret") != ""
+}
+
 // formUnescape undoes the form encoding RFC 6749 asks for in Basic
 // credentials; clients that skip it send values that unescape to
 // themselves, or fail to unescape and are used as sent.
@@ -435,7 +456,9 @@ func (h *TokenHandler) tokenExchange(ctx context.Context, form url.Values) (*tok
 	}
 	if err != nil {
 		h.log.Debug("token exchange: subject token refused", "err", redact(err.Error(), subject))
-		return nil, badRequest(oauthInvalidGrant, "subject_token is not a valid floe access token")
+		fail := badRequest(oauthInvalidGrant, "subject_token is not a valid floe access token")
+		fail.expiredSubject = errors.Is(err, ErrExpiredToken)
+		return nil, fail
 	}
 	req := IssueRequest{Principal: claims.Subject, Roles: claims.Roles, ClientID: claims.ClientID, Scope: claims.Scope}
 	if s := form.Get("scope"); s != "" {

@@ -504,6 +504,43 @@ func TestTokenExchangeRefused(t *testing.T) {
 	}
 }
 
+// TestTokenExchangeOfAnExpiredTokenWithTheClientsCredentials: Java's
+// client refreshes a token that has already expired by exchanging it with
+// its client's credentials (HTTP Basic); authenticated, that issues the
+// client's token as client_credentials would. Wrong credentials, or none,
+// still leave an expired subject refused.
+func TestTokenExchangeOfAnExpiredTokenWithTheClientsCredentials(t *testing.T) {
+	f := newHandlerFixture(t, nil)
+	expired := decode(t, f.post(clientForm("etl", f.secret), nil)).AccessToken
+	f.clock.Advance(time.Hour + DefaultLeeway + time.Second)
+
+	w := f.post(exchangeForm(expired), []string{"etl", f.secret})
+	if w.Code != http.StatusOK {
+		t.Fatalf("expired subject with the client's credentials: %d %s", w.Code, w.Body)
+	}
+	p, err := f.verifier.Verify(context.Background(), decode(t, w).AccessToken)
+	if err != nil || p.Name != "etl-service" {
+		t.Fatalf("the client's principal: %+v %v", p, err)
+	}
+	inForm := exchangeForm(expired)
+	inForm.Set("client_id", "etl")
+	inForm.Set("client_secret", f.secret)
+	if w := f.post(inForm, nil); w.Code != http.StatusOK {
+		t.Fatalf("credentials in the form: %d %s", w.Code, w.Body)
+	}
+	if w := f.post(exchangeForm(expired), []string{"etl", "wrong"}); w.Code != http.StatusUnauthorized || decode(t, w).Error != "invalid_client" {
+		t.Fatalf("wrong secret: %d %s", w.Code, w.Body)
+	}
+	if w := f.post(exchangeForm(expired), nil); w.Code != http.StatusBadRequest || decode(t, w).Error != "invalid_grant" {
+		t.Fatalf("no credentials: %d %s", w.Code, w.Body)
+	}
+	// A subject that is not a floe token at all is refused whatever comes
+	// with it.
+	if w := f.post(exchangeForm("not-a-token"), []string{"etl", f.secret}); w.Code != http.StatusBadRequest || decode(t, w).Error != "invalid_grant" {
+		t.Fatalf("garbage subject: %d %s", w.Code, w.Body)
+	}
+}
+
 func TestTokenHandlerNeverLogsSecrets(t *testing.T) {
 	f := newHandlerFixture(t, nil)
 	tok := decode(t, f.post(clientForm("etl", f.secret), nil)).AccessToken
