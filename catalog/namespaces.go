@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gorilla/mux"
@@ -120,6 +121,9 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		parent = wh.levels(levels)
+		if parent, err = s.parentAsWritten(r, parent); err != nil {
+			return err
+		}
 	}
 	top := wh.isRoot(parent)
 	if !top {
@@ -387,4 +391,48 @@ func escapedVar(r *http.Request, name string) (string, error) {
 		return "", badRequest("malformed %s %q: %v", name, mux.Vars(r)[name], err)
 	}
 	return v, nil
+}
+
+// parentAsWritten settles a raw "+" in the parent query parameter as
+// resolvePlus settles one in a path: form decoding reads it as a space
+// (Java's URLEncoder writes a space so), but PyIceberg before 0.10 puts the
+// parent in the query unencoded, a "+" of a name included. When the
+// namespace so decoded does not exist and the one with each raw "+" kept
+// does, that one is meant. One linearizable read, only for a raw "+".
+func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, error) {
+	raw, ok := rawQueryValue(r.URL.RawQuery, "parent")
+	if !ok || !strings.Contains(raw, "+") {
+		return decoded, nil
+	}
+	literal, err := url.PathUnescape(raw)
+	if err != nil {
+		return decoded, nil
+	}
+	levels, err := splitNamespace(literal)
+	if err != nil {
+		return decoded, nil
+	}
+	wh := s.whOf(r.Context())
+	alt := wh.levels(levels)
+	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+		if _, ok := rd.Namespace(decoded); ok {
+			return nil
+		}
+		if _, ok := rd.Namespace(alt); ok {
+			decoded = alt
+		}
+		return nil
+	})
+	return decoded, err
+}
+
+// rawQueryValue returns the first value of name in a raw query string, as
+// sent (not decoded).
+func rawQueryValue(rawQuery, name string) (string, bool) {
+	for kv := range strings.SplitSeq(rawQuery, "&") {
+		if k, v, _ := strings.Cut(kv, "="); k == name {
+			return v, true
+		}
+	}
+	return "", false
 }

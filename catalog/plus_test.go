@@ -57,3 +57,28 @@ func TestPlusInPathSegments(t *testing.T) {
 	assert.Equal(t, 404, r.status)
 	assert.Contains(t, string(r.body), "no+such")
 }
+
+// TestPlusInTheParentParameter: listNamespaces's parent is form-decoded
+// ("+" a space, as Java's URLEncoder writes one), but PyIceberg before
+// 0.10 sends it unencoded, a "+" of a name included: a "+" naming no
+// namespace as a space is read as itself.
+func TestPlusInTheParentParameter(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	for _, ns := range [][]string{{"p+q"}, {"p+q", "child"}, {"my ns"}, {"my ns", "kid"}} {
+		r := n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": ns})
+		require.Equal(t, 200, r.status, string(r.body))
+	}
+	for _, tc := range []struct{ query, want string }{
+		{"parent=p+q", "child"},   // old PyIceberg
+		{"parent=p%2Bq", "child"}, // Java, Go, PyIceberg since 0.10
+		{"parent=my+ns", "kid"},   // Java's space
+		{"parent=my%20ns", "kid"},
+	} {
+		r := n.do(t, "GET", "/v1/namespaces?"+tc.query, nil)
+		require.Equal(t, 200, r.status, "%s: %s", tc.query, r.body)
+		nss := r.json(t)["namespaces"].([]any)
+		require.Len(t, nss, 1, tc.query)
+		assert.Equal(t, tc.want, nss[0].([]any)[1], tc.query)
+	}
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces?parent=no+such", nil).status)
+}
