@@ -271,7 +271,56 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 }
 
 // Handler serves /v1/….
-func (s *Server) Handler() http.Handler { return s.router }
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.router.ServeHTTP(w, s.prefixAsRouted(r))
+	})
+}
+
+// routedPrefix is a prefix as its routes are registered: as the router
+// sees a request path holding it (EscapedPath, the router using encoded
+// paths), so a prefix with a character a path cannot carry raw (one
+// outside ASCII, a brace) still matches.
+func routedPrefix(p string) string { return (&url.URL{Path: p}).EscapedPath() }
+
+// prefixAsRouted rewrites a request whose first segment after /v1/ is a
+// served prefix percent-encoded otherwise than as routed (clients escape
+// "~", ";" or non-ASCII letters differently) to the routed spelling. Any
+// other request is returned as it is.
+func (s *Server) prefixAsRouted(r *http.Request) *http.Request {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/")
+	if !ok {
+		return r
+	}
+	seg, tail, hasTail := strings.Cut(rest, "/")
+	if !strings.Contains(seg, "%") {
+		return r
+	}
+	name, err := url.PathUnescape(seg)
+	if err != nil {
+		return r
+	}
+	for _, w := range s.warehouses {
+		if w.prefix != name || routedPrefix(name) == seg {
+			continue
+		}
+		raw := "/v1/" + routedPrefix(name)
+		if hasTail {
+			raw += "/" + tail
+		}
+		path, err := url.PathUnescape(raw)
+		if err != nil {
+			return r
+		}
+		u := *r.URL
+		u.Path, u.RawPath = path, raw
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.URL = &u
+		return r2
+	}
+	return r
+}
 
 // route describes one served endpoint; the same table feeds the router and
 // the endpoints list in /v1/config, so the two cannot disagree.
@@ -347,7 +396,7 @@ func (s *Server) routes() *mux.Router {
 	}
 	var bases []base
 	for _, w := range s.warehouses {
-		bases = append(bases, base{"/v1/" + w.prefix, w})
+		bases = append(bases, base{"/v1/" + routedPrefix(w.prefix), w})
 	}
 	for _, b := range append(bases, base{"/v1", def}) {
 		for _, rt := range s.catalogRoutes() {

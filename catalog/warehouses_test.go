@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -143,4 +144,39 @@ func TestWarehouses(t *testing.T) {
 		err = def.DropNamespace(ctx, table.Identifier{"a"})
 		assert.True(t, errors.Is(err, icecatalog.ErrNamespaceNotEmpty), "%v", err)
 	})
+}
+
+// TestPrefixesAsClientsEscapeThem: a warehouse's prefix is served however
+// a client spells it in the path: as written, or percent-encoded where
+// clients encode (non-ASCII letters always are on the wire; "~" and ";"
+// by some clients).
+func TestPrefixesAsClientsEscapeThem(t *testing.T) {
+	nodes := startClusterWith(t, warehouses()[0], 1, func(uri string) []catalog.Warehouse {
+		return []catalog.Warehouse{
+			{Name: "sälës", Location: uri + "-a/"},
+			{Name: "t~1", Location: uri + "-b/"},
+			{Name: "x;y", Location: uri + "-c/"},
+		}
+	})
+	n := nodes[0]
+	for i, tc := range []struct{ prefix, spelling string }{
+		{"sälës", "s%C3%A4l%C3%ABs"}, {"sälës", "s%c3%a4l%c3%abs"},
+		{"t~1", "t~1"}, {"t~1", "t%7E1"},
+		{"x;y", "x;y"}, {"x;y", "x%3By"},
+	} {
+		r := n.do(t, "POST", "/v1/"+tc.spelling+"/namespaces", map[string]any{"namespace": []string{"ns" + strconv.Itoa(i)}})
+		require.Equal(t, 200, r.status, "%s: %s", tc.spelling, r.body)
+		r = n.do(t, "GET", "/v1/"+tc.spelling+"/namespaces", nil)
+		require.Equal(t, 200, r.status, "%s: %s", tc.spelling, r.body)
+		r = n.do(t, "GET", "/v1/config?warehouse="+url.QueryEscape(tc.prefix), nil)
+		require.Equal(t, 200, r.status, string(r.body))
+		assert.Equal(t, tc.prefix, r.json(t)["overrides"].(map[string]any)["prefix"])
+	}
+	// The namespaces went to the warehouse the prefix names, whatever the
+	// spelling.
+	r := n.do(t, "GET", "/v1/t~1/namespaces", nil)
+	assert.Len(t, r.json(t)["namespaces"], 2, string(r.body))
+	r = n.do(t, "GET", "/v1/s%E2%82%ACx/namespaces", nil)
+	assert.Equal(t, 404, r.status)
+	assert.Equal(t, "NoSuchWarehouseException", r.errorType(t))
 }
