@@ -150,6 +150,31 @@ func requestID(r *http.Request) string {
 	return id
 }
 
+// requestIDs gives every request an id before anything can refuse it
+// (the in-flight cap, a dot segment): the caller's X-Request-Id when it
+// is plain, else a new UUIDv7, named in the answer and the audit log.
+func requestIDs(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, withRequestID(w, r))
+	})
+}
+
+// withRequestID returns r carrying its request id, and sets it on the
+// answer, unless an outer handler did both already.
+func withRequestID(w http.ResponseWriter, r *http.Request) *http.Request {
+	if requestID(r) != "" {
+		return r
+	}
+	id := r.Header.Get(requestIDHeader)
+	if !validRequestID(id) {
+		if u, err := uuid.NewV7(); err == nil {
+			id = u.String()
+		}
+	}
+	w.Header().Set(requestIDHeader, id)
+	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
 // validRequestID accepts a caller's request id when it is short and plain.
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 128 {
@@ -172,14 +197,7 @@ func validRequestID(id string) bool {
 // log; the catalog audits its own.
 func (s *security) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(requestIDHeader)
-		if !validRequestID(id) {
-			if u, err := uuid.NewV7(); err == nil {
-				id = u.String()
-			}
-		}
-		w.Header().Set(requestIDHeader, id)
-		r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		r = withRequestID(w, r)
 		// A page of another origin (another site, or another port of this
 		// host) must not change anything here, even with authentication
 		// off (a page could POST to a local node): floe answers no CORS

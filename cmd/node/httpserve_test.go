@@ -275,3 +275,50 @@ func (p httpTestPair) install(t *testing.T, certFile, keyFile string) {
 		require.NoError(t, os.Rename(path+".tmp", path))
 	}
 }
+
+// TestEveryAnswerNamesItsRequest: an X-Request-Id is on every answer,
+// the refusals made before the catalog sees a request included: the
+// in-flight cap's 503, a dot segment's 400, net/http's own errors.
+func TestEveryAnswerNamesItsRequest(t *testing.T) {
+	n := runInProcess(t, "--http-max-in-flight=1")
+	host := strings.TrimPrefix(n.base, "http://")
+	// A create whose declared body never comes holds the only slot.
+	hold, err := net.Dial("tcp", host)
+	require.NoError(t, err)
+	defer hold.Close()
+	_, err = io.WriteString(hold, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	require.NoError(t, err)
+	var busy *http.Response
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(n.base + "/v1/namespaces")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		busy = resp
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}, 10*time.Second, 10*time.Millisecond, "the slot is held")
+	assert.NotEmpty(t, busy.Header.Get("X-Request-Id"), "the in-flight cap's 503")
+	hold.Close()
+
+	for _, raw := range []string{
+		"GET /v1/namespaces/a/./tables HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", // dot segment
+		"GET /v1/config HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",                       // net/http's 400
+	} {
+		var head string
+		require.Eventually(t, func() bool {
+			conn, err := net.Dial("tcp", host)
+			if err != nil {
+				return false
+			}
+			defer conn.Close()
+			_, _ = io.WriteString(conn, raw)
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(conn)
+			head, _, _ = strings.Cut(string(b), "\r\n\r\n")
+			return !strings.HasPrefix(head, "HTTP/1.1 503")
+		}, 15*time.Second, 50*time.Millisecond)
+		assert.True(t, strings.HasPrefix(head, "HTTP/1.1 400 "), head)
+		assert.Contains(t, head, "\r\nX-Request-Id: ", head)
+	}
+}

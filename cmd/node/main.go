@@ -227,6 +227,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxInFlight:       cfg.HTTPMaxInFlight,
 		Uncapped:          uncappedPaths,
+		Outer:             requestIDs,
 		Logger:            logger,
 		Registerer:        reg,
 	})
@@ -365,7 +366,31 @@ func routes(catalog, management, tokens http.Handler, node readiness, reg *prome
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// The probes and metrics take GET (and HEAD) only; anything else is a
+	// 405 in the error model, as on the catalog's routes.
+	for _, path := range uncappedPaths {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "MethodNotAllowedException", fmt.Sprintf("%s is not allowed on %s", r.Method, path))
+		})
+	}
+	// Everything else is a 404 in the error model, so that a client given
+	// a wrong base URI reads why; "/v1" and "/management" too, which
+	// ServeMux would redirect to their subtrees (307, a POST followed as a
+	// POST to a path that is no route).
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "NotFoundException",
+			fmt.Sprintf("no such route: %s (the catalog is under /v1/, the operator API under /management/v1/)", r.URL.EscapedPath()))
+	}
+	mux.HandleFunc("/", notFound)
+	mux.HandleFunc("/v1", notFound)
+	mux.HandleFunc("/management", notFound)
 	return mux
+}
+
+// writeError answers in the Iceberg error model.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": status}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

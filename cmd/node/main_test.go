@@ -613,3 +613,46 @@ func TestNodeIDIsChecked(t *testing.T) {
 		assert.Contains(t, err.Error(), "--node-id", id)
 	}
 }
+
+// TestPathsOutsideTheAPIsAnswerInTheErrorModel: a client given a wrong
+// base URI gets a 404 it can parse, never ServeMux's plain text or a
+// redirect; the probes take GET and HEAD only, with a 405 naming them.
+func TestPathsOutsideTheAPIsAnswerInTheErrorModel(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	srv := httptest.NewServer(routes(inner, inner, nil, fakeReadiness{}, prometheus.NewRegistry()))
+	defer srv.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"GET", "/", 404, ""}, {"GET", "/api/catalog/v1/config", 404, ""}, {"GET", "/v2/config", 404, ""},
+		{"POST", "/v1", 404, ""}, {"GET", "/management", 404, ""}, {"GET", "/healthz/", 404, ""},
+		{"PUT", "/healthz", 405, "GET, HEAD"}, {"POST", "/metrics", 405, "GET, HEAD"}, {"DELETE", "/readyz", 405, "GET, HEAD"},
+	} {
+		req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		var body struct {
+			Error struct {
+				Message string `json:"message"`
+				Code    int    `json:"code"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body), "%s %s", tc.method, tc.path)
+		resp.Body.Close()
+		assert.Equal(t, tc.status, resp.StatusCode, "%s %s", tc.method, tc.path)
+		assert.Equal(t, tc.status, body.Error.Code, "%s %s", tc.method, tc.path)
+		assert.Equal(t, tc.allow, resp.Header.Get("Allow"), "%s %s", tc.method, tc.path)
+	}
+	for _, method := range []string{"GET", "HEAD"} {
+		req, err := http.NewRequest(method, srv.URL+"/healthz", nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+
+	"github.com/google/uuid"
 )
 
 // Reasons in floe_http_requests_rejected_total for the requests net/http
@@ -127,6 +129,11 @@ func (c *errorModelConn) errorModelAnswer(status int, detail string) []byte {
 	b.WriteString("Content-Type: application/json\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
 	b.WriteString("Cache-Control: no-store\r\n")
+	if id, err := uuid.NewV7(); err == nil {
+		// As every other answer carries one (the request's own id, if
+		// it sent one, was in what could not be parsed).
+		b.WriteString("X-Request-Id: " + id.String() + "\r\n")
+	}
 	b.WriteString("Connection: close\r\n\r\n")
 	b.Write(body)
 	return b.Bytes()

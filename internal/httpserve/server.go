@@ -71,6 +71,11 @@ type Config struct {
 	MaxInFlight int
 	Uncapped    []string
 
+	// Outer, if set, wraps the handler outside the in-flight cap: what it
+	// does to a request or its answer (a request id, say) happens to
+	// requests the cap refuses too.
+	Outer func(http.Handler) http.Handler
+
 	Logger     *slog.Logger          // default slog.Default()
 	Registerer prometheus.Registerer // nil: metrics are not registered
 
@@ -118,8 +123,12 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 	if maxHeaderBytes == 0 {
 		maxHeaderBytes = http.DefaultMaxHeaderBytes
 	}
+	var served http.Handler = limit
+	if cfg.Outer != nil {
+		served = cfg.Outer(limit)
+	}
 	s := &Server{m: m, limit: limit, maxHeaderBytes: maxHeaderBytes, srv: &http.Server{
-		Handler:           limit,
+		Handler:           served,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
