@@ -248,3 +248,26 @@ func TestBodyCutOffIsA400NamingNoSocket(t *testing.T) {
 	assert.Contains(t, string(body), "the request body did not arrive in time")
 	assert.NotContains(t, string(body), "127.0.0.1")
 }
+
+// TestDeclaredOversizeBodyIsRefusedAtOnce: a request declaring a body over
+// the limit is answered 413 before any of it is read: a client sending
+// "Expect: 100-continue" gets the 413, not a "100 Continue" and a wait.
+func TestDeclaredOversizeBodyIsRefusedAtOnce(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	srv := httptest.NewServer(n.srv.Handler())
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Expect: 100-continue\r\nContent-Length: 50000000\r\n\r\n")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second))) // bounds a hang only
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), "request body exceeds")
+}

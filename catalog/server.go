@@ -463,6 +463,13 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		if err == nil {
 			err = checkContentEncoding(r)
 		}
+		if err == nil && r.ContentLength > s.cfg.MaxBodyBytes {
+			// Refused before a byte is read: a client waiting for
+			// "100 Continue" gets this answer at once instead, and one
+			// sending anyway is not made to send megabytes first.
+			err = &apiError{status: http.StatusRequestEntityTooLarge, typ: "BadRequestException",
+				msg: fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes)}
+		}
 		if err == nil {
 			// url.Values drops a malformed pair silently, so that
 			// "?purgeRequested=%zz" would read as no purge at all.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -155,13 +156,40 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
+// maxBody bounds an operator API request's body.
+const maxBody = 1 << 20
+
+// readAllBody reads the request body whole. Errors wrap ErrBadRequest,
+// or are the *http.MaxBytesError of a body over maxBody (413); one the
+// connection cut is said so without the sockets' addresses.
+func readAllBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		return body, nil
+	}
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return nil, err
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return nil, fmt.Errorf("%w: the request body did not arrive in time", ErrBadRequest)
+	}
+	if _, ok := errors.AsType[*net.OpError](err); ok {
+		return nil, fmt.Errorf("%w: the request body could not be read: the connection failed", ErrBadRequest)
+	}
+	return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+}
+
 func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		var err error
-		// url.Values drops a malformed pair silently, so that a filter
-		// such as "?state=%zz" would read as no filter at all.
-		if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
+		if r.ContentLength > maxBody {
+			// Refused before a byte is read: a client waiting for
+			// "100 Continue" gets this answer instead, at once.
+			err = &http.MaxBytesError{Limit: maxBody}
+		} else if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
+			// url.Values drops a malformed pair silently, so that a
+			// filter such as "?state=%zz" would read as no filter at all.
 			err = fmt.Errorf("%w: malformed query string: %v", ErrBadRequest, qerr)
 		} else if n := len(r.Header.Values(idempotency.Header)); n > 1 {
 			// Which key the client meant is unknown (as in the catalog).
@@ -234,9 +262,9 @@ func (s *Server) membership(op string, prepare func(r *http.Request) (memberChan
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrBadRequest, err)
 		}
-		body, err := io.ReadAll(r.Body)
+		body, err := readAllBody(r)
 		if err != nil {
-			return fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+			return err
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		change, err := prepare(r)
@@ -282,9 +310,9 @@ type memberRequest struct {
 // none, or an empty JSON object. An operator who sends more believes it
 // set something.
 func noFields(r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(r.Body)
+	body, err := readAllBody(r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+		return nil, err
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := decodeStrict(body, &struct{}{}); err != nil {
@@ -308,9 +336,9 @@ func decodeStrict(body []byte, v any) error {
 
 func decodeMember(r *http.Request) (memberRequest, error) {
 	var req memberRequest
-	body, err := io.ReadAll(r.Body)
+	body, err := readAllBody(r)
 	if err != nil {
-		return req, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+		return req, err
 	}
 	if err := decodeStrict(body, &req); err != nil {
 		return req, err
@@ -364,9 +392,9 @@ func (s *Server) transfer(r *http.Request) (memberChange, error) {
 	var req struct {
 		ID string `json:"id"`
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := readAllBody(r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+		return nil, err
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		if err := decodeStrict(body, &req); err != nil {

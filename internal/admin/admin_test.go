@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -380,6 +384,29 @@ func TestMalformedQueryAndOversizedBody(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
 	rec, _ = do(t, h, "POST", "/management/v1/cluster/voters", `{"id":"b","address":"`+strings.Repeat("x", 2<<20)+`"}`)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+	// Declared over the limit: refused before any of it is read (a body
+	// that never comes is never waited for).
+	req := httptest.NewRequest("POST", "/management/v1/cluster/voters", iotest.ErrReader(errors.New("not to be read")))
+	req.ContentLength = 2 << 20
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+	assert.Empty(t, fc.Calls())
+}
+
+// A body the connection cut is a 400 that names no socket.
+func TestBodyCutIsA400NamingNoSocket(t *testing.T) {
+	h := New(&fakeCluster{}, newPurgeStore(t), Config{}).Handler()
+	for _, err := range []error{
+		&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8181}, Err: os.ErrDeadlineExceeded},
+		&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8181}, Err: syscall.ECONNRESET},
+	} {
+		req := httptest.NewRequest("POST", "/management/v1/cluster/voters", iotest.ErrReader(err))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+		assert.NotContains(t, rec.Body.String(), "127.0.0.1")
+	}
 }
 
 // deadlineStore remembers, for the outcome record of a keyed change (a

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"slices"
@@ -122,9 +121,9 @@ func checkName(what, v string) error {
 // readBody reads a JSON body into v (400 when it does not parse) and
 // returns the raw bytes for the Idempotency-Key binding.
 func readBody(r *http.Request, v any) ([]byte, error) {
-	body, err := io.ReadAll(r.Body)
+	body, err := readAllBody(r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+		return nil, err
 	}
 	if err := decodeStrict(body, v); err != nil {
 		return nil, err

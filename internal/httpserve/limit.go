@@ -67,8 +67,46 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// "Expect: 100-continue" waited for its own timeout.
 		r = r.WithContext(r.Context())
 		r.Body = b
+		if r.ProtoMajor == 1 {
+			w = &closeUnread{ResponseWriter: w, body: b}
+		}
 	}
 	l.next.ServeHTTP(w, r)
+}
+
+// closeUnread closes the connection after an answer sent before the
+// request's body was read to its end (a route that takes no body, a
+// refusal before reading). net/http would otherwise read the rest of the
+// body before sending the answer, to keep the connection: for a body
+// declared but never sent, until the whole-request ReadTimeout (minutes),
+// holding the answer, the connection and its goroutine all that time.
+type closeUnread struct {
+	http.ResponseWriter
+	body  *rateBody
+	wrote bool
+}
+
+func (c *closeUnread) WriteHeader(code int) {
+	c.answering(code)
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closeUnread) Write(p []byte) (int, error) {
+	c.answering(http.StatusOK)
+	return c.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *closeUnread) answering(code int) {
+	if c.wrote || code < 200 {
+		return
+	}
+	c.wrote = true
+	if !c.body.ended.Load() {
+		c.Header().Set("Connection", "close")
+	}
 }
 
 // A request holds its slot while its body arrives, so a client trickling
@@ -103,6 +141,9 @@ type rateBody struct {
 	// the request's context mid-handler (a handler may read its body
 	// again after the end, as a MultiReader replaying it does).
 	done bool
+	// ended is done for the answer's writer (closeUnread), which a
+	// handler may use from another goroutine than its reads.
+	ended atomic.Bool
 }
 
 func (b *rateBody) Read(p []byte) (int, error) {
@@ -124,6 +165,7 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	b.received += int64(n)
 	if err != nil {
 		b.done = true
+		b.ended.Store(true)
 	}
 	return n, err
 }

@@ -320,3 +320,43 @@ func TestExpectContinueRefusedAtOnce(t *testing.T) {
 	require.NoError(t, err, "no answer before any body was sent")
 	assert.Equal(t, "HTTP/1.1 403 Forbidden\r\n", line)
 }
+
+// A request declaring a body it never sends, to a handler that answers
+// without reading it, gets the answer at once on a connection then closed:
+// net/http would otherwise wait for the body (to keep the connection)
+// until the whole-request ReadTimeout before answering. A body read to its
+// end keeps the connection.
+func TestAnswerBeforeTheBodyClosesInsteadOfWaiting(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/read" {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	s, err := New(h, Config{MaxInFlight: 4, ReadTimeout: 5 * time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET /v1/config HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+	require.NoError(t, err)
+	// Bounds a hang only: the answer is due without the body.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer without the body")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.True(t, resp.Close, "the connection is closed after it")
+
+	conn2, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn2.Close()
+	_, err = io.WriteString(conn2, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+	require.NoError(t, conn2.SetReadDeadline(time.Now().Add(20*time.Second)))
+	resp, err = http.ReadResponse(bufio.NewReader(conn2), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.False(t, resp.Close, "a body read to its end keeps the connection")
+}
