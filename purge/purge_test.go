@@ -41,6 +41,7 @@ func TestPurge(t *testing.T) {
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
 			t.Run("a missing manifest fails the job, and no manifest is deleted", func(t *testing.T) { testMissingManifest(t, c) })
 			t.Run("a local file written at its decoded path goes too", func(t *testing.T) { testEscapedLocalPaths(t, c, wh) })
+			t.Run("a path through a symbolic link fails the job at once", func(t *testing.T) { testSymlinkFailsAtOnce(t, c, wh) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
@@ -266,6 +267,32 @@ func testCorruptMetadata(t *testing.T, c *cluster) {
 	assert.Equal(t, true, r.json(t)["released"])
 	r = n.do(t, "POST", "/v1/namespaces/bad/tables", createTableBody("t", ""))
 	assert.Equal(t, 200, r.status, r.body)
+}
+
+// testSymlinkFailsAtOnce: a data file reached through a directory that
+// is a symbolic link is never deleted, and no retry could change that: the
+// job fails at once, and what the link points at stays.
+func testSymlinkFailsAtOnce(t *testing.T, c *cluster, wh warehouse) {
+	if wh.name != "file" {
+		t.Skip("links are a local file system's")
+	}
+	n := c.follower()
+	tt := c.makeTable(n, "linked", "t", nil, 1, 2)
+	path := strings.TrimPrefix(tt.files[0], "file://")
+	dir := filepath.Dir(path)
+	elsewhere := t.TempDir() + "/moved"
+	require.NoError(t, os.Rename(dir, elsewhere))
+	require.NoError(t, os.Symlink(elsewhere, dir))
+	r := n.do(t, "DELETE", "/v1/namespaces/linked/tables/t?purgeRequested=true", "")
+	require.Equal(t, 500, r.status, r.body)
+	job := c.mustJob("linked", "t")
+	assert.Equal(t, fsm.JobFailed, job.State)
+	assert.Equal(t, 1, job.Attempts, "not retried")
+	assert.Contains(t, job.LastError, "symbolic link")
+	_, err := os.Stat(filepath.Join(elsewhere, filepath.Base(path)))
+	assert.NoError(t, err, "the file behind the link stays")
+	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
+	require.Equal(t, 200, r.status, r.body)
 }
 
 func testDeleteFailures(t *testing.T, c *cluster) {

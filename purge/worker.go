@@ -506,7 +506,14 @@ func (r *jobRun) flush() {
 			return
 		}
 		r.s.m.deleteErrors.Add(float64(len(uris) - n))
-		r.complete(b, n, 0, fmt.Errorf("deleting %d of %d files failed: %w", len(uris)-n, len(uris), err))
+		err = fmt.Errorf("deleting %d of %d files failed: %w", len(uris)-n, len(uris), err)
+		if errors.Is(err, storage.ErrSymlink) {
+			// A path through a symbolic link stays so: no retry can
+			// delete it (the purge never follows links). FAILED at once,
+			// for an operator to deal with.
+			err = fmt.Errorf("%w: %w", errPermanent, err)
+		}
+		r.complete(b, n, 0, err)
 	}
 	ran := "pool"
 	if r.s.pool.submit(task) {

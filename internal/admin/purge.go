@@ -193,6 +193,13 @@ func (p *purgeAPI) conflicts(w http.ResponseWriter, r *http.Request) error {
 
 func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	for name, values := range q {
+		if len(values) > 1 {
+			// Which one the caller meant is unknown: a second state is
+			// not an "or".
+			return fmt.Errorf("%w: %s given %d times: give it once", ErrBadRequest, name, len(values))
+		}
+	}
 	f := fsm.PurgeJobFilter{
 		State:     fsm.JobState(strings.ToUpper(q.Get("state"))),
 		Warehouse: q.Get("warehouse"),

@@ -143,7 +143,8 @@ func TestPurgeJobsAPI(t *testing.T) {
 	assert.Len(t, body["jobs"], 2)
 	assert.Equal(t, "job-1", body["next-page-token"])
 
-	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=."} {
+	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=.",
+		"?state=FAILED&state=PENDING", "?table=a&table=b"} {
 		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+q, "")
 		assert.Equal(t, 400, rec.Code, q)
 		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"], q)
