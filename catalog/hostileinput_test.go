@@ -271,3 +271,25 @@ func TestDeclaredOversizeBodyIsRefusedAtOnce(t *testing.T) {
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", body)
 	assert.Contains(t, string(body), "request body exceeds")
 }
+
+// TestHeadWhereverGet: HEAD is served wherever GET is, as the GET's answer
+// without a body; where the spec makes HEAD an operation (tableExists),
+// that operation answers.
+func TestHeadWhereverGet(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"h"}}).status)
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{
+		{"/v1/config", 200}, {"/v1/namespaces", 200}, {"/v1/floe/namespaces/h/tables", 200},
+		{"/v1/namespaces/h/views", 200}, {"/v1/namespaces/h", 204}, {"/v1/namespaces/h/tables/none", 404},
+	} {
+		r := n.doRaw(t, "HEAD", tc.path, nil) // HEAD beside GET is RFC 9110's, not the spec's
+		assert.Equal(t, tc.status, r.status, tc.path)
+		assert.Empty(t, r.body, tc.path)
+	}
+	r := n.doRaw(t, "PUT", "/v1/namespaces", nil)
+	require.Equal(t, 405, r.status)
+	assert.Contains(t, r.header.Get("Allow"), "HEAD")
+}

@@ -385,7 +385,7 @@ var unsupportedRoutes = []unsupportedRoute{
 func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter().UseEncodedPath()
 	def := s.warehouses[0]
-	r.Handle("/v1/config", s.wrap(def, "getConfig", s.getConfig)).Methods("GET")
+	r.Handle("/v1/config", s.wrap(def, "getConfig", s.getConfig)).Methods("GET", "HEAD")
 	// The prefixed routes are registered first; a prefix may not be one of
 	// the plain routes' first segments (reservedPrefixes), so the two sets
 	// cannot shadow each other. The plain routes address the default
@@ -398,13 +398,26 @@ func (s *Server) routes() *mux.Router {
 	for _, w := range s.warehouses {
 		bases = append(bases, base{"/v1/" + routedPrefix(w.prefix), w})
 	}
+	// HEAD is served wherever GET is (RFC 9110 9.3.2): the GET's answer
+	// without its body, except where the spec makes HEAD an operation of
+	// its own (namespaceExists, tableExists, viewExists).
+	headed := map[string]bool{}
+	for _, rt := range s.catalogRoutes() {
+		if rt.method == http.MethodHead {
+			headed[rt.path] = true
+		}
+	}
 	for _, b := range append(bases, base{"/v1", def}) {
 		for _, rt := range s.catalogRoutes() {
 			h := rt.handler
 			if keyedOps[rt.name] {
 				h = s.keyed(rt.name, h)
 			}
-			r.Handle(b.path+rt.path, s.wrap(b.wh, rt.name, h)).Methods(rt.method)
+			methods := []string{rt.method}
+			if rt.method == http.MethodGet && !headed[rt.path] {
+				methods = append(methods, http.MethodHead)
+			}
+			r.Handle(b.path+rt.path, s.wrap(b.wh, rt.name, h)).Methods(methods...)
 		}
 		for _, u := range unsupportedRoutes {
 			ae := &apiError{status: u.status, typ: u.typ, msg: u.msg}

@@ -123,7 +123,9 @@ func (s *Server) keysOver(store idempotency.Store) *idempotency.Keys {
 func New(c Cluster, records Records, cfg Config) *Server {
 	s := newServer(c, records, cfg)
 	r := mux.NewRouter()
-	r.Handle("/management/v1/cluster", s.wrap(s.status)).Methods("GET")
+	// HEAD beside GET (RFC 9110), but for the backup and the event
+	// stream, which would be produced only to be thrown away.
+	r.Handle("/management/v1/cluster", s.wrap(s.status)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/cluster/voters", s.wrap(s.membership("addVoter", s.addVoter))).Methods("POST")
 	r.Handle("/management/v1/cluster/non-voters", s.wrap(s.membership("addNonvoter", s.addNonvoter))).Methods("POST")
 	r.Handle("/management/v1/cluster/members/{id}", s.wrap(s.membership("removeMember", s.remove))).Methods("DELETE")

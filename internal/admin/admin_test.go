@@ -130,7 +130,7 @@ func TestOperatorAPI(t *testing.T) {
 	assert.Equal(t, 503, rec.Code, "nothing was applied")
 	rec, _ = do(t, h, "PUT", "/management/v1/cluster", "")
 	assert.Equal(t, 405, rec.Code)
-	assert.Equal(t, "GET", rec.Header().Get("Allow"), "a 405 names the methods there are")
+	assert.Equal(t, "GET, HEAD", rec.Header().Get("Allow"), "a 405 names the methods there are")
 }
 
 func TestMembershipChangesHonourIdempotencyKey(t *testing.T) {

@@ -52,18 +52,18 @@ type AuthConfig struct {
 func (s *Server) Auth(store PurgeStore, cfg AuthConfig) http.Handler {
 	a := &authAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, srv: s, cfg: cfg}
 	r := mux.NewRouter()
-	r.Handle("/management/v1/auth/clients", s.wrap(a.listClients)).Methods("GET")
+	r.Handle("/management/v1/auth/clients", s.wrap(a.listClients)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/auth/clients", s.wrap(a.createClient)).Methods("POST")
 	r.Handle("/management/v1/auth/clients/{id}", s.wrap(a.deleteClient)).Methods("DELETE")
-	r.Handle("/management/v1/auth/tokens", s.wrap(a.listTokens)).Methods("GET")
+	r.Handle("/management/v1/auth/tokens", s.wrap(a.listTokens)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/auth/tokens", s.wrap(a.createToken)).Methods("POST")
 	r.Handle("/management/v1/auth/tokens/{id}", s.wrap(a.deleteToken)).Methods("DELETE")
-	r.Handle("/management/v1/auth/keys", s.wrap(a.listKeys)).Methods("GET")
+	r.Handle("/management/v1/auth/keys", s.wrap(a.listKeys)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/auth/keys/rotate", s.wrap(a.rotate)).Methods("POST")
-	r.Handle("/management/v1/auth/grants", s.wrap(a.listGrants)).Methods("GET")
+	r.Handle("/management/v1/auth/grants", s.wrap(a.listGrants)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/auth/grants", s.wrap(a.grant(false))).Methods("POST")
 	r.Handle("/management/v1/auth/grants/revoke", s.wrap(a.grant(true))).Methods("POST")
-	r.Handle("/management/v1/auth/principals", s.wrap(a.listPrincipals)).Methods("GET")
+	r.Handle("/management/v1/auth/principals", s.wrap(a.listPrincipals)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/auth/principals/{name}/roles", s.wrap(a.setRoles)).Methods("PUT")
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)

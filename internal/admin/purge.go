@@ -62,11 +62,11 @@ func NewPurgeJobs(store PurgeStore, now func() time.Time, logger *slog.Logger) h
 func (s *Server) PurgeJobs(store PurgeStore) http.Handler {
 	p := &purgeAPI{store: store, keys: s.keysOver(store), now: s.cfg.Now, log: s.log, srv: s}
 	r := mux.NewRouter()
-	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET")
-	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET")
+	r.Handle("/management/v1/purge-jobs", s.wrap(p.list)).Methods("GET", "HEAD")
+	r.Handle("/management/v1/purge-jobs/{id}", s.wrap(p.get)).Methods("GET", "HEAD")
 	r.Handle("/management/v1/purge-jobs/{id}/retry", s.wrap(p.retry)).Methods("POST")
 	r.Handle("/management/v1/purge-jobs/{id}/release", s.wrap(p.release)).Methods("POST")
-	r.Handle("/management/v1/locations/conflicts", s.wrap(p.conflicts)).Methods("GET")
+	r.Handle("/management/v1/locations/conflicts", s.wrap(p.conflicts)).Methods("GET", "HEAD")
 	r.NotFoundHandler = s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("%w: no such route %s %s", ErrNotFound, r.Method, r.URL.Path)
 	})

@@ -211,7 +211,7 @@ func TestPurgeJobsAPI(t *testing.T) {
 
 	rec, _ = do(t, h, "DELETE", "/management/v1/purge-jobs/job-0", "")
 	assert.Equal(t, 405, rec.Code)
-	assert.Equal(t, "GET", rec.Header().Get("Allow"))
+	assert.Equal(t, "GET, HEAD", rec.Header().Get("Allow"))
 }
 
 // failedJob returns a store holding one FAILED purge job, job-0, and the
