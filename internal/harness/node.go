@@ -96,21 +96,34 @@ func (n *Node) Status(ctx context.Context) (ClusterStatus, error) {
 
 // RemoveMember asks n to remove the member id from the cluster
 // (DELETE /management/v1/cluster/members/{id}); n forwards it to the leader
-// when it is not the leader. Any answer but 2xx is an error.
+// when it is not the leader. A 503 (nothing done) is sent again until ctx
+// ends; any other answer but 2xx is an error.
 func (n *Node) RemoveMember(ctx context.Context, id string) error {
 	url := n.BaseURL() + "/management/v1/cluster/members/" + id
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
-	if err != nil {
-		return err
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := n.control.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.ID, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode/100 == 2:
+			return nil
+		case resp.StatusCode == http.StatusServiceUnavailable:
+			// Nothing was done (no leader for a moment, say): sent
+			// again, as a client resends a 503, until ctx ends.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: DELETE %s: %d %s", n.ID, url, resp.StatusCode, truncate(string(body), 300))
+			case <-time.After(200 * time.Millisecond):
+			}
+		default:
+			return fmt.Errorf("%s: DELETE %s: %d %s", n.ID, url, resp.StatusCode, truncate(string(body), 300))
+		}
 	}
-	resp, err := n.control.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", n.ID, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s: DELETE %s: %d %s", n.ID, url, resp.StatusCode, truncate(string(body), 300))
-	}
-	return nil
 }

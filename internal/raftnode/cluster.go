@@ -790,10 +790,13 @@ const foreignProbeTimeout = 2 * time.Second
 // old address, and Raft, which has no notion of cluster identity (both
 // logs start with a bootstrap entry at index 1, term 1), made it a
 // follower again over the entries it had applied on its own: it served
-// writes the others never had. A node that does not answer, one from a
-// binary that reports no identity, one without an identity yet (a node
-// joining) and a cluster not yet stamped are not judged: Raft's own dial
-// decides.
+// writes the others never had. A node from a binary that reports no
+// identity (it answers, with an error or without one), one without an
+// identity yet (a node joining) and a cluster not yet stamped are not
+// judged: Raft's own dial decides. A node that does not answer the probe
+// (down, cut off, too slow) is not dialled either: it may be exactly such
+// a node, reached the moment a partition heals, and Raft dials again
+// later, probing again.
 func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	if n.ClusterID() == "" {
 		return nil
@@ -805,7 +808,10 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	defer cancel()
 	var info nodeInfo
 	if err := n.call(ctx, addr, rpcInfo, struct{}{}, &info); err != nil {
-		return nil
+		if _, answered := errors.AsType[*transport.RemoteError](err); answered {
+			return nil
+		}
+		return fmt.Errorf("raftnode: asking %s which cluster it holds before connecting Raft: %w", addr, err)
 	}
 	err := n.checkSameCluster(addr, info)
 	if err != nil {
