@@ -95,7 +95,15 @@ func (s *Server) keyed(op string, h func(w http.ResponseWriter, r *http.Request)
 			}
 		}
 		run := func(ctx context.Context) error { return h(w, r.WithContext(ctx)) }
-		replay := func(ctx context.Context, res fsm.Result) error { return s.replay(op, w, r.WithContext(ctx), res) }
+		replay := func(ctx context.Context, res fsm.Result) error {
+			// On a request of its own, with the body whole again: the
+			// first run may have read it (a duplicate caught when its
+			// outcome was proposed is replayed after running), and a
+			// replay may decode it (createNamespace echoes what it names).
+			rr := r.WithContext(ctx)
+			rr.Body = io.NopCloser(bytes.NewReader(body))
+			return s.replay(op, w, rr, res)
+		}
 		decided := func(err error) (fsm.Result, bool) { return deterministicOutcome(err, kind) }
 		outcome, err := s.keys.Run(r.Context(), s.keys.Bind(key, op, route, s.principalOf(r), bound), run, replay, decided)
 		switch outcome {
@@ -241,7 +249,7 @@ func (s *Server) PruneIdempotency(ctx context.Context) {
 	if s.cfg.IdempotencyDisabled {
 		return
 	}
-	every := min(s.cfg.IdempotencyLifetime/4, time.Minute)
+	every := max(min(s.cfg.IdempotencyLifetime/4, time.Minute), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -273,6 +273,56 @@ func TestConcurrentDuplicatesOnTwoNodes(t *testing.T) {
 	assert.Len(t, files, 6, "%v", files)
 }
 
+// TestConcurrentSameKey: two requests with one key at once, on two nodes.
+// The same request twice: both get its answer, the duplicate's replayed
+// (createNamespace's replay reads the body again). Two different requests:
+// one is refused 422 (outside the spec's statuses: doRaw), and each one's
+// retry gets the answer it got first.
+func TestConcurrentSameKey(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	require.Equal(t, 200, nodes[0].do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	type req struct {
+		path string
+		body any
+	}
+	both := func(key string, reqs [2]req) [2]response {
+		var res [2]response
+		var wg sync.WaitGroup
+		for j := range res {
+			wg.Go(func() { res[j] = nodes[j+1].doRaw(t, "POST", reqs[j].path, reqs[j].body, "Idempotency-Key", key) })
+		}
+		wg.Wait()
+		return res
+	}
+	for round := range 8 {
+		name := fmt.Sprintf("same%d", round)
+		create := req{"/v1/namespaces", map[string]any{"namespace": []string{name}}}
+		for _, r := range both(newKey(t), [2]req{create, create}) {
+			require.Equal(t, 200, r.status, "%s", r.body)
+			assert.Equal(t, []any{name}, r.json(t)["namespace"])
+		}
+	}
+	for round := range 8 {
+		key := newKey(t)
+		reqs := [2]req{
+			{"/v1/namespaces", map[string]any{"namespace": []string{fmt.Sprintf("diff%d", round)}}},
+			{"/v1/namespaces/a/tables/none", map[string]any{"requirements": []any{}, "updates": []any{}}},
+		}
+		res := both(key, reqs)
+		refused := 0
+		for _, r := range res {
+			if r.status == 422 {
+				refused++
+			}
+		}
+		assert.Equal(t, 1, refused, "one of two requests under one key is refused: %d %s / %d %s", res[0].status, res[0].body, res[1].status, res[1].body)
+		for j, rq := range reqs {
+			again := nodes[0].doRaw(t, "POST", rq.path, rq.body, "Idempotency-Key", key)
+			assert.Equal(t, res[j].status, again.status, "round %d: request %d's retry answers as it was answered first: %s then %s", round, j, res[j].body, again.body)
+		}
+	}
+}
+
 // TestRetryAfterLeaderDies kills the leader while keyed commits are in
 // flight through a follower, then retries each on another node with the
 // same key: every commit takes effect exactly once.

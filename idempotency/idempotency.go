@@ -76,11 +76,21 @@ func ParseLifetime(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("idempotency lifetime %q: want an ISO-8601 duration such as PT30M: %w", s, err)
 	}
 	td := d.ToTimeDuration()
-	if td <= 0 {
-		return 0, fmt.Errorf("idempotency lifetime %q: must be positive", s)
+	if td < MinLifetime || td > MaxLifetime {
+		return 0, fmt.Errorf("idempotency lifetime %q: want %s to %s", s, FormatLifetime(MinLifetime), FormatLifetime(MaxLifetime))
 	}
 	return td, nil
 }
+
+// MinLifetime and MaxLifetime bound a lifetime: below a second a key would
+// not outlive a client's first retry (and the records would be pruned
+// several times a second); above ten years a record's expiry, its start
+// plus the lifetime and Grace, nears the largest time.Duration, and past
+// it would be in the past at once.
+const (
+	MinLifetime = time.Second
+	MaxLifetime = 10 * 365 * 24 * time.Hour
+)
 
 // FormatLifetime renders a lifetime as the ISO-8601 duration advertised in
 // /v1/config.

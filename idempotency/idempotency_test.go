@@ -39,7 +39,11 @@ func TestLifetime(t *testing.T) {
 	d, err = ParseLifetime("P1DT2H")
 	require.NoError(t, err)
 	assert.Equal(t, 26*time.Hour, d)
-	for _, bad := range []string{"30m", "", "PT0S", "P"} {
+	d, err = ParseLifetime("PT1S")
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, d)
+	// Under a second, or so long that an expiry overflows.
+	for _, bad := range []string{"30m", "", "PT0S", "P", "PT0.000000001S", "PT0.5S", "PT2562047H45M", "P11Y"} {
 		_, err := ParseLifetime(bad)
 		assert.Error(t, err, bad)
 	}

@@ -190,6 +190,11 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 	if out.Replayed {
 		return Replayed, replay(ctx, out)
 	}
+	if rerr := out.Err(); errors.Is(rerr, fsm.ErrKeyReused) {
+		// Another request took the key while this one ran: nothing was
+		// recorded, and this request is refused as its retry would be.
+		return Refused, rerr
+	}
 	return Recorded, err
 }
 
