@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -292,4 +293,41 @@ func TestHeadWhereverGet(t *testing.T) {
 	r := n.doRaw(t, "PUT", "/v1/namespaces", nil)
 	require.Equal(t, 405, r.status)
 	assert.Contains(t, r.header.Get("Allow"), "HEAD")
+}
+
+// TestStoragePropertiesAreTheCatalogs: a table property that says how
+// clients reach storage (iceberg-go and PyIceberg build FileIO from table
+// properties too) is refused at create, commit and register, so that a
+// table's writer cannot send other clients' storage requests elsewhere;
+// other s3.* properties (a storage class, say) stay a table's to set.
+func TestStoragePropertiesAreTheCatalogs(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"sp"}}).status)
+	for _, k := range []string{"s3.proxy-uri", "s3.endpoint", "S3.Endpoint", "s3.access-key-id", "s3.signer.uri", "py-io-impl", "adls.sas-token.acct"} {
+		body := withName("t1")
+		body["properties"] = map[string]string{k: "http://127.0.0.1:1"}
+		r := n.do(t, "POST", "/v1/namespaces/sp/tables", body)
+		assert.Equal(t, 400, r.status, "create with %s: %s", k, r.body)
+		assert.Contains(t, string(r.body), "configures how clients reach storage", k)
+	}
+	created := n.do(t, "POST", "/v1/namespaces/sp/tables", withName("t"))
+	require.Equal(t, 200, created.status)
+	r := n.do(t, "POST", "/v1/namespaces/sp/tables/t", setProp("s3.proxy-uri", "http://127.0.0.1:1"))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "s3.proxy-uri")
+	r = n.do(t, "POST", "/v1/namespaces/sp/tables/t", setProp("s3.write.storage-class", "STANDARD_IA"))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+
+	// Register: a metadata file carrying one is refused too.
+	meta := created.json(t)["metadata"].(map[string]any)
+	meta["properties"] = map[string]any{"s3.endpoint": "http://127.0.0.1:1"}
+	meta["location"] = meta["location"].(string) + "-reg"
+	meta["table-uuid"] = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8e"
+	b, err := json.Marshal(meta)
+	require.NoError(t, err)
+	file := meta["location"].(string) + "/metadata/00000-reg.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.do(t, "POST", "/v1/namespaces/sp/register", map[string]any{"name": "reg", "metadata-location": file})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "configures how clients reach storage")
 }

@@ -417,7 +417,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	assert.Equal(t, "BadRequestException", r.errorType(t))
 	r = n.doRaw(t, "PUT", "/v1/namespaces", `{}`)
 	assert.Equal(t, 405, r.status)
-	assert.Equal(t, "GET, POST", r.header.Get("Allow"))
+	assert.Equal(t, "GET, HEAD, POST", r.header.Get("Allow"))
 	r = n.doRaw(t, "PATCH", "/v1/namespaces/a/tables/t", `{}`)
 	assert.Equal(t, 405, r.status)
 	assert.Equal(t, "DELETE, GET, HEAD, POST", r.header.Get("Allow"))

@@ -3,6 +3,7 @@ package catalog
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -218,15 +219,58 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 // checkNewTableMetadata is every check a table's new metadata after must
 // pass that its metadata before (nil for a new table) did not have to:
 // checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs,
-// checkNewSnapshots, checkNewStatistics and checkWritePaths.
+// checkNewSnapshots, checkNewStatistics, checkWritePaths and
+// checkStorageProperties.
 func checkNewTableMetadata(before, after table.Metadata) error {
 	for _, check := range []func(before, after table.Metadata) error{
 		checkNewSchemasAndSpecs, checkDefaultSpec, checkNewIDs, checkNewSnapshots, checkNewStatistics,
 		func(before, after table.Metadata) error { return checkWritePaths(before, after) },
+		checkStorageProperties,
 	} {
 		if err := check(before, after); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// storageProperties are FileIO settings that say how a client reaches
+// storage, or as whom: iceberg-go and PyIceberg build a table's FileIO
+// from its properties as well as the catalog's answer, and a key the
+// answer does not set is taken from the table. A writer of one table
+// could so send every other reader's and writer's storage requests (signed,
+// with their credentials) through a host of its choosing, pick their
+// FileIO implementation, or plant credentials in metadata any reader
+// sees. Entries ending in "." are prefixes.
+var storageProperties = []string{
+	"s3.endpoint", "s3.proxy-uri", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
+	"s3.signer", "s3.signer.", "s3.remote-signing-enabled", "s3.sts.", "client.assume-role.", "client.factory",
+	"gcs.service.host", "gcs.oauth2.", "gcs.project-id",
+	"adls.connection-string.", "adls.sas-token.", "adls.auth.", "adls.account-",
+	"io-impl", "py-io-impl",
+}
+
+// isStorageProperty reports whether k is one of storageProperties.
+func isStorageProperty(k string) bool {
+	k = strings.ToLower(k)
+	for _, p := range storageProperties {
+		if k == p || (strings.HasSuffix(p, ".") && strings.HasPrefix(k, p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkStorageProperties refuses a storage property (storageProperties)
+// that after sets to a value before did not have: how clients reach the
+// warehouse is the catalog's to say (its answer's config), not a table's.
+// Values a table already has are not judged again at a commit.
+func checkStorageProperties(before, after table.Metadata) error {
+	for k, v := range after.Properties() {
+		if !isStorageProperty(k) || (before != nil && before.Properties()[k] == v) {
+			continue
+		}
+		return badRequest("table property %s configures how clients reach storage; the catalog says that in its answers, a table may not", k)
 	}
 	return nil
 }

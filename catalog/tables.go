@@ -1600,6 +1600,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := checkWritePaths(nil, tm.meta, free...); err != nil {
 		return err
 	}
+	if err := checkStorageProperties(nil, tm.meta); err != nil {
+		return err
+	}
 	// The metadata file must be the table's own: one inside another
 	// table's location would make this table share (and a purge of
 	// either destroy) the other's files.

@@ -188,9 +188,14 @@ const (
 	// register adopts the places its metadata points into). Until every
 	// node announces it, the catalog registers without adopting.
 	PurgeFeatureAdopts uint64 = 1 << 2
+	// PurgeFeatureSilentCheck: the node applies AssignPurgeLease body
+	// version 2 (a reassignment refused when the node heartbeat since it
+	// was seen silent). Until every node announces it, the scheduler
+	// reassigns without the check.
+	PurgeFeatureSilentCheck uint64 = 1 << 3
 
 	// PurgeFeaturesOfThisBinary are the bits this binary announces.
-	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves | PurgeFeatureAdopts
+	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves | PurgeFeatureAdopts | PurgeFeatureSilentCheck
 )
 
 // PurgeFeaturesEverywhere reports whether every node with a heartbeat row
@@ -236,6 +241,24 @@ type AssignPurgeLease struct {
 	ExpectedToken uint64 `json:"expected-token,omitempty"`
 	AtMs          int64  `json:"at-ms"`
 	ExpiresMs     int64  `json:"expires-ms"`
+	// SilentIndex, on a reassignment (body version 2), is the index of the
+	// leased node's heartbeat row the scheduler saw stand still: the
+	// reassignment is refused (StatusStaleLease) if the node heartbeat
+	// since. Its workers take a heartbeat that applied while it still held
+	// the lease as leave to delete for a heartbeat timeout; a decision made
+	// on an older view must not take the lease from under them.
+	SilentIndex uint64 `json:"silent-index,omitempty"`
+}
+
+// bodyVersion is 2 when the reassignment is checked against the node's
+// heartbeat (SilentIndex), which a binary from before it cannot apply
+// alike; the scheduler sends it only once every node announces
+// PurgeFeatureSilentCheck.
+func (c AssignPurgeLease) bodyVersion() uint8 {
+	if c.SilentIndex != 0 {
+		return 2
+	}
+	return 1
 }
 
 // ReportPurgeProgress records a worker's checkpoint. StatusStaleLease when
@@ -326,7 +349,7 @@ func (PrunePurgeJobs) Type() CommandType      { return TypePrunePurgeJobs }
 func init() {
 	allBuckets = append(allBuckets, bucketPurgeJobs, bucketPurgeByState, bucketPurgeByIdent,
 		bucketPurgeNames, bucketPurgeLocs, bucketPurgeNodes)
-	register(TypeAssignPurgeLease, registration{1, jsonCodec[AssignPurgeLease](1), applyAssignPurgeLease})
+	register(TypeAssignPurgeLease, registration{2, jsonCodec[AssignPurgeLease](2), applyAssignPurgeLease})
 	register(TypeReportPurgeProgress, registration{1, jsonCodec[ReportPurgeProgress](1), applyReportPurgeProgress})
 	register(TypeFinishPurgeJob, registration{1, jsonCodec[FinishPurgeJob](1), applyFinishPurgeJob})
 	register(TypePurgeHeartbeat, registration{1, jsonCodec[PurgeHeartbeat](1), applyPurgeHeartbeat})
@@ -585,6 +608,12 @@ func applyAssignPurgeLease(t *txn, c Command) Result {
 		(j.State == JobRunning && cur == cmd.ExpectedToken && cmd.ExpectedToken != 0)
 	if !claimable {
 		return fail(StatusStaleLease, "purge job %s is %s with lease token %d, expected token %d", j.ID, j.State, cur, cmd.ExpectedToken)
+	}
+	if cmd.SilentIndex != 0 && j.Lease != nil {
+		var n PurgeNode
+		if t.get(bucketPurgeNodes, []byte(j.Lease.Node), &n) && n.Index != cmd.SilentIndex {
+			return fail(StatusStaleLease, "purge job %s: node %s heartbeat at index %d since it was seen silent at %d", j.ID, j.Lease.Node, n.Index, cmd.SilentIndex)
+		}
 	}
 	before := j.State
 	j.State = JobRunning

@@ -605,3 +605,28 @@ func TestPurgeOfAMovedTableHoldsItsFormerLocations(t *testing.T) {
 	p.ok(tableAt("n", "s3://b/wh/a/t"))
 	p.ok(tableAt("n2", "s3://b/wh/a/t2"))
 }
+
+// A reassignment checked against the silent node's heartbeat row is
+// refused once the node heartbeat after it was seen silent; its workers
+// take such a heartbeat as leave to delete.
+func TestReassignmentRefusedAfterTheNodeHeartbeat(t *testing.T) {
+	p := newPurgeFSM(t)
+	p.ok(tableAt("t", "s3://b/t"))
+	p.ok(purgeDrop("t", "j"))
+	p.ok(AssignPurgeLease{JobID: "j", Node: "n1", AtMs: 1, ExpiresMs: 2})
+	token := p.job("j").Lease.Token
+	p.ok(PurgeHeartbeat{Node: "n1", Slots: 2, AtMs: 3, ExpiresMs: 4})
+	seen := p.i // the row's index as the scheduler saw it
+	p.ok(PurgeHeartbeat{Node: "n1", Slots: 2, Leases: []LeaseRef{{JobID: "j", Token: token}}, AtMs: 5, ExpiresMs: 6})
+	res := p.apply(AssignPurgeLease{JobID: "j", Node: "n2", ExpectedToken: token, SilentIndex: seen, AtMs: 7, ExpiresMs: 8})
+	require.ErrorIs(t, res.Err(), ErrStaleLease)
+	assert.Equal(t, "n1", p.job("j").Lease.Node)
+	p.ok(AssignPurgeLease{JobID: "j", Node: "n2", ExpectedToken: token, SilentIndex: p.i - 1, AtMs: 9, ExpiresMs: 10}) // the row as it is
+	assert.Equal(t, "n2", p.job("j").Lease.Node)
+	b, err := Encode(AssignPurgeLease{JobID: "j", Node: "n2", ExpectedToken: 1, SilentIndex: 5})
+	require.NoError(t, err)
+	assert.Equal(t, byte(2), b[1], "body version 2 with the check")
+	b, err = Encode(AssignPurgeLease{JobID: "j", Node: "n2"})
+	require.NoError(t, err)
+	assert.Equal(t, byte(1), b[1], "version 1 without, which older binaries read")
+}

@@ -6,59 +6,94 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // errUnrenewed fails a delete batch whose run could not show a recent
-// heartbeat: the leader may have given its lease to another node.
-var errUnrenewed = errors.New("no heartbeat of this node accepted recently; its leases may have been reassigned")
+// renewal of its lease: the leader may have given it to another node.
+var errUnrenewed = errors.New("no heartbeat of this node renewed the job's lease recently; it may have been reassigned")
 
-// renewals records when this node's last accepted heartbeat was sent, by
-// this process's monotonic clock, and wakes those waiting for the next.
+// renewals records, per lease token of a run on this node, when the last
+// heartbeat that renewed it was sent (by this process's monotonic clock),
+// and which tokens a heartbeat found taken away; it wakes those waiting
+// for the next heartbeat.
 type renewals struct {
 	mu   sync.Mutex
-	sent time.Time     // zero until a heartbeat is accepted
-	next chan struct{} // closed at the next accepted heartbeat
+	sent map[uint64]time.Time
+	lost map[uint64]bool
+	next chan struct{} // closed at the next heartbeat checked
 }
 
-func newRenewals() *renewals { return &renewals{next: make(chan struct{})} }
+func newRenewals() *renewals {
+	return &renewals{sent: map[uint64]time.Time{}, lost: map[uint64]bool{}, next: make(chan struct{})}
+}
 
-// accepted records a heartbeat sent at sent that the log accepted.
-func (rw *renewals) accepted(sent time.Time) {
+// checked records a heartbeat sent at sent that the log accepted, after
+// which the tokens in held were still this node's and those in lost were
+// not.
+func (rw *renewals) checked(sent time.Time, held, lost []uint64) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if sent.After(rw.sent) {
-		rw.sent = sent
+	for _, t := range held {
+		if sent.After(rw.sent[t]) {
+			rw.sent[t] = sent
+		}
+	}
+	for _, t := range lost {
+		rw.lost[t] = true
 	}
 	close(rw.next)
 	rw.next = make(chan struct{})
 }
 
-func (rw *renewals) last() (time.Time, <-chan struct{}) {
+func (rw *renewals) of(token uint64) (sent time.Time, lost bool, next <-chan struct{}) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.sent, rw.next
+	return rw.sent[token], rw.lost[token], rw.next
 }
 
-// fence returns the context a delete batch of a run is sent under. The
-// leader reassigns a node's leases only once it has seen no heartbeat of
-// the node move for a whole heartbeat timeout, by its own clock, which
-// starts no earlier than the heartbeat was sent here. So fence waits until
-// a heartbeat the log accepted was sent less than half a timeout ago
-// (asking for one at once; at most a timeout, then errUnrenewed), and the
-// context it returns ends three quarters of a timeout after that
-// heartbeat's sending. A batch is therefore sent while the lease still
-// holds, even by a process that was paused (SIGSTOP, a long stall) with the
-// batch queued or in hand: on waking it finds its heartbeat old and waits
-// for a new one, which the log no longer accepts as a renewal of a lease
-// taken from it (the run then stops as stale), and a request cut off by the
-// deadline is never whole, so storage never acts on it. The time between
-// the deadline and the reassignment is the margin for the request's
-// transit.
+// forget drops what is known of a token whose run ended.
+func (rw *renewals) forget(token uint64) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	delete(rw.sent, token)
+	delete(rw.lost, token)
+}
+
+// heldLeases returns, of leases, the tokens still leased to node in rd and
+// those that are not.
+func heldLeases(rd *fsm.Reader, node string, leases []fsm.LeaseRef) (held, lost []uint64) {
+	for _, l := range leases {
+		if j, ok := rd.PurgeJob(l.JobID); ok && j.State == fsm.JobRunning && j.Lease != nil && j.Lease.Node == node && j.Lease.Token == l.Token {
+			held = append(held, l.Token)
+		} else {
+			lost = append(lost, l.Token)
+		}
+	}
+	return held, lost
+}
+
+// fence returns the context a delete batch of the run holding token is
+// sent under. The leader reassigns a lease only once it has seen no
+// heartbeat of the node for a whole heartbeat timeout, by its own clock,
+// and only if the node's heartbeat row has not moved since it saw it
+// silent (fsm.AssignPurgeLease.SilentIndex); so a heartbeat that applied
+// while this node still held the lease (checked by a linearizable read
+// after it) keeps the lease this node's until a timeout after the
+// heartbeat was sent. fence waits until such a heartbeat for token was sent
+// less than half a timeout ago (asking for one at once; at most a timeout,
+// then errUnrenewed), and the context it returns ends three quarters of a
+// timeout after that heartbeat's sending. A process paused with batches
+// queued or in hand (SIGSTOP, a long stall) finds its renewal old when it
+// runs again and waits for a heartbeat, which finds the lease gone: the
+// batch fails as stale, unsent. A heartbeat that found the token lost
+// fails it at once.
 //
 // A service that was never started sends no heartbeats (a catalog's private
 // one, for a catalog used alone): it has no fence, and its leases are
 // renewed by nothing.
-func (s *Service) fence(ctx context.Context) (context.Context, context.CancelFunc, error) {
+func (s *Service) fence(ctx context.Context, token uint64) (context.Context, context.CancelFunc, error) {
 	s.mu.Lock()
 	started := s.started
 	s.mu.Unlock()
@@ -71,7 +106,10 @@ func (s *Service) fence(ctx context.Context) (context.Context, context.CancelFun
 	defer wait.Stop()
 	asked := false
 	for {
-		sent, next := s.renewals.last()
+		sent, lost, next := s.renewals.of(token)
+		if lost {
+			return nil, nil, fmt.Errorf("%w: a heartbeat found lease token %d no longer this node's", errStale, token)
+		}
 		if !sent.IsZero() && time.Since(sent) < timeout/2 {
 			fctx, cancel := context.WithDeadline(ctx, sent.Add(timeout*3/4))
 			return fctx, cancel, nil

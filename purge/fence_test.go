@@ -2,9 +2,7 @@ package purge
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,83 +14,66 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 )
 
-// heartbeatGate refuses this node's heartbeats while closed, as a leader
-// that no longer hears the node would; everything else goes to the state
-// machine.
-type heartbeatGate struct {
-	*fsmStore
-	closed  atomic.Bool
-	refused atomic.Int64
-}
-
-var errRefused = errors.New("heartbeat refused")
-
-func (g *heartbeatGate) Propose(ctx context.Context, c fsm.Command) (fsm.Result, error) {
-	if _, ok := c.(fsm.PurgeHeartbeat); ok && g.closed.Load() {
-		g.refused.Add(1)
-		return fsm.Result{}, errRefused
-	}
-	return g.fsmStore.Propose(ctx, c)
-}
-
-// TestFenceNeedsARecentHeartbeat: a delete batch is sent only under a
-// heartbeat the log accepted less than half a heartbeat timeout ago, and
-// its context ends three quarters of a timeout after that heartbeat was
-// sent, before the leader could reassign the node's leases. A process that
-// was paused (its last heartbeat old) waits for a new one; with none
-// accepted the batch is not sent at all.
-func TestFenceNeedsARecentHeartbeat(t *testing.T) {
+// TestFenceNeedsARecentRenewalOfTheLease: a delete batch is sent only
+// under a heartbeat that renewed the run's own lease less than half a
+// heartbeat timeout ago, and its context ends three quarters of a timeout
+// after that heartbeat was sent. A process that was paused (its renewal
+// old) waits for a new one; with none the batch is not sent; and once a
+// heartbeat finds the lease taken away, it fails as stale at once.
+func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	const timeout = 400 * time.Millisecond
-	st := &heartbeatGate{fsmStore: newFSMStore(t)}
+	st := newFSMStore(t)
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	st.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j"}})
+	st.must(t, fsm.AssignPurgeLease{JobID: "j", Node: "n1"})
+	token := st.lease(t, "j").Token
+	leases := []fsm.LeaseRef{{JobID: "j", Token: token}}
+
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: timeout, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
-	s.Start()
 	t.Cleanup(s.Stop)
+	// Heartbeats are the test's (checkRenewals), and no worker runs the
+	// job: a started service without its loops.
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
 	ctx := context.Background()
 
-	fctx, cancel, err := s.fence(ctx)
-	require.NoError(t, err, "the first heartbeat is accepted")
-	sent, _ := s.renewals.last()
+	sent := time.Now()
+	s.checkRenewals(sent, leases)
+	fctx, cancel, err := s.fence(ctx, token)
+	require.NoError(t, err, "a heartbeat renewed the lease")
 	deadline, ok := fctx.Deadline()
 	require.True(t, ok)
 	assert.Equal(t, sent.Add(timeout*3/4), deadline, "three quarters of a timeout after the heartbeat was sent")
 	cancel()
 
-	// A pause: the last accepted heartbeat is old when the process runs
-	// again, and the leader no longer accepts the node's heartbeats.
-	pause := func() {
-		st.closed.Store(true)
-		// A heartbeat in flight when the gate closed has ended once one
-		// is refused (the loop sends one at a time).
-		refused := st.refused.Load()
-		require.Eventually(t, func() bool { return st.refused.Load() > refused }, 10*time.Second, 5*time.Millisecond)
-		s.renewals.mu.Lock()
-		s.renewals.sent = time.Now().Add(-timeout)
-		s.renewals.mu.Unlock()
-	}
-	pause()
-	_, _, err = s.fence(ctx)
-	require.ErrorIs(t, err, errUnrenewed, "no batch is sent without a recent heartbeat")
-	assert.Equal(t, 1.0, testutil.ToFloat64(s.m.unrenewed))
+	// Another run's renewal is not this one's.
+	_, _, err = s.fence(ctx, token+1)
+	require.ErrorIs(t, err, errUnrenewed)
 
-	// Heartbeats accepted again: the waiting batch goes as soon as one is.
-	done := make(chan error, 1)
-	go func() {
-		fctx, cancel, err := s.fence(ctx)
-		if err == nil {
-			err = fctx.Err()
-			cancel()
-		}
-		done <- err
-	}()
-	st.closed.Store(false)
-	require.NoError(t, <-done)
+	// A pause: the renewal is old when the process runs again, and no
+	// heartbeat comes.
+	s.renewals.mu.Lock()
+	s.renewals.sent[token] = time.Now().Add(-timeout)
+	s.renewals.mu.Unlock()
+	_, _, err = s.fence(ctx, token)
+	require.ErrorIs(t, err, errUnrenewed, "no batch is sent without a recent renewal")
+	assert.Equal(t, 2.0, testutil.ToFloat64(s.m.unrenewed))
+
+	// Meanwhile the lease went to another node: the next heartbeat finds
+	// it gone, and the batch fails as stale.
+	st.must(t, fsm.AssignPurgeLease{JobID: "j", Node: "n2", ExpectedToken: token})
+	s.checkRenewals(time.Now(), leases)
+	_, _, err = s.fence(ctx, token)
+	require.ErrorIs(t, err, errStale)
 
 	// A run stopped while it waits gives up at once.
-	pause()
 	stopped, stop := context.WithCancel(ctx)
 	stop()
-	_, _, err = s.fence(stopped)
+	_, _, err = s.fence(stopped, token+2)
 	assert.ErrorIs(t, err, context.Canceled)
 }

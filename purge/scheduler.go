@@ -112,6 +112,9 @@ func (s *Service) newScheduler() *scheduler {
 type claim struct {
 	job      fsm.PurgeJob
 	expected uint64 // the silent node's token; 0 for a PENDING job
+	// silentIndex is the silent node's heartbeat row index this tick saw
+	// (fsm.AssignPurgeLease.SilentIndex); 0: not checked.
+	silentIndex uint64
 }
 
 func (sc *scheduler) tick(ctx context.Context) {
@@ -137,7 +140,13 @@ func (sc *scheduler) tick(ctx context.Context) {
 		return now.Sub(last) >= timeout
 	}
 	if err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
-		for _, n := range r.PurgeNodes() {
+		nodes := r.PurgeNodes()
+		// A reassignment is checked against the node's heartbeat row once
+		// every node applies the check alike.
+		checkSilence := fsm.PurgeFeaturesEverywhere(nodes, fsm.PurgeFeatureSilentCheck)
+		index := map[string]uint64{}
+		for _, n := range nodes {
+			index[n.Node] = n.Index
 			o, ok := sc.seen[n.Node]
 			switch {
 			case !ok && n.Index > sc.startIndex:
@@ -161,7 +170,11 @@ func (sc *scheduler) tick(ctx context.Context) {
 			}
 			load[j.Lease.Node]++
 			if silent(j.Lease.Node) {
-				claims = append(claims, claim{job: j, expected: j.Lease.Token})
+				c := claim{job: j, expected: j.Lease.Token}
+				if checkSilence {
+					c.silentIndex = index[j.Lease.Node]
+				}
+				claims = append(claims, c)
 			}
 		}
 		free := 0
@@ -261,7 +274,7 @@ const (
 func (sc *scheduler) assign(ctx context.Context, c claim, node string, nowMs int64) leaseOutcome {
 	s := sc.s
 	res, err := s.cfg.Store.Propose(ctx, fsm.AssignPurgeLease{
-		JobID: c.job.ID, Node: node, ExpectedToken: c.expected,
+		JobID: c.job.ID, Node: node, ExpectedToken: c.expected, SilentIndex: c.silentIndex,
 		AtMs: nowMs, ExpiresMs: nowMs + s.cfg.HeartbeatTimeout.Milliseconds(),
 	})
 	if err != nil {

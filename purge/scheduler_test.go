@@ -484,3 +484,66 @@ func TestSchedulerWakesAgainOnlyAfterAStaleRefusal(t *testing.T) {
 		})
 	}
 }
+
+// assignHook runs before each AssignPurgeLease reaches the state machine.
+type assignHook struct {
+	*fsmStore
+	before func()
+}
+
+func (h *assignHook) Propose(ctx context.Context, c fsm.Command) (fsm.Result, error) {
+	if _, ok := c.(fsm.AssignPurgeLease); ok && h.before != nil {
+		h.before()
+	}
+	return h.fsmStore.Propose(ctx, c)
+}
+
+// TestReassignmentLosesToAHeartbeat: once every node announces the check,
+// a reassignment carries the silent node's heartbeat row as the scheduler
+// saw it, and a heartbeat applied in between (the node woke up) keeps the
+// lease with the node, whose workers take that heartbeat as leave to
+// delete. Silent still at the next look, it is reassigned.
+func TestReassignmentLosesToAHeartbeat(t *testing.T) {
+	base := newFSMStore(t)
+	st := &assignHook{fsmStore: base}
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	base.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	base.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	base.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j"}})
+	beat := func(nodes ...string) {
+		for _, n := range nodes {
+			base.must(t, fsm.PurgeHeartbeat{Node: n, Slots: 1, AtMs: clock.UnixMilli(), Features: fsm.PurgeFeaturesOfThisBinary})
+		}
+	}
+	ctx := context.Background()
+	sc := s.newScheduler()
+	beat("n1", "n2")
+	sc.tick(ctx)
+	clock = clock.Add(100 * time.Millisecond)
+	beat("n1", "n2")
+	sc.tick(ctx)
+	require.Equal(t, "n2", base.lease(t, "j").Node)
+	token := base.lease(t, "j").Token
+
+	clock = clock.Add(1500 * time.Millisecond)
+	beat("n1")
+	st.before = func() { beat("n2") } // n2 wakes between the look and the proposal
+	sc.tick(ctx)
+	assert.Equal(t, token, base.lease(t, "j").Token, "the lease stays with the node that heartbeat")
+
+	st.before = nil
+	clock = clock.Add(100 * time.Millisecond)
+	sc.tick(ctx) // sees the heartbeat move: live again, for a timeout
+	assert.Equal(t, token, base.lease(t, "j").Token)
+	clock = clock.Add(1500 * time.Millisecond)
+	beat("n1")
+	sc.tick(ctx)
+	l := base.lease(t, "j")
+	assert.Equal(t, "n1", l.Node, "silent at the next look: reassigned")
+	assert.Greater(t, l.Token, token)
+}

@@ -433,14 +433,15 @@ func (s *Service) heartbeatLoop() {
 		// process's monotonic clock, whatever cfg.Now says.
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(s.ctx, interval)
+		leases := s.leases()
 		_, err := s.cfg.Store.Propose(ctx, fsm.PurgeHeartbeat{
-			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: s.leases(), Features: fsm.PurgeFeaturesOfThisBinary,
+			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: leases, Features: fsm.PurgeFeaturesOfThisBinary,
 			AtMs: now.UnixMilli(), ExpiresMs: now.Add(s.cfg.HeartbeatTimeout).UnixMilli(),
 		})
 		cancel()
 		switch {
 		case err == nil:
-			s.renewals.accepted(sent)
+			s.checkRenewals(sent, leases)
 		case s.ctx.Err() == nil:
 			s.log.Debug("purge heartbeat failed", "error", err)
 		}
@@ -453,6 +454,24 @@ func (s *Service) heartbeatLoop() {
 		case <-s.renew:
 		}
 	}
+}
+
+// checkRenewals reads, linearizably after a heartbeat sent at sent was
+// accepted, which of the leases it carried are still this node's, for the
+// delete fence (fence.go). A read that fails records nothing: the fence
+// waits for the next heartbeat.
+func (s *Service) checkRenewals(sent time.Time, leases []fsm.LeaseRef) {
+	var held, lost []uint64
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HeartbeatTimeout/3)
+	defer cancel()
+	if err := s.cfg.Store.Read(ctx, func(rd *fsm.Reader) error {
+		held, lost = heldLeases(rd, s.cfg.NodeID, leases)
+		return nil
+	}); err != nil {
+		s.log.Debug("purge: leases not checked after a heartbeat", "error", err)
+		return
+	}
+	s.renewals.checked(sent, held, lost)
 }
 
 // pollLoop starts the jobs leased to this node, stops runs whose lease is

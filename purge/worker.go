@@ -35,6 +35,7 @@ const maxOutsideLogged = 20
 // its lease or ctx ends, and reports the outcome through the log.
 func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	log := s.log.With("job_id", job.ID, "table", job.Ident.String(), "token", rn.token)
+	defer s.renewals.forget(rn.token)
 	// The poll loop finds runs in the local replica, which may lag (a node
 	// that just restarted is still catching up): its checkpoint may predate
 	// what an earlier run under this very token recorded, e.g. the root
@@ -492,14 +493,29 @@ func (r *jobRun) flush() {
 	r.pending.Add(1)
 	task := func() {
 		defer r.pending.Done()
-		fctx, cancel, err := r.s.fence(r.ctx)
-		if err != nil {
-			r.complete(b, 0, 0, fmt.Errorf("deleting %d files: %w", len(uris), err))
-			return
+		var (
+			n     int
+			err   error
+			start = time.Now()
+		)
+		for range maxFencedSends {
+			var (
+				fctx   context.Context
+				cancel context.CancelFunc
+			)
+			if fctx, cancel, err = r.s.fence(r.ctx, r.token); err != nil {
+				r.complete(b, 0, 0, fmt.Errorf("deleting %d files: %w", len(uris), err))
+				return
+			}
+			n, err = r.objs.Delete(fctx, uris)
+			expired := err != nil && errors.Is(fctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
+			cancel()
+			if !expired {
+				break
+			}
+			// Cut off at the fence's deadline, not failed: sent again
+			// (deleting is idempotent) under a fresh renewal.
 		}
-		start := time.Now()
-		n, err := r.objs.Delete(fctx, uris)
-		cancel()
 		r.s.m.batchLatency.Observe(time.Since(start).Seconds())
 		if err == nil {
 			r.complete(b, n, size, nil)
@@ -594,6 +610,10 @@ func (r *jobRun) guard(uris []string) ([]string, error) {
 	return keep, nil
 }
 
+// maxFencedSends bounds how often a delete batch cut off by its fence's
+// deadline (fence.go) is sent again under a fresh renewal before it fails.
+const maxFencedSends = 4
+
 // dirRemover is storage that has directories: local files
 // (storage.Mux.RemoveEmptyDirs; a no-op for object stores).
 type dirRemover interface {
@@ -634,7 +654,7 @@ func (r *jobRun) removeEmptyDirs(ctx context.Context) {
 		return
 	}
 	for _, loc := range locs {
-		fctx, cancel, err := r.s.fence(ctx)
+		fctx, cancel, err := r.s.fence(ctx, r.token)
 		if err != nil {
 			r.log.Warn("purge: empty directories left in place", "location", loc, "error", err)
 			return
