@@ -522,6 +522,12 @@ func checkNewLocationSpelling(loc string) error {
 	if i := strings.IndexAny(loc, "?#"); i >= 0 {
 		return badRequest("location %q contains %q: clients read locations as URIs, and some drop what follows it", loc, loc[i:i+1])
 	}
+	if i := strings.Index(loc, ":"); i > 0 && isScheme(loc[:i]) && loc[:i] != strings.ToLower(loc[:i]) {
+		// Schemes are case-insensitive to the catalog, but not to every
+		// client: Java's vended-credentials refresh keeps only prefixes
+		// starting with "s3", and file systems match "S3://" to nothing.
+		return badRequest("location %q: write its scheme in lower case (%s)", loc, strings.ToLower(loc[:i+1]))
+	}
 	if hasEmptySegment(loc) {
 		return badRequest("location %q has an empty path segment (\"//\"): some clients and stores read it as the path without it, others do not", loc)
 	}
@@ -534,6 +540,17 @@ func checkNewLocationSpelling(loc string) error {
 		return badRequest("location %q contains '%%' outside a percent-escape: clients read locations as URIs, and such a URI is invalid", loc)
 	}
 	return nil
+}
+
+// isScheme reports whether s is spelled as a URI scheme (RFC 3986 3.1).
+func isScheme(s string) bool {
+	for i, r := range s {
+		letter := (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // hasEmptySegment reports whether loc's path, after the scheme's "//",

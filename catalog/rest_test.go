@@ -385,6 +385,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"location with a percent-escape", "POST", "/v1/namespaces/a/tables", withLocation("e", n.warehouse+"/a/e%2Fdata"), 400, "BadRequestException"},
 		{"location with an empty segment", "POST", "/v1/namespaces/a/tables", withLocation("ds", n.warehouse+"/a//ds"), 400, "BadRequestException"},
 		{"location with a tab PyIceberg deletes", "POST", "/v1/namespaces/a/tables", withLocation("tab", n.warehouse+"/a/t\t"), 400, "BadRequestException"},
+		{"location with an upper-case scheme", "POST", "/v1/namespaces/a/tables", withLocation("upper", "FILE"+strings.TrimPrefix(n.warehouse, "file")+"/a/upper"), 400, "BadRequestException"},
 		{"location with a line feed", "POST", "/v1/namespaces/a/tables", withLocation("lf", n.warehouse+"/a/lf\n"), 400, "BadRequestException"},
 		{"location ending in a space", "POST", "/v1/namespaces/a/tables", withLocation("sp", n.warehouse+"/a/sp "), 400, "BadRequestException"},
 		{"data path escaping through a tab", "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[{"action":"set-properties","updates":{"write.data.path":"` + n.warehouse + `/a/t/.\t./u"}}]}`, 400, "BadRequestException"},
