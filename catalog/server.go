@@ -414,7 +414,8 @@ func (s *Server) routes() *mux.Router {
 				h = s.keyed(rt.name, h)
 			}
 			methods := []string{rt.method}
-			if rt.method == http.MethodGet && !headed[rt.path] {
+			// Not where a GET mints credentials only to drop them.
+			if rt.method == http.MethodGet && !headed[rt.path] && rt.name != "loadCredentials" {
 				methods = append(methods, http.MethodHead)
 			}
 			r.Handle(b.path+rt.path, s.wrap(b.wh, rt.name, h)).Methods(methods...)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -281,7 +282,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if req.WriteOrder != nil {
 		order = req.WriteOrder.SortOrder
 	}
-	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec.spec, order, loc, iceberg.Properties(req.Properties), tableUUID)
+	meta, err := table.NewMetadataWithUUID(req.Schema, req.PartitionSpec.spec, order, loc, s.storagePropertiesDropped(id, req.Properties), tableUUID)
 	if err != nil {
 		return badRequest("invalid table definition: %v", err)
 	}
@@ -1328,6 +1329,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		return prepared{}, err
 	}
 	updates = withoutNoOpRemovals(base, withTrimmedLocations(updates))
+	updates = s.withoutStorageProperties(p.id, updates)
 	for _, u := range updates {
 		if err := u.Apply(builder); err != nil {
 			return prepared{}, badRequest("cannot apply %s to %s: %v", u.Action(), p.id, err)
@@ -1938,6 +1940,53 @@ func trimmedSetLocation(u any) (string, bool) {
 		return "", false
 	}
 	return trimmed, true
+}
+
+// storagePropertiesDropped returns props without its storage properties
+// (isStorageProperty), logging the keys it drops. Flink's connector copies
+// its catalog options (s3.endpoint, s3.access-key-id, io-impl) into the
+// properties of every table it creates: refusing them would fail such
+// creates, and keeping them would hand them to every other client.
+func (s *Server) storagePropertiesDropped(id fsm.Ident, props map[string]string) iceberg.Properties {
+	var dropped []string
+	out := iceberg.Properties{}
+	for k, v := range props {
+		if isStorageProperty(k) {
+			dropped = append(dropped, k)
+			continue
+		}
+		out[k] = v
+	}
+	if len(dropped) > 0 {
+		slices.Sort(dropped)
+		s.log.Warn("table properties that say how clients reach storage are not kept: the catalog's answers say that", "table", id.String(), "properties", dropped)
+	}
+	if props == nil && len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// withoutStorageProperties takes the storage properties out of a change's
+// set-properties updates (storagePropertiesDropped).
+func (s *Server) withoutStorageProperties(id fsm.Ident, updates table.Updates) table.Updates {
+	var out table.Updates
+	for _, u := range updates {
+		if u.Action() == table.UpdateSetProperties {
+			var f struct {
+				Updates map[string]string `json:"updates"`
+			}
+			if updateFields(u, &f) && slices.ContainsFunc(slices.Collect(maps.Keys(f.Updates)), isStorageProperty) {
+				kept := s.storagePropertiesDropped(id, f.Updates)
+				if len(kept) == 0 {
+					continue
+				}
+				u = table.NewSetPropertiesUpdate(kept)
+			}
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // updateFields reads fields of an iceberg-go update (whose types are

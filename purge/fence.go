@@ -20,13 +20,22 @@ var errUnrenewed = errors.New("no heartbeat of this node renewed the job's lease
 // for the next heartbeat.
 type renewals struct {
 	mu   sync.Mutex
+	live map[uint64]bool // tokens of runs under way here (track, forget)
 	sent map[uint64]time.Time
 	lost map[uint64]bool
 	next chan struct{} // closed at the next heartbeat checked
 }
 
 func newRenewals() *renewals {
-	return &renewals{sent: map[uint64]time.Time{}, lost: map[uint64]bool{}, next: make(chan struct{})}
+	return &renewals{live: map[uint64]bool{}, sent: map[uint64]time.Time{}, lost: map[uint64]bool{}, next: make(chan struct{})}
+}
+
+// track starts recording renewals of a run's token; forget ends it. A
+// heartbeat checked after its run ended records nothing for it.
+func (rw *renewals) track(token uint64) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.live[token] = true
 }
 
 // checked records a heartbeat sent at sent that the log accepted, after
@@ -36,12 +45,14 @@ func (rw *renewals) checked(sent time.Time, held, lost []uint64) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	for _, t := range held {
-		if sent.After(rw.sent[t]) {
+		if rw.live[t] && sent.After(rw.sent[t]) {
 			rw.sent[t] = sent
 		}
 	}
 	for _, t := range lost {
-		rw.lost[t] = true
+		if rw.live[t] {
+			rw.lost[t] = true
+		}
 	}
 	close(rw.next)
 	rw.next = make(chan struct{})
@@ -57,6 +68,7 @@ func (rw *renewals) of(token uint64) (sent time.Time, lost bool, next <-chan str
 func (rw *renewals) forget(token uint64) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
+	delete(rw.live, token)
 	delete(rw.sent, token)
 	delete(rw.lost, token)
 }

@@ -21,7 +21,7 @@ import (
 // old) waits for a new one; with none the batch is not sent; and once a
 // heartbeat finds the lease taken away, it fails as stale at once.
 func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
-	const timeout = 400 * time.Millisecond
+	const timeout = 2 * time.Second
 	st := newFSMStore(t)
 	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
 	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
@@ -42,6 +42,7 @@ func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	s.mu.Unlock()
 	ctx := context.Background()
 
+	s.renewals.track(token)
 	sent := time.Now()
 	s.checkRenewals(sent, leases)
 	fctx, cancel, err := s.fence(ctx, token)
@@ -76,4 +77,13 @@ func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	stop()
 	_, _, err = s.fence(stopped, token+2)
 	assert.ErrorIs(t, err, context.Canceled)
+
+	// A run that ended is forgotten, and a heartbeat checked after it
+	// records nothing for it.
+	s.renewals.forget(token)
+	s.checkRenewals(time.Now(), leases)
+	s.renewals.mu.Lock()
+	assert.Empty(t, s.renewals.sent)
+	assert.Empty(t, s.renewals.lost)
+	s.renewals.mu.Unlock()
 }

@@ -57,7 +57,7 @@ func newMetrics() *metrics {
 			Name: "floe_purge_files_skipped_outside_total", Help: "Reachable files left alone because they lie outside the dropped table's location.",
 		}),
 		unrenewed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floe_purge_batches_unfenced_total", Help: "Delete batches not sent because no heartbeat of this node had renewed the job's lease within half the heartbeat timeout, and none did within a whole one (the lease may have been reassigned).",
+			Name: "floe_purge_batches_unfenced_total", Help: "Delete batches (and removals of a purged table's empty directories) not sent because no heartbeat of this node had renewed the job's lease within half the heartbeat timeout, and none did within a whole one (the lease may have been reassigned).",
 		}),
 		dirsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_directories_removed_total", Help: "Empty directories removed under dropped tables' locations after their purges succeeded (local file warehouses; object stores have none).",

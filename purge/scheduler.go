@@ -3,6 +3,7 @@ package purge
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -172,7 +173,14 @@ func (sc *scheduler) tick(ctx context.Context) {
 			if silent(j.Lease.Node) {
 				c := claim{job: j, expected: j.Lease.Token}
 				if checkSilence {
-					c.silentIndex = index[j.Lease.Node]
+					// A node without a row yet (a sync drop on a node
+					// whose first heartbeat has not applied): no index can
+					// match, so any row that appears refuses it.
+					idx, ok := index[j.Lease.Node]
+					if !ok {
+						idx = math.MaxUint64
+					}
+					c.silentIndex = idx
 				}
 				claims = append(claims, c)
 			}

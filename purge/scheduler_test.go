@@ -547,3 +547,35 @@ func TestReassignmentLosesToAHeartbeat(t *testing.T) {
 	assert.Equal(t, "n1", l.Node, "silent at the next look: reassigned")
 	assert.Greater(t, l.Token, token)
 }
+
+// A lease held by a node with no heartbeat row yet (a sync drop on a node
+// whose first heartbeat has not applied) is not taken from it by a
+// reassignment decided before that first heartbeat applied.
+func TestReassignmentLosesToAFirstHeartbeat(t *testing.T) {
+	base := newFSMStore(t)
+	st := &assignHook{fsmStore: base}
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+	base.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	base.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	beat := func(nodes ...string) {
+		for _, n := range nodes {
+			base.must(t, fsm.PurgeHeartbeat{Node: n, Slots: 1, AtMs: clock.UnixMilli(), Features: fsm.PurgeFeaturesOfThisBinary})
+		}
+	}
+	ctx := context.Background()
+	beat("n1")
+	sc := s.newScheduler()
+	sc.tick(ctx)
+	clock = clock.Add(1500 * time.Millisecond)
+	base.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j", LeaseNode: "n2", LeaseExpiresMs: clock.Add(time.Second).UnixMilli()}})
+	token := base.lease(t, "j").Token
+	beat("n1")
+	st.before = func() { beat("n2") } // n2's first heartbeat lands between the look and the proposal
+	sc.tick(ctx)
+	assert.Equal(t, token, base.lease(t, "j").Token, "the lease stays with the node that heartbeat")
+}

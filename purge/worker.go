@@ -35,6 +35,7 @@ const maxOutsideLogged = 20
 // its lease or ctx ends, and reports the outcome through the log.
 func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	log := s.log.With("job_id", job.ID, "table", job.Ident.String(), "token", rn.token)
+	s.renewals.track(rn.token)
 	defer s.renewals.forget(rn.token)
 	// The poll loop finds runs in the local replica, which may lag (a node
 	// that just restarted is still catching up): its checkpoint may predate

@@ -422,9 +422,9 @@ func unwrapParse(err error) error {
 }
 
 // cliEnv are the FLOE_* variables the operator commands read (floe status,
-// floe backup, ...) and deploy/cluster.sh's port base: not a node's
-// settings, but not mistakes either.
-var cliEnv = []string{"FLOE_NODE", "FLOE_TOKEN", "FLOE_CLUSTER_BASE_PORT"}
+// floe backup, ...) and deploy/cluster.sh's own: not a node's settings,
+// but not mistakes either.
+var cliEnv = []string{"FLOE_NODE", "FLOE_TOKEN", "FLOE_CLUSTER_BASE_PORT", "FLOE_CLUSTER_DIR", "FLOE_CLUSTER_TIMEOUT", "FLOE_CLUSTER_TLS_DIR", "FLOE_BIN"}
 
 // unknownEnv warns of each FLOE_* variable that is no flag's twin: a
 // misspelt FLOE_WAREHOSE would otherwise leave the node on its default

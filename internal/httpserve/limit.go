@@ -46,6 +46,11 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case l.slots <- struct{}{}:
 	default:
 		l.m.rejected.WithLabelValues(reasonInFlight).Inc()
+		if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+			// Unread, as closeUnread below: answered now, not after
+			// waiting for a body that may never come.
+			w.Header().Set("Connection", "close")
+		}
 		writeUnavailable(w, r, fmt.Sprintf("this node is serving its maximum of %d requests; retry shortly or on another node", l.max))
 		return
 	}

@@ -360,3 +360,30 @@ func TestAnswerBeforeTheBodyClosesInsteadOfWaiting(t *testing.T) {
 	resp.Body.Close()
 	assert.False(t, resp.Close, "a body read to its end keeps the connection")
 }
+
+// The cap's own 503 to a request declaring a body it never sends comes at
+// once, on a connection then closed, not after waiting for the body.
+func TestCapRefusalDoesNotWaitForTheBody(t *testing.T) {
+	h := &blockingHandler{entered: make(chan string, 1), release: make(chan struct{})}
+	s, err := New(h, Config{MaxInFlight: 1, ReadTimeout: 5 * time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+	defer close(h.release)
+	go func() {
+		if resp, err := http.Get("http://" + addr + "/v1/held"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-h.entered
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second))) // bounds a hang only
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer without the body")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.True(t, resp.Close)
+}

@@ -639,18 +639,27 @@ func (s *localStorage) removeEmptyDirs(ctx context.Context, uri string, l locati
 		return 0, objErr("remove empty directories", uri, err)
 	}
 	defer func() { _ = parent.Close() }()
-	n, err := pruneDir(ctx, parent, key, name)
+	n, err := pruneDir(ctx, parent, key, name, 0)
 	if err != nil {
 		return n, objErr("remove empty directories", uri, err)
 	}
 	return n, nil
 }
 
+// maxPruneDepth bounds how deep pruneDir goes below a location: each level
+// holds a directory open, and a tree deeper than any table's (partitions
+// nest a few levels) is left as it is rather than run the process out of
+// file descriptors.
+const maxPruneDepth = 64
+
 // pruneDir removes the empty directories under the directory name of
 // parent (full path full), then name itself if it is left empty.
-func pruneDir(ctx context.Context, parent *os.Root, full, name string) (int, error) {
+func pruneDir(ctx context.Context, parent *os.Root, full, name string, depth int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if depth > maxPruneDepth {
+		return 0, nil
 	}
 	dir, err := openChild(parent, full, name, false)
 	if err != nil {
@@ -675,7 +684,7 @@ func pruneDir(ctx context.Context, parent *os.Root, full, name string) (int, err
 		if !e.IsDir() {
 			continue
 		}
-		n, err := pruneDir(ctx, dir, full+"/"+e.Name(), e.Name())
+		n, err := pruneDir(ctx, dir, full+"/"+e.Name(), e.Name(), depth+1)
 		removed += n
 		if err != nil {
 			_ = dir.Close()
