@@ -498,49 +498,60 @@ func (h *assignHook) Propose(ctx context.Context, c fsm.Command) (fsm.Result, er
 	return h.fsmStore.Propose(ctx, c)
 }
 
+var reassignTable = fsm.Ident{Namespace: []string{"db"}, Name: "t"}
+
+// newReassignFixture is a service on n1 over a state machine holding the
+// table db.t, with a hook before each lease assignment, a clock the test
+// moves (clock points at it) and beat, which applies heartbeats of nodes
+// that announce every feature.
+func newReassignFixture(t *testing.T) (*fsmStore, *assignHook, *Service, *time.Time, func(nodes ...string)) {
+	base := newFSMStore(t)
+	st := &assignHook{fsmStore: base}
+	clock := new(time.Time)
+	*clock = time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return *clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	base.must(t, fsm.CreateNamespace{Namespace: reassignTable.Namespace})
+	base.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: reassignTable, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
+	beat := func(nodes ...string) {
+		for _, n := range nodes {
+			base.must(t, fsm.PurgeHeartbeat{Node: n, Slots: 1, AtMs: clock.UnixMilli(), Features: fsm.PurgeFeaturesOfThisBinary})
+		}
+	}
+	return base, st, s, clock, beat
+}
+
 // TestReassignmentLosesToAHeartbeat: once every node announces the check,
 // a reassignment carries the silent node's heartbeat row as the scheduler
 // saw it, and a heartbeat applied in between (the node woke up) keeps the
 // lease with the node, whose workers take that heartbeat as leave to
 // delete. Silent still at the next look, it is reassigned.
 func TestReassignmentLosesToAHeartbeat(t *testing.T) {
-	base := newFSMStore(t)
-	st := &assignHook{fsmStore: base}
-	clock := time.Unix(1000, 0)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
-	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
-	base.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
-	base.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
-	base.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j"}})
-	beat := func(nodes ...string) {
-		for _, n := range nodes {
-			base.must(t, fsm.PurgeHeartbeat{Node: n, Slots: 1, AtMs: clock.UnixMilli(), Features: fsm.PurgeFeaturesOfThisBinary})
-		}
-	}
+	base, st, s, clock, beat := newReassignFixture(t)
+	base.must(t, fsm.DropTable{Ident: reassignTable, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j"}})
 	ctx := context.Background()
 	sc := s.newScheduler()
 	beat("n1", "n2")
 	sc.tick(ctx)
-	clock = clock.Add(100 * time.Millisecond)
+	*clock = clock.Add(100 * time.Millisecond)
 	beat("n1", "n2")
 	sc.tick(ctx)
 	require.Equal(t, "n2", base.lease(t, "j").Node)
 	token := base.lease(t, "j").Token
 
-	clock = clock.Add(1500 * time.Millisecond)
+	*clock = clock.Add(1500 * time.Millisecond)
 	beat("n1")
 	st.before = func() { beat("n2") } // n2 wakes between the look and the proposal
 	sc.tick(ctx)
 	assert.Equal(t, token, base.lease(t, "j").Token, "the lease stays with the node that heartbeat")
 
 	st.before = nil
-	clock = clock.Add(100 * time.Millisecond)
+	*clock = clock.Add(100 * time.Millisecond)
 	sc.tick(ctx) // sees the heartbeat move: live again, for a timeout
 	assert.Equal(t, token, base.lease(t, "j").Token)
-	clock = clock.Add(1500 * time.Millisecond)
+	*clock = clock.Add(1500 * time.Millisecond)
 	beat("n1")
 	sc.tick(ctx)
 	l := base.lease(t, "j")
@@ -552,27 +563,13 @@ func TestReassignmentLosesToAHeartbeat(t *testing.T) {
 // whose first heartbeat has not applied) is not taken from it by a
 // reassignment decided before that first heartbeat applied.
 func TestReassignmentLosesToAFirstHeartbeat(t *testing.T) {
-	base := newFSMStore(t)
-	st := &assignHook{fsmStore: base}
-	clock := time.Unix(1000, 0)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
-	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
-	base.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
-	base.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: id, Location: "s3://b/t", MetadataLocation: "m", UUID: "u"}}})
-	beat := func(nodes ...string) {
-		for _, n := range nodes {
-			base.must(t, fsm.PurgeHeartbeat{Node: n, Slots: 1, AtMs: clock.UnixMilli(), Features: fsm.PurgeFeaturesOfThisBinary})
-		}
-	}
+	base, st, s, clock, beat := newReassignFixture(t)
 	ctx := context.Background()
 	beat("n1")
 	sc := s.newScheduler()
 	sc.tick(ctx)
-	clock = clock.Add(1500 * time.Millisecond)
-	base.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j", LeaseNode: "n2", LeaseExpiresMs: clock.Add(time.Second).UnixMilli()}})
+	*clock = clock.Add(1500 * time.Millisecond)
+	base.must(t, fsm.DropTable{Ident: reassignTable, Purge: true, Job: &fsm.PurgeJobSpec{ID: "j", LeaseNode: "n2", LeaseExpiresMs: clock.Add(time.Second).UnixMilli()}})
 	token := base.lease(t, "j").Token
 	beat("n1")
 	st.before = func() { beat("n2") } // n2's first heartbeat lands between the look and the proposal
