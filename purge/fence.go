@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floe-catalog/floe/fsm"
@@ -105,13 +107,13 @@ func heldLeases(rd *fsm.Reader, node string, leases []fsm.LeaseRef) (held, lost 
 // A service that was never started sends no heartbeats (a catalog's private
 // one, for a catalog used alone): it has no fence, and its leases are
 // renewed by nothing.
-func (s *Service) fence(ctx context.Context, token uint64) (context.Context, context.CancelFunc, error) {
+func (s *Service) fence(ctx context.Context, token uint64) (*fenced, context.CancelFunc, error) {
 	s.mu.Lock()
 	started := s.started
 	s.mu.Unlock()
 	if !started {
-		fctx, cancel := context.WithCancel(ctx)
-		return fctx, cancel, nil
+		f := fencedUntil(ctx, time.Time{})
+		return f, f.stop, nil
 	}
 	timeout := s.cfg.HeartbeatTimeout
 	wait := time.NewTimer(timeout)
@@ -123,8 +125,8 @@ func (s *Service) fence(ctx context.Context, token uint64) (context.Context, con
 			return nil, nil, fmt.Errorf("%w: a heartbeat found lease token %d no longer this node's", errStale, token)
 		}
 		if !sent.IsZero() && time.Since(sent) < timeout/2 {
-			fctx, cancel := context.WithDeadline(ctx, sent.Add(timeout*3/4))
-			return fctx, cancel, nil
+			f := fencedUntil(ctx, sent.Add(timeout*3/4))
+			return f, f.stop, nil
 		}
 		if !asked {
 			asked = true
@@ -142,4 +144,59 @@ func (s *Service) fence(ctx context.Context, token uint64) (context.Context, con
 			return nil, nil, fmt.Errorf("%w (heartbeat timeout %s)", errUnrenewed, timeout)
 		}
 	}
+}
+
+// fenced is the context of one fenced send. At its deadline it is cancelled
+// unless a request sent under it has been written whole and awaits its
+// answer: cutting that one off would delete nothing less (storage acts on
+// a whole request), only fail a batch that succeeded, and a store slower
+// than the margin would then fail every batch. A request not yet written
+// whole is cut off (storage never acts on part of one), and so is any
+// attempt begun after the deadline (GetConn: the SDK's retries).
+type fenced struct {
+	context.Context
+	cancel   context.CancelFunc
+	deadline time.Time   // zero: none
+	timer    *time.Timer // nil: no deadline
+	expired  atomic.Bool
+	awaiting atomic.Int32 // requests written whole, their answers not begun
+}
+
+// fencedUntil returns a fenced context of parent with the deadline; a zero
+// deadline is none.
+func fencedUntil(parent context.Context, deadline time.Time) *fenced {
+	f := &fenced{deadline: deadline}
+	ctx, cancel := context.WithCancel(parent)
+	f.cancel = cancel
+	f.Context = ctx
+	if deadline.IsZero() {
+		return f
+	}
+	f.Context = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn: func(string) {
+			if f.expired.Load() {
+				cancel()
+			}
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { f.awaiting.Add(1) },
+		GotFirstResponseByte: func() { f.awaiting.Add(-1) },
+	})
+	f.timer = time.AfterFunc(time.Until(deadline), func() {
+		f.expired.Store(true)
+		if f.awaiting.Load() <= 0 {
+			cancel()
+		}
+	})
+	return f
+}
+
+// cutOff reports whether the deadline passed: an error of what was sent
+// under f may be the deadline's.
+func (f *fenced) cutOff() bool { return f.expired.Load() }
+
+func (f *fenced) stop() {
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.cancel()
 }

@@ -2,7 +2,11 @@ package purge
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,9 +51,7 @@ func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	s.checkRenewals(sent, leases)
 	fctx, cancel, err := s.fence(ctx, token)
 	require.NoError(t, err, "a heartbeat renewed the lease")
-	deadline, ok := fctx.Deadline()
-	require.True(t, ok)
-	assert.Equal(t, sent.Add(timeout*3/4), deadline, "three quarters of a timeout after the heartbeat was sent")
+	assert.Equal(t, sent.Add(timeout*3/4), fctx.deadline, "three quarters of a timeout after the heartbeat was sent")
 	cancel()
 
 	// Another run's renewal is not this one's.
@@ -86,4 +88,49 @@ func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	assert.Empty(t, s.renewals.sent)
 	assert.Empty(t, s.renewals.lost)
 	s.renewals.mu.Unlock()
+}
+
+// TestFencedSendsAreCutOffOnlyBeforeTheyAreWritten: at its deadline a
+// fenced context cuts off what is not yet sent whole (and any attempt
+// begun after it), but not a request written whole that awaits its answer:
+// storage acts on that one anyway, and cutting it off would only fail a
+// batch that succeeded.
+func TestFencedSendsAreCutOffOnlyBeforeTheyAreWritten(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/slow" {
+			<-release // answers only after the deadline has passed
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	defer close(release)
+
+	f := fencedUntil(context.Background(), time.Now().Add(50*time.Millisecond))
+	defer f.stop()
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(f, http.MethodPost, srv.URL+"/slow", strings.NewReader("<Delete/>"))
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	require.Eventually(t, f.cutOff, 10*time.Second, 5*time.Millisecond)
+	release <- struct{}{}
+	require.NoError(t, <-done, "written whole before the deadline: not cut off")
+	assert.NoError(t, f.Err())
+
+	// An attempt begun after the deadline is not sent.
+	req, _ := http.NewRequestWithContext(f, http.MethodPost, srv.URL+"/fast", strings.NewReader("<Delete/>"))
+	_, err := srv.Client().Do(req)
+	assert.ErrorIs(t, err, context.Canceled)
+
+	// Nothing awaiting an answer at the deadline: cut off at once.
+	g := fencedUntil(context.Background(), time.Now().Add(10*time.Millisecond))
+	defer g.stop()
+	<-g.Done()
+	assert.True(t, g.cutOff())
 }

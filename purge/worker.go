@@ -501,7 +501,7 @@ func (r *jobRun) flush() {
 		)
 		for range maxFencedSends {
 			var (
-				fctx   context.Context
+				fctx   *fenced
 				cancel context.CancelFunc
 			)
 			if fctx, cancel, err = r.s.fence(r.ctx, r.token); err != nil {
@@ -509,7 +509,7 @@ func (r *jobRun) flush() {
 				return
 			}
 			n, err = r.objs.Delete(fctx, uris)
-			expired := err != nil && errors.Is(fctx.Err(), context.DeadlineExceeded) && r.ctx.Err() == nil
+			expired := err != nil && fctx.cutOff() && r.ctx.Err() == nil
 			cancel()
 			if !expired {
 				break
