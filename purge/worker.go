@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -632,8 +633,11 @@ type dirRemover interface {
 // logged and the job still succeeds.
 func (r *jobRun) removeEmptyDirs(ctx context.Context) {
 	dr, ok := r.objs.(dirRemover)
-	if !ok {
-		return
+	if !ok || !slices.ContainsFunc(r.job.Locations(), func(loc string) bool {
+		scheme, _, _, err := storage.ParseURI(loc)
+		return err == nil && scheme == storage.SchemeFile
+	}) {
+		return // object stores have no directories: no read, no fence
 	}
 	var locs []string
 	rctx, cancel := context.WithTimeout(ctx, max(r.s.cfg.HeartbeatTimeout, time.Second))
