@@ -586,7 +586,7 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 			err = n.TransferLeadership(ctx, req.ID)
 		}
 	default:
-		return nil, &transport.RemoteError{Code: codeBadRequest, Message: "unknown method " + method}
+		return nil, &transport.RemoteError{Code: codeBadRequest, Message: unknownMethod + method}
 	}
 	if err != nil {
 		return nil, toRemote(err)
@@ -791,12 +791,13 @@ const foreignProbeTimeout = 2 * time.Second
 // logs start with a bootstrap entry at index 1, term 1), made it a
 // follower again over the entries it had applied on its own: it served
 // writes the others never had. A node from a binary that reports no
-// identity (it answers, with an error or without one), one without an
-// identity yet (a node joining) and a cluster not yet stamped are not
-// judged: Raft's own dial decides. A node that does not answer the probe
-// (down, cut off, too slow) is not dialled either: it may be exactly such
-// a node, reached the moment a partition heals, and Raft dials again
-// later, probing again.
+// identity (it answers without one, or does not know the method), one
+// without an identity yet (a node joining) and a cluster not yet stamped
+// are not judged: Raft's own dial decides. A node that does not answer the
+// probe, or answers it with any other error (down, cut off, too slow, its
+// handler not run because the probe reached it after its deadline) is not
+// dialled either: it may be exactly such a node, reached the moment a
+// partition heals, and Raft dials again later, probing again.
 func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	if n.ClusterID() == "" {
 		return nil
@@ -808,7 +809,7 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	defer cancel()
 	var info nodeInfo
 	if err := n.call(ctx, addr, rpcInfo, struct{}{}, &info); err != nil {
-		if _, answered := errors.AsType[*transport.RemoteError](err); answered {
+		if re, answered := errors.AsType[*transport.RemoteError](err); answered && isUnknownMethod(re) {
 			return nil
 		}
 		return fmt.Errorf("raftnode: asking %s which cluster it holds before connecting Raft: %w", addr, err)
@@ -824,6 +825,17 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	}
 	return err
 }
+
+// isUnknownMethod reports whether re is a node's answer to a method it
+// does not serve: a binary from before the cluster identity probe. Any
+// other error answer (the probe arrived after its deadline on a busy node,
+// the node is shutting down) says nothing of which cluster the node holds.
+func isUnknownMethod(re *transport.RemoteError) bool {
+	return re.Code == codeBadRequest && strings.HasPrefix(re.Message, unknownMethod)
+}
+
+// unknownMethod starts handleRPC's answer to a method it does not serve.
+const unknownMethod = "unknown method "
 
 // throttle runs a function at most once per interval for each key (a log
 // line that would otherwise repeat at every Raft redial).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
+	"github.com/floe-catalog/floe/transport"
 )
 
 // startJoinedCluster starts size nodes that form a cluster through Join and
@@ -783,6 +784,42 @@ func testFormedItsOwnCluster(t *testing.T, cutOff bool) {
 		}
 	}
 	assert.True(t, flagged, "status: %+v", st.Members)
+}
+
+// The identity probe before a Raft dial judges only what the peer said of
+// itself: an error answer (the probe reached a busy node after its
+// deadline, say) is no answer, and the peer is not dialled; only a binary
+// that does not know the probe is left to Raft's own dial.
+func TestPeerClusterProbeErrorAnswers(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	require.Eventually(t, func() bool { return n.ClusterID() != "" }, 10*time.Second, 10*time.Millisecond)
+
+	for _, c := range []struct {
+		name   string
+		answer *transport.RemoteError
+		dial   bool
+	}{
+		{"after its deadline", &transport.RemoteError{Code: transport.CodeDeadlineExceeded, Message: "request arrived after its deadline; handler not run"}, false},
+		{"shutting down", &transport.RemoteError{Code: codeShutdown, Message: "raft is shutdown"}, false},
+		{"internal", &transport.RemoteError{Code: transport.CodeInternal, Message: "handler panic"}, false},
+		{"unknown method", &transport.RemoteError{Code: codeBadRequest, Message: unknownMethod + rpcInfo}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			peer, err := transport.Listen(transport.Config{BindAddr: freeAddr(t)})
+			require.NoError(t, err)
+			t.Cleanup(func() { peer.Close() })
+			peer.Serve(func(context.Context, string, []byte) ([]byte, error) { return nil, c.answer })
+			err = n.checkPeerCluster(peer.Addr().String(), time.Second)
+			if c.dial {
+				assert.NoError(t, err)
+			} else {
+				assert.Error(t, err, "an error answer says nothing of the peer's cluster")
+			}
+		})
+	}
 }
 
 // A stopping leader hands leadership over first: another voter leads, and
