@@ -73,14 +73,16 @@ type node struct {
 	named []catalog.Warehouse
 	// noClientKeys: the client brings no storage credentials of its own.
 	noClientKeys bool
-	raft         *raftnode.Node
-	net          *raftfault.Network // cuts raft off from the cluster (Isolate)
-	srv          *catalog.Server
-	metrics      *prometheus.Registry
-	objects      *storage.Mux
-	http         *httptest.Server
-	URL          string
-	client       *http.Client
+	// logger is the catalog's logger; nil: quietLogger.
+	logger  *slog.Logger
+	raft    *raftnode.Node
+	net     *raftfault.Network // cuts raft off from the cluster (Isolate)
+	srv     *catalog.Server
+	metrics *prometheus.Registry
+	objects *storage.Mux
+	http    *httptest.Server
+	URL     string
+	client  *http.Client
 }
 
 func freeAddr(t *testing.T) string {
@@ -160,8 +162,12 @@ func (n *node) start() {
 	objects, err := storage.New(n.scfg)
 	require.NoError(t, err)
 	n.metrics = prometheus.NewRegistry()
+	logger := n.logger
+	if logger == nil {
+		logger = quietLogger()
+	}
 	srv, err := catalog.New(catalog.Config{
-		Warehouse: n.warehouse, Prefix: "floe", Registerer: n.metrics, MaxBodyBytes: 1 << 20, Logger: quietLogger(),
+		Warehouse: n.warehouse, Prefix: "floe", Registerer: n.metrics, MaxBodyBytes: 1 << 20, Logger: logger,
 		Now: n.now, Vendor: n.vendor, Warehouses: n.named, Authorizer: n.authz,
 	}, rn, objects)
 	require.NoError(t, err)

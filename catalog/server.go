@@ -529,7 +529,12 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 				cp.msg = strings.TrimSuffix(ae.msg, "; retry when the job has succeeded") + failedJobHint
 				ae = &cp
 			}
-			if ae.status >= 500 {
+			if ae.status >= 500 && r.Context().Err() != nil {
+				// The client went away (or the server is stopping):
+				// the answer reaches no one, and what the request
+				// started goes on (a purge, a commit in the log).
+				s.log.Info("request ended without its client", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
+			} else if ae.status >= 500 {
 				s.log.Error("request failed", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", err)
 			} else {
 				s.log.Debug("request refused", "op", name, "method", r.Method, "path", r.URL.Path, "status", ae.status, "error", ae.msg)
