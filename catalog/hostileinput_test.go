@@ -341,3 +341,60 @@ func TestStoragePropertiesAreTheCatalogs(t *testing.T) {
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "configures how clients reach storage")
 }
+
+// A new name holding a percent-escape is refused: iceberg-go sends a
+// table's name into the path unescaped, so its load or drop of "t%41"
+// reached the table "tA" that Java reaches as "tA" (Java sends t%2541).
+func TestNewNamesWithPercentEscapesAreRefused(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	schema := json.RawMessage(`{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}`)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "tA", "schema": schema}).status)
+
+	for name, r := range map[string]response{
+		"table": n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "t%41", "schema": schema,
+			"location": strings.TrimSuffix(n.warehouse, "/") + "/a/t41"}),
+		"namespace level": n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a%2Eb"}}),
+		"rename destination": n.do(t, "POST", "/v1/tables/rename", map[string]any{
+			"source": map[string]any{"namespace": []string{"a"}, "name": "tA"}, "destination": map[string]any{"namespace": []string{"a"}, "name": "t%41x"}}),
+	} {
+		assert.Equal(t, 400, r.status, "%s: %s", name, r.body)
+		assert.Contains(t, string(r.body), "percent-escape", name)
+	}
+	list := n.do(t, "GET", "/v1/namespaces/a/tables", nil)
+	require.Equal(t, 200, list.status)
+	assert.Equal(t, []any{map[string]any{"namespace": []any{"a"}, "name": "tA"}}, list.json(t)["identifiers"], "nothing created or renamed")
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a%252Eb", nil).status)
+}
+
+// A query parameter given twice is a 400 that changes nothing: its readers
+// (authorization, the Idempotency-Key binding, the handler) would not all
+// read the same value, and "purgeRequested=true&purgeRequested=false"
+// purged.
+func TestRepeatedQueryParameterIsA400(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	schema := json.RawMessage(`{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}`)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "t", "schema": schema}).status)
+
+	r := n.do(t, "DELETE", "/v1/namespaces/a/tables/t?purgeRequested=true&purgeRequested=false", nil)
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "purgeRequested given 2 times")
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/a/tables/t", nil).status, "the table is still there")
+	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/a/tables?pageToken=&pageToken=", nil).status)
+	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/a/tables/t?snapshots=all&snapshots=refs", nil).status)
+}
+
+// A properties update with neither updates nor removals but other fields
+// (a misspelling) is a 400, not a 200 that changed nothing; so is a body
+// that is not an object. An empty object is a valid update of nothing.
+func TestPropertiesUpdateOfUnknownFieldsIsA400(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	for _, body := range []string{`{"update":{"k":"v"}}`, `null`, `[]`} {
+		r := n.do(t, "POST", "/v1/namespaces/a/properties", json.RawMessage(body))
+		assert.Equal(t, 400, r.status, "%s: %s", body, r.body)
+		assert.Equal(t, "BadRequestException", r.errorType(t))
+	}
+	r := n.do(t, "POST", "/v1/namespaces/a/properties", json.RawMessage(`{}`))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/a/properties", json.RawMessage(`{"updates":{"k":"v"},"extra":1}`))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}

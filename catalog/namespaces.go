@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -330,8 +331,15 @@ func (s *Server) updateProperties(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	body, err := readJSONBody(r)
+	if err != nil {
+		return err
+	}
 	var req updatePropertiesRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := json.Unmarshal(body, &req); err != nil {
+		return badRequest("malformed request body: %v", err)
+	}
+	if err := checkPropertiesUpdateShape(body); err != nil {
 		return err
 	}
 	if err := validateProperties(req.Updates); err != nil {
@@ -435,4 +443,24 @@ func rawQueryValue(rawQuery, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// checkPropertiesUpdateShape refuses a properties update that is not a
+// JSON object, or that has neither updates nor removals but other fields:
+// {"update": {...}} (a misspelling) would otherwise be answered 200 with
+// nothing changed. An empty object is a valid request that changes
+// nothing; with either list present, other fields are ignored, as Java's
+// parser ignores them.
+func checkPropertiesUpdateShape(body []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return badRequest("a properties update is a JSON object with updates and removals")
+	}
+	_, updates := fields["updates"]
+	_, removals := fields["removals"]
+	if updates || removals || len(fields) == 0 {
+		return nil
+	}
+	unknown := slices.Sorted(maps.Keys(fields))
+	return badRequest("a properties update carries updates and removals; this one has neither, and fields it does not define: %s", strings.Join(unknown, ", "))
 }

@@ -464,6 +464,10 @@ func purgeJobState(state string) string {
 	return " (" + state + "); retry when the job has succeeded"
 }
 
+// singleQueryParams are the query parameters of the catalog's routes:
+// each may be given at most once.
+var singleQueryParams = []string{"purgeRequested", "snapshots", "pageToken", "pageSize", "parent", "warehouse", "planId"}
+
 // wrap adds the body limit, metrics, logging and error mapping to a handler
 // serving the warehouse wh.
 func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
@@ -487,8 +491,17 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		if err == nil {
 			// url.Values drops a malformed pair silently, so that
 			// "?purgeRequested=%zz" would read as no purge at all.
-			if _, qerr := url.ParseQuery(r.URL.RawQuery); qerr != nil {
+			q, qerr := url.ParseQuery(r.URL.RawQuery)
+			if qerr != nil {
 				err = badRequest("malformed query string: %v", qerr)
+			}
+			for _, name := range singleQueryParams {
+				if n := len(q[name]); err == nil && n > 1 {
+					// Read once here (the first value) and once there
+					// (the last), "?purgeRequested=true&purgeRequested=false"
+					// would purge for one reader and not for another.
+					err = badRequest("query parameter %s given %d times: give it once", name, n)
+				}
 			}
 		}
 		if err == nil {
@@ -780,7 +793,8 @@ func validateNamespace(levels []string) error {
 
 // validateNewName refuses, for a name being created (a table, a view, a
 // namespace level, or the destination of a rename), what validateName
-// refuses, the names "." and "..", and any name with a '/'. As path
+// refuses, the names "." and "..", any name with a '/' and any with a
+// percent-escape. As path
 // segments, HTTP clients, proxies and servers rewrite "." and ".." (a
 // DELETE of ".../tables/.." would reach the namespace), so such an object
 // could not be addressed safely; and a '/' would make the name several
@@ -801,8 +815,18 @@ func validateNewName(what, name string) error {
 		// namespace a.x, and a table "sq/x" would hold part of "sq"'s.
 		return badRequest("%s %q contains '/': names become path segments of default locations", what, name)
 	}
+	if percentEscapeRE.MatchString(name) {
+		// Clients disagree on escaping a name in a path: Java escapes
+		// "t%41" as t%2541, iceberg-go sends the table name as it is,
+		// and floe would read that as the table "tA": an iceberg-go
+		// drop of "t%41" dropped "tA".
+		return badRequest("%s %q contains a percent-escape (%%XX): clients that do not escape names in paths would reach another object", what, name)
+	}
 	return nil
 }
+
+// percentEscapeRE matches a percent-escape: '%' and two hex digits.
+var percentEscapeRE = regexp.MustCompile(`%[0-9A-Fa-f]{2}`)
 
 // validateNewIdent is validateNewName for each level and the name of id.
 func validateNewIdent(what string, id fsm.Ident) error {

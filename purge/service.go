@@ -200,6 +200,10 @@ type run struct {
 	// finishing is set before the run proposes its outcome: a poll that
 	// then sees the job finished must not take it for a lost lease.
 	finishing atomic.Bool
+	// started is set once the run has read its job as committed under its
+	// token: before that, a lease the local replica has passed (a node
+	// replaying its log after a restart) was never this run's to lose.
+	started atomic.Bool
 }
 
 // New validates cfg and returns a service. It does nothing in the
@@ -608,6 +612,12 @@ func (s *Service) stopStale(id string, token uint64, now fsm.PurgeJob) {
 	}
 	rn.cancel()
 	s.mu.Unlock()
+	if !rn.started.Load() {
+		// Found in a replica still catching up (a node replaying its
+		// log), passed before the run read its job: nothing was lost.
+		s.log.Debug("purge run not started: its lease has passed", "job_id", id, "token", token, "state", now.State)
+		return
+	}
 	s.m.staleLeases.Inc()
 	s.log.Warn("purge lease lost; stopping the run", "job_id", id, "token", token, "state", now.State, "lease", now.Lease)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -163,4 +164,65 @@ func TestGuardRefusesABatchOnceTheLeaseIsLost(t *testing.T) {
 	keep, err = run.guard([]string{file})
 	require.ErrorIs(t, err, errStale)
 	assert.Empty(t, keep)
+}
+
+// gatedStore holds its linearizable reads until gate is closed.
+type gatedStore struct {
+	*laggingStore
+	gate chan struct{}
+}
+
+func (s *gatedStore) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.laggingStore.Read(ctx, fn)
+}
+
+// A node replaying its log after a restart finds in its replica a job
+// still leased to it, whose outcome a later entry records. The run it
+// started for that lease had not yet read its job: nothing was lost, and
+// it is not counted or logged as a lost lease.
+func TestRunPassedBeforeItStartedIsNoLostLease(t *testing.T) {
+	dir := t.TempDir()
+	root := "file://" + filepath.ToSlash(dir) + "/db/t/metadata/00000-0190a0a0-0000-7000-8000-000000000000.metadata.json"
+	lag := newLaggingStore(t, root, 0)
+	token := lag.i
+	st := &gatedStore{laggingStore: lag, gate: make(chan struct{})}
+	logs := &lockedLog{}
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), PollInterval: 20 * time.Millisecond,
+		Storage: func(map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Stop)
+	require.Eventually(t, func() bool { return len(s.localRuns()) == 1 }, 10*time.Second, 10*time.Millisecond, "the run starts from the replica")
+
+	// The replica applies the outcome an earlier incarnation recorded.
+	require.NoError(t, lag.apply(t, fsm.FinishPurgeJob{JobID: "job", Token: token, Outcome: fsm.OutcomeSucceeded, MaxAttempts: 1, AtMs: 1}, true).Err())
+	require.Eventually(t, func() bool { return len(s.localRuns()) == 0 }, 10*time.Second, 10*time.Millisecond, "the poll stops the run")
+	close(st.gate)
+	s.Stop()
+	assert.Zero(t, testutil.ToFloat64(s.m.staleLeases))
+	assert.NotContains(t, logs.String(), "lease lost")
+}
+
+// lockedLog is a log sink safe for the service's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
