@@ -285,6 +285,39 @@ func TestRegisteredMetadataMustLieInItsLocation(t *testing.T) {
 	assert.Equal(t, before, n.state(t))
 }
 
+// A register adopts no namespace's directory: a metadata log naming
+// <warehouse>/oq/metadata/… made the registered table claim oq's whole
+// directory, so that oq's tables could not be created there (and its
+// purge would delete files its manifests named there).
+func TestRegisterAdoptsNoNamespaceDirectory(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	for _, ns := range []string{"rq", "oq"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}).status)
+	}
+	r := n.do(t, "POST", "/v1/floe/namespaces/rq/tables", withName("t0"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	m := r.json(t)["metadata"].(map[string]any)
+	m["location"] = n.warehouse + "/rq/x"
+	m["table-uuid"] = "0f8e4c7a-1111-4222-8333-944455556666"
+	m["metadata-log"] = []any{
+		map[string]any{"timestamp-ms": 1, "metadata-file": n.warehouse + "/oq/metadata/00000-a.metadata.json"},
+		map[string]any{"timestamp-ms": 2, "metadata-file": n.warehouse + "/metadata/00000-b.metadata.json"},
+		map[string]any{"timestamp-ms": 3, "metadata-file": n.warehouse + "/elsewhere/metadata/00000-c.metadata.json"},
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	loc := n.warehouse + "/rq/x/metadata/00001-b.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), loc, b))
+	r = n.do(t, "POST", "/v1/floe/namespaces/rq/register", map[string]any{"name": "x", "metadata-location": loc})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	r = n.do(t, "POST", "/v1/floe/namespaces/oq/tables", withName("t"))
+	assert.Equal(t, 200, r.status, "oq's directory is not rq.x's: %s", r.body)
+	// A place that is no namespace's directory is adopted as before.
+	r = n.do(t, "POST", "/v1/floe/namespaces/rq/tables", withLocation("e", n.warehouse+"/elsewhere/e"))
+	assert.Equal(t, 409, r.status, "%s", r.body)
+}
+
 // Two nodes racing to create overlapping tables: exactly one wins.
 func TestRacingOverlappingCreatesOneWins(t *testing.T) {
 	nodes := startCluster(t, warehouses()[0], 3)
@@ -545,4 +578,26 @@ func TestExpiredMetadataFilesOfOthersAreKept(t *testing.T) {
 	_, err = n.objects.Read(ctx, viewMeta)
 	assert.NoError(t, err, "the view's current metadata file is kept")
 	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/ns/views/v", nil).status)
+}
+
+// A register's metadata-location is spelled as a new location must be:
+// with "?x=1" it was stored and handed back, and Java's S3URI, which drops
+// what follows '?', read another file.
+func TestRegisterMetadataLocationSpelling(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("a"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	b, err := json.Marshal(r.json(t)["metadata"])
+	require.NoError(t, err)
+	loc := n.warehouse + "/ns/a/metadata/00009-x.metadata.json?x=1"
+	require.NoError(t, n.objects.Write(context.Background(), loc, b))
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/a", nil).status)
+	before := n.state(t)
+	for _, path := range []string{"/v1/floe/namespaces/ns/register", "/v1/floe/namespaces/ns/register-view"} {
+		r = n.do(t, "POST", path, map[string]any{"name": "a", "metadata-location": loc})
+		assert.Equal(t, 400, r.status, "%s: %s", path, r.body)
+		assert.Contains(t, string(r.body), `contains \"?\"`, path)
+	}
+	assert.Equal(t, before, n.state(t))
 }

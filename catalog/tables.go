@@ -1564,6 +1564,12 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if req.MetadataLocation == "" {
 		return badRequest("metadata-location is required")
 	}
+	// Spelled as a new location must be: the answer hands it to clients
+	// as the table's metadata-location, and one that drops what follows a
+	// '?' or '#' (Java's S3URI) would read another file.
+	if err := checkNewLocationSpelling(req.MetadataLocation); err != nil {
+		return err
+	}
 	if err := s.checkLocation(r.Context(), req.MetadataLocation); err != nil {
 		return err
 	}
@@ -1698,6 +1704,9 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 		if checkNewLocationSpelling(root) != nil || s.checkLocation(ctx, root) != nil || s.checkScope(ctx, namespace, root) != nil {
 			return
 		}
+		if s.isNamespaceDirectory(ctx, key) {
+			return
+		}
 		out = append(out, fsm.FormerLocation{Location: root, Key: key})
 	}
 	for e := range meta.PreviousFiles() {
@@ -1707,6 +1716,36 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 		add(snap.ManifestList)
 	}
 	return out
+}
+
+// isNamespaceDirectory reports whether the place whose location key is
+// key is a warehouse's root or the default directory of one of its
+// namespaces (<warehouse>/<levels>): where the namespace's new tables go,
+// and above every table of it, so never one table's place to adopt (a
+// metadata log naming <warehouse>/other/metadata/… would otherwise have
+// a register claim namespace other's directory). Its parents exist
+// whenever a namespace does, so a directory above a namespace's is a
+// namespace's too. A failed read counts as one: adopting is optional.
+func (s *Server) isNamespaceDirectory(ctx context.Context, key string) bool {
+	for _, w := range s.warehouses {
+		whKey := fsm.LocationKey(w.location)
+		if !strings.HasPrefix(key, whKey) {
+			continue
+		}
+		rel := strings.Trim(strings.TrimPrefix(key, whKey), "/")
+		if rel == "" {
+			return true
+		}
+		levels := w.levels(strings.Split(rel, "/"))
+		found := true
+		if err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+			_, found = rd.Namespace(levels)
+			return nil
+		}); err != nil || found {
+			return true
+		}
+	}
+	return false
 }
 
 type renameTableRequest struct {

@@ -832,6 +832,12 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if req.MetadataLocation == "" {
 		return badRequest("metadata-location is required")
 	}
+	// Spelled as a new location must be: the answer hands it to clients
+	// as the table's metadata-location, and one that drops what follows a
+	// '?' or '#' (Java's S3URI) would read another file.
+	if err := checkNewLocationSpelling(req.MetadataLocation); err != nil {
+		return err
+	}
 	if err := s.checkLocation(r.Context(), req.MetadataLocation); err != nil {
 		return err
 	}

@@ -195,7 +195,9 @@ func isView(id Ident) func(locHolder) bool {
 // table's location may not overlap. A table and a view may share a
 // location (Iceberg's reference catalog allows it, and clients' own
 // suites do it): a view keeps only its metadata files there, and a purge
-// never deletes a live view's metadata (Reader.LocationOwner).
+// never deletes a live view's current metadata file (Reader.LocationOwner).
+// Its earlier metadata files are not protected: a table's manifests
+// would have to name them, which only a crafted manifest does.
 func otherTables(id Ident) func(locHolder) bool {
 	self := isTable(id)
 	return func(h locHolder) bool { return h.view != nil || self(h) }

@@ -42,6 +42,7 @@ func TestPurge(t *testing.T) {
 			t.Run("a missing manifest fails the job, and no manifest is deleted", func(t *testing.T) { testMissingManifest(t, c) })
 			t.Run("a local file written at its decoded path goes too", func(t *testing.T) { testEscapedLocalPaths(t, c, wh) })
 			t.Run("a path through a symbolic link fails the job at once", func(t *testing.T) { testSymlinkFailsAtOnce(t, c, wh) })
+			t.Run("a data file that is a directory fails the job at once", func(t *testing.T) { testDirectoryFailsAtOnce(t, c, wh) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
@@ -291,6 +292,30 @@ func testSymlinkFailsAtOnce(t *testing.T, c *cluster, wh warehouse) {
 	assert.Contains(t, job.LastError, "symbolic link")
 	_, err := os.Stat(filepath.Join(elsewhere, filepath.Base(path)))
 	assert.NoError(t, err, "the file behind the link stays")
+	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
+	require.Equal(t, 200, r.status, r.body)
+}
+
+// testDirectoryFailsAtOnce: a data file whose path is a directory is not
+// deleted (the purge deletes files only), and no retry could change that:
+// the job fails at once instead of being retried for a minute.
+func testDirectoryFailsAtOnce(t *testing.T, c *cluster, wh warehouse) {
+	if wh.name != "file" {
+		t.Skip("directories are a local file system's")
+	}
+	n := c.follower()
+	tt := c.makeTable(n, "dirfile", "t", nil, 1, 2)
+	path := strings.TrimPrefix(tt.files[0], "file://")
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, os.MkdirAll(path, 0o755))
+	require.NoError(t, os.WriteFile(path+"/inside", []byte("x"), 0o644))
+	r := n.do(t, "DELETE", "/v1/namespaces/dirfile/tables/t?purgeRequested=true", "")
+	require.Equal(t, 500, r.status, r.body)
+	job := c.mustJob("dirfile", "t")
+	assert.Equal(t, fsm.JobFailed, job.State)
+	assert.Equal(t, 1, job.Attempts, "not retried")
+	assert.Contains(t, job.LastError, "is a directory")
+	assert.FileExists(t, path+"/inside", "nothing under the directory is deleted")
 	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
 	require.Equal(t, 200, r.status, r.body)
 }

@@ -526,10 +526,12 @@ func (r *jobRun) flush() {
 		}
 		r.s.m.deleteErrors.Add(float64(len(uris) - n))
 		err = fmt.Errorf("deleting %d of %d files failed: %w", len(uris)-n, len(uris), err)
-		if errors.Is(err, storage.ErrSymlink) {
-			// A path through a symbolic link stays so: no retry can
-			// delete it (the purge never follows links). FAILED at once,
-			// for an operator to deal with.
+		if errors.Is(err, storage.ErrSymlink) || errors.Is(err, storage.ErrIsDirectory) || errors.Is(err, storage.ErrInvalidURI) {
+			// A path through a symbolic link stays so, a directory named
+			// as a file stays a directory, and a path that does not
+			// parse never will: no retry can delete it (the purge never
+			// follows links nor removes what is not a file). FAILED at
+			// once, for an operator to deal with.
 			err = fmt.Errorf("%w: %w", errPermanent, err)
 		}
 		r.complete(b, n, 0, err)

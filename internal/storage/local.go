@@ -23,6 +23,10 @@ import (
 // outside the table's location.
 var ErrSymlink = errors.New("path crosses a symbolic link")
 
+// ErrIsDirectory is wrapped by the error of a local delete whose path names
+// a directory: the store deletes files only, and no retry changes that.
+var ErrIsDirectory = errors.New("is a directory")
+
 // Local files: every object is a regular file; directories are created on
 // demand by Write and never reported or removed.
 //
@@ -464,7 +468,7 @@ func (s *localStorage) deleteIn(ctx context.Context, dir string, idx []int, uris
 	root, err := openDir(dir, false)
 	if err != nil {
 		for _, i := range idx {
-			if !isMissing(err) {
+			if !isMissing(err) && !errors.Is(err, syscall.ENAMETOOLONG) {
 				errs[i] = objErr("delete", uris[i], err)
 			}
 		}
@@ -483,22 +487,23 @@ func (s *localStorage) deleteIn(ctx context.Context, dir string, idx []int, uris
 }
 
 // deleteName removes the last component of key from root, the directory
-// holding it. A missing file counts as deleted; a directory is refused; a
-// symbolic link is removed itself.
+// holding it. A missing file counts as deleted, and so does a name longer
+// than the file system allows (no such file can exist); a directory is
+// refused (ErrIsDirectory); a symbolic link is removed itself.
 func deleteName(root *os.Root, key string) error {
 	_, name := splitKey(key)
 	if name == "" {
-		return errors.New("is a directory")
+		return ErrIsDirectory
 	}
 	fi, err := root.Lstat(name)
 	if err != nil {
-		if isMissing(err) {
+		if isMissing(err) || errors.Is(err, syscall.ENAMETOOLONG) {
 			return nil
 		}
 		return &fs.PathError{Op: "lstat", Path: key, Err: unwrapPathErr(err)}
 	}
 	if fi.IsDir() {
-		return errors.New("is a directory")
+		return ErrIsDirectory
 	}
 	if err := root.Remove(name); err != nil && !isMissing(err) {
 		return &fs.PathError{Op: "remove", Path: key, Err: unwrapPathErr(err)}

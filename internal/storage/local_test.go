@@ -158,6 +158,14 @@ func TestLocalDeleteRefusesDirectories(t *testing.T) {
 	assert.DirExists(t, dir+"/empty")
 	assert.DirExists(t, dir+"/full")
 	assert.NoFileExists(t, dir+"/full/x")
+	assert.ErrorIs(t, err, storage.ErrIsDirectory, "no retry deletes a directory")
+
+	// A name longer than the file system allows names no file that can
+	// exist: deleted, as a missing file is.
+	long := dir + "/" + strings.Repeat("y", 300) + ".parquet"
+	n, err = m.Delete(ctx, []string{long, dir + "/" + strings.Repeat("z", 300) + "/f"})
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
 }
 
 func TestLocalDeletePermissionError(t *testing.T) {

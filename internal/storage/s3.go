@@ -270,8 +270,11 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 	var buckets []string
 	byBucket := map[string]*bucketKeys{}
 	for i, l := range locs {
-		if err := requireKey(l); err != nil {
-			errs[i] = objErr("delete", uris[i], err)
+		// A key ending in '/' is an object like any other to S3 (a
+		// "directory marker"): deleted, not refused, unlike a write of
+		// one. Only the bucket itself is no object.
+		if l.key == "" {
+			errs[i] = objErr("delete", uris[i], fmt.Errorf("%w: no object key", ErrInvalidURI))
 			continue
 		}
 		bk := byBucket[l.bucket]

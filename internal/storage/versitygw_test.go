@@ -71,6 +71,20 @@ func TestVersitygw(t *testing.T) {
 		assert.Equal(t, 1, n)
 	})
 
+	// A key ending in '/' is an object to S3: a delete of it is sent, and
+	// removes nothing else, whatever lies under that prefix.
+	t.Run("DeleteDirectoryMarkerKey", func(t *testing.T) {
+		under := wh + "/marker/t/data/f.parquet"
+		require.NoError(t, m.Write(ctx, under, []byte("x")))
+		_, err := m.Delete(ctx, []string{wh + "/marker/t/data/", wh + "/marker/t/"})
+		if err != nil {
+			assert.NotErrorIs(t, err, storage.ErrInvalidURI, "sent, not refused")
+		}
+		ok, err := m.Exists(ctx, under)
+		require.NoError(t, err)
+		assert.True(t, ok, "what lies under a marker key is not deleted with it")
+	})
+
 	t.Run("MissingBucket", func(t *testing.T) {
 		uri := "s3://no-such-bucket-floe/x"
 		_, err := m.Read(ctx, uri)
