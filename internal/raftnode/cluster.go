@@ -196,7 +196,21 @@ func (n *Node) forward(ctx context.Context, data []byte) (fsm.Result, error) {
 	)
 	for {
 		if n.raft.State() == raft.Leader {
-			return n.proposeLocal(ctx, data)
+			res, err := n.proposeLocal(ctx, data)
+			if !errors.Is(err, ErrNotLeader) {
+				return res, err
+			}
+			// Leading, but handing over or stepping down: nothing was
+			// appended. Wait for the next leader, then send it there.
+			failed, lastErr = n.id, err
+			n.metrics.leaderRetries.WithLabelValues(rpcPropose).Inc()
+			if got := n.awaitLeader(ctx, failed, n.electionBound()); got == "" || got == failed {
+				if err := ctx.Err(); err != nil && !errors.Is(lastErr, err) {
+					return fsm.Result{}, fmt.Errorf("%w: %w", lastErr, err)
+				}
+				return fsm.Result{}, lastErr
+			}
+			continue
 		}
 		addr, id, epoch := n.leaderNow()
 		if id == "" || id == failed {

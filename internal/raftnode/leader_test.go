@@ -3,12 +3,15 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/fsm"
 )
 
 // A leader's epoch ends when another leader is known or none has been for
@@ -58,4 +61,44 @@ func TestLeaderWatchEpochs(t *testing.T) {
 	assert.Equal(t, "b", string(id))
 	require.NoError(t, b2.Err())
 	assert.EqualValues(t, 3, news.Load(), "a new epoch, though the same leader")
+}
+
+// A command proposed on a leader that is handing leadership over is refused
+// by Raft before it has an index: nothing was appended, and it goes to the
+// next leader, as a follower's would, instead of failing back to the
+// client (a planned transfer made 503s of commits sent to the leader).
+func TestProposeOnAHandingOverLeaderReachesTheNext(t *testing.T) {
+	nodes, _ := openThree(t)
+	for round := range 3 {
+		leader := waitOneLeader(t, nodes)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var (
+			stop    atomic.Bool
+			done    = make(chan error, 8)
+			applied atomic.Int64
+		)
+		for w := range 8 {
+			go func() {
+				var err error
+				for i := 0; !stop.Load() && err == nil; i++ {
+					var res fsm.Result
+					res, err = leader.Propose(ctx, createNS(fmt.Sprintf("r%d-w%d-%d", round, w, i)))
+					if err == nil {
+						err = res.Err()
+						applied.Add(1)
+					}
+				}
+				done <- err
+			}()
+		}
+		require.Eventually(t, func() bool { return applied.Load() > 20 }, 10*time.Second, time.Millisecond)
+		require.NoError(t, leader.raft.LeadershipTransfer().Error())
+		require.Eventually(t, func() bool { return !leader.IsLeader() }, 10*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		stop.Store(true)
+		for range 8 {
+			assert.NoError(t, <-done, "round %d", round)
+		}
+		cancel()
+	}
 }

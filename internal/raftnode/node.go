@@ -772,7 +772,14 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		// hop to the leader, with the caller's deadline.
 		return n.forward(ctx, data)
 	}
-	return n.proposeLocal(ctx, data)
+	res, err := n.proposeLocal(ctx, data)
+	if errors.Is(err, ErrNotLeader) {
+		// Refused before it had an index (this leader is handing over or
+		// stepping down): nothing was appended, so it goes to the next
+		// leader as a follower's command would, not back to the client.
+		return n.forward(ctx, data)
+	}
+	return res, err
 }
 
 // proposeLocal appends an encoded command on this node, which believes it
