@@ -37,6 +37,20 @@ func openAuditLog(dest, nodeID string) (*auditLog, error) {
 	return &auditLog{logger: slog.New(h).With("log", "audit", "node", nodeID), closer: closer}, nil
 }
 
+// checkAuditLog fails when dest (see openAuditLog) cannot be opened: run
+// checks it before the node opens Raft, where openAuditLog, which needs the
+// node's ID, comes too late to keep a node that will exit from joining.
+func checkAuditLog(dest string) error {
+	if dest == "" || dest == "stderr" {
+		return nil
+	}
+	f, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	return f.Close()
+}
+
 // outcomeDenied is the outcome of a request refused for lack of a
 // privilege: a 403, or a 404 that hides what the caller may not see.
 const outcomeDenied = "denied"

@@ -203,11 +203,18 @@ func envName(flagName string) string {
 }
 
 const (
-	defaultDataDir      = "./floe-data"
-	defaultHTTPAddr     = "127.0.0.1:8181"
-	defaultClusterAddr  = "127.0.0.1:8182"
-	defaultPrefix       = "floe"
-	defaultMaxBodyBytes = 8 << 20
+	defaultDataDir = "./floe-data"
+	// maxHTTPHeaderBytes bounds --http-max-header-bytes (1 GiB: far above
+	// any request line and headers a client sends).
+	maxHTTPHeaderBytes = 1 << 30
+	// maxPurgeHeartbeatTimeout bounds --purge-heartbeat-timeout: a node
+	// silent for a day has its jobs reassigned at the latest, and the
+	// multiples of it the purge computes stay far from overflowing.
+	maxPurgeHeartbeatTimeout = 24 * time.Hour
+	defaultHTTPAddr          = "127.0.0.1:8181"
+	defaultClusterAddr       = "127.0.0.1:8182"
+	defaultPrefix            = "floe"
+	defaultMaxBodyBytes      = 8 << 20
 	// defaultMetadataCacheBytes is catalog.Config's default, spelled out
 	// so that --help shows it.
 	defaultMetadataCacheBytes = 128 << 20
@@ -493,8 +500,15 @@ func (c *config) validate() error {
 		}
 	}
 	for name, addr := range map[string]string{"--http-addr": c.HTTPAddr, "--cluster-addr": c.ClusterAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
 			return usagef("%s %q: want host:port: %v", name, addr, err)
+		}
+		// Port 0 would listen on a port chosen afresh at every start, while
+		// the node publishes (and, for the cluster address, is named by)
+		// the one it first had.
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return usagef("%s %q: want a port from 1 to 65535", name, addr)
 		}
 	}
 	if c.Warehouse == "" {
@@ -585,6 +599,11 @@ func (c *config) validate() error {
 	if c.HTTPMaxHeaderBytes <= 0 || c.HTTPReadHeaderTimeout <= 0 {
 		return usagef("--http-max-header-bytes and --http-read-header-timeout must be positive")
 	}
+	if c.HTTPMaxHeaderBytes > maxHTTPHeaderBytes {
+		// net/http adds its own allowance to the limit: near the largest
+		// int the sum overflows and every request is refused.
+		return usagef("--http-max-header-bytes %d: want at most %d", c.HTTPMaxHeaderBytes, maxHTTPHeaderBytes)
+	}
 	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 || c.HTTPMaxInFlight < 0 {
 		return usagef("--http-read-timeout, --http-write-timeout, --http-idle-timeout and --http-max-in-flight must not be negative (0: no limit)")
 	}
@@ -639,8 +658,8 @@ func (c *config) validate() error {
 	if c.PurgeDeleteBatchSize < 1 || c.PurgeDeleteBatchSize > 1000 {
 		return usagef("--purge-delete-batch-size %d: want 1 to 1000", c.PurgeDeleteBatchSize)
 	}
-	if c.PurgeHeartbeatTimeout < 100*time.Millisecond {
-		return usagef("--purge-heartbeat-timeout %s: want at least 100ms", c.PurgeHeartbeatTimeout)
+	if c.PurgeHeartbeatTimeout < 100*time.Millisecond || c.PurgeHeartbeatTimeout > maxPurgeHeartbeatTimeout {
+		return usagef("--purge-heartbeat-timeout %s: want 100ms to %s", c.PurgeHeartbeatTimeout, maxPurgeHeartbeatTimeout)
 	}
 	if c.PurgeRetention < 3*c.PurgeHeartbeatTimeout {
 		// The prune drops heartbeat rows older than the retention too; a

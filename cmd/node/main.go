@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -98,6 +99,40 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
+	// Everything that can fail on this node's own settings fails before
+	// the node opens Raft: a node started with --join asks the cluster to
+	// add it as a voter while it opens, and one that then exited (its HTTP
+	// port taken, its audit log unwritable) left the cluster a dead voter,
+	// a single node's cluster without a quorum.
+	objects, err := storage.New(storage.Config{
+		S3Endpoint:        cfg.S3Endpoint,
+		S3Region:          cfg.S3Region,
+		S3AccessKeyID:     cfg.S3AccessKeyID,
+		S3SecretAccessKey: cfg.S3SecretAccessKey,
+		S3PathStyle:       cfg.S3PathStyle,
+		DeleteBatchSize:   cfg.PurgeDeleteBatchSize,
+	})
+	if err != nil {
+		return err
+	}
+	warehouses, err := openWarehouses(cfg)
+	if err != nil {
+		return err
+	}
+	if err := checkAuditLog(cfg.AuditLog); err != nil {
+		return err
+	}
+	if cfg.HTTPTLSCert != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey); err != nil {
+			return fmt.Errorf("http server: loading --http-tls-cert and --http-tls-key: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	}
+	defer ln.Close() // the server closes it first once it serves
+
 	join := cfg.joinAddrs()
 	node, err := raftnode.Open(raftnode.Config{
 		NodeID:        cfg.NodeID,
@@ -131,21 +166,6 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		}
 	}()
 
-	objects, err := storage.New(storage.Config{
-		S3Endpoint:        cfg.S3Endpoint,
-		S3Region:          cfg.S3Region,
-		S3AccessKeyID:     cfg.S3AccessKeyID,
-		S3SecretAccessKey: cfg.S3SecretAccessKey,
-		S3PathStyle:       cfg.S3PathStyle,
-		DeleteBatchSize:   cfg.PurgeDeleteBatchSize,
-	})
-	if err != nil {
-		return err
-	}
-	warehouses, err := openWarehouses(cfg)
-	if err != nil {
-		return err
-	}
 	// Purge workers run on every node; the scheduler runs on the leader
 	// only, switched on and off with leadership.
 	purger, err := purge.New(purge.Config{
@@ -233,10 +253,6 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	})
 	if err != nil {
 		return fmt.Errorf("http server: %w", err)
-	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("http listener: %w", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
