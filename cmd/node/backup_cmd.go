@@ -81,7 +81,7 @@ func runBackupCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		asJSON              bool
 		timeout             time.Duration
 	)
-	fs.StringVar(&to, "to", "", "the backup file to write (written to FILE.tmp, synced, then renamed); required")
+	fs.StringVar(&to, "to", "", "the backup file to write (written to a temporary file beside it, synced, then renamed); required")
 	fs.StringVar(&node, "node", "", "URL of any node's HTTP API, http:// or https:// (env FLOE_NODE; default "+defaultNodeURL+")")
 	fs.StringVar(&token, "token", "", "bearer token of a principal with the admin privilege, needed with --auth=on (env FLOE_TOKEN)")
 	fs.StringVar(&ca, "ca", "", "PEM file of the CA that signs the node's HTTPS certificate (default: the system's roots)")
@@ -99,8 +99,9 @@ waits until it has applied every write acknowledged before the request,
 then streams its state. The file carries a header (format version, the
 cluster's member IDs, the log index the copy reflects, creation time, the
 node's ID) and SHA-256 checksums; it is verified as it downloads and only
-renamed to FILE once whole and sound, replacing a regular file of that name
-(anything else there, a device, a pipe or a link, is refused). Progress goes
+renamed to FILE once whole and sound, replacing an earlier backup or an
+empty file of that name (any other file, a device, a pipe or a link, is
+refused). Progress goes
 to stderr.
 
 Flags:
@@ -142,6 +143,13 @@ Flags:
 	if fi, err := os.Lstat(to); err == nil && !fi.Mode().IsRegular() {
 		fmt.Fprintf(stderr, "floe backup: --to %s exists and is not a regular file (%s); give the path of a regular file to write or replace\nRun 'floe backup --help' for usage.\n",
 			to, fileKind(fi.Mode()))
+		return backupExitUsage
+	}
+	// A backup replaces an earlier backup, or an empty file; never any
+	// other file: --to data/fsm.db would replace the very state a backup
+	// from a stopped node exists to save.
+	if fi, err := os.Lstat(to); err == nil && fi.Size() > 0 && !backup.IsBackupFile(to) {
+		fmt.Fprintf(stderr, "floe backup: --to %s exists and is not a floe backup; refusing to replace it: give a new path, or remove the file first\nRun 'floe backup --help' for usage.\n", to)
 		return backupExitUsage
 	}
 	if fi, err := os.Stat(filepath.Dir(to)); err != nil || !fi.IsDir() {
@@ -224,21 +232,14 @@ func downloadBackup(ctx context.Context, api *apiClient, to string, stderr io.Wr
 // unknown) into to.tmp, verifying it on the way, then syncs it and renames
 // it to to. On failure the temp file is removed and to is untouched.
 func saveBackup(ctx context.Context, body io.Reader, size int64, to string, stderr io.Writer) (backupSummary, error) {
-	tmp := to + ".tmp"
-	// A stale temp file (an interrupted run) is removed, never written
-	// through: were it a link, its target would be truncated.
-	if fi, err := os.Lstat(tmp); err == nil {
-		if fi.IsDir() {
-			return backupSummary{}, fmt.Errorf("cannot write %s: %s is a directory", to, tmp)
-		}
-		if err := os.Remove(tmp); err != nil {
-			return backupSummary{}, err
-		}
-	}
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	// A temporary file of this run's own beside FILE (two backups to the
+	// same FILE at once do not write through each other's), created anew:
+	// never written through a link.
+	f, err := os.CreateTemp(filepath.Dir(to), "."+filepath.Base(to)+".*.tmp")
 	if err != nil {
 		return backupSummary{}, err
 	}
+	tmp := f.Name()
 	ok := false
 	defer func() {
 		if !ok {

@@ -205,8 +205,8 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond, "writes did not start")
 
 	file := filepath.Join(t.TempDir(), "cluster.backup")
-	// A link left at the temp file's name is replaced, never written
-	// through.
+	// A link beside the file, at a temporary file's name of old, is never
+	// written through.
 	victim := filepath.Join(t.TempDir(), "victim")
 	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
 	require.NoError(t, os.Symlink(victim, file+".tmp"))
@@ -217,8 +217,9 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // writes after the backup, which it must not need
 	stopWriters()
 	assert.Contains(t, stderr, "floe backup: ", "progress on stderr")
-	_, err := os.Lstat(file + ".tmp")
-	assert.True(t, errors.Is(err, os.ErrNotExist), "temp file left behind")
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(file), ".cluster.backup.*.tmp"))
+	require.NoError(t, err)
+	assert.Empty(t, left, "temp file left behind")
 	kept, err := os.ReadFile(victim)
 	require.NoError(t, err)
 	assert.Equal(t, "keep", string(kept), "the link's target is untouched")
@@ -435,6 +436,18 @@ func TestBackupCommandUsage(t *testing.T) {
 	fi, err = os.Lstat(link)
 	require.NoError(t, err)
 	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the link is still a link")
+	// A file that is not a backup (a node's own fsm.db, say) is never
+	// replaced: offline or online.
+	state := filepath.Join(t.TempDir(), "fsm.db")
+	require.NoError(t, os.WriteFile(state, []byte("state machine"), 0o600))
+	for _, args := range [][]string{{"--from-data-dir", filepath.Dir(state)}, {"--node", "http://" + freeAddr(t), "--timeout", "2s"}} {
+		code, _, stderr := runFloe(t, bin, append([]string{"backup", "--to", state}, args...)...)
+		assert.Equal(t, 2, code, "%s", stderr)
+		assert.Contains(t, stderr, "is not a floe backup")
+		kept, err := os.ReadFile(state)
+		require.NoError(t, err)
+		assert.Equal(t, "state machine", string(kept))
+	}
 	code, _, stderr := runFloe(t, bin, "backup", "--to", filepath.Join(t.TempDir(), "missing", "x.backup"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "is not a directory")

@@ -84,14 +84,34 @@ func (c config) logNotices(logger *slog.Logger) {
 // and value against the flag set: an unknown key, a repeated one, a value
 // of the wrong type or one its flag refuses is a usageError naming the file,
 // the key and its line.
+// maxConfigFileBytes bounds a config file: a few hundred settings fit in
+// a few KiB.
+const maxConfigFileBytes = 1 << 20
+
 func readConfigFile(path string) (*configFile, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, usagef("--config: %v", err)
-	}
+	// A regular file of bounded size: --config /dev/zero (or a pipe, or
+	// a log file given by mistake) would be read until memory ran out.
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, usagef("--config: %v", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, usagef("--config %s: not a regular file", path)
+	}
+	if st.Size() > maxConfigFileBytes {
+		return nil, usagef("--config %s: %d bytes; a config file holds at most %d", path, st.Size(), maxConfigFileBytes)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--config: %v", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(fh, maxConfigFileBytes+1))
+	fh.Close()
+	if err != nil {
+		return nil, usagef("--config: %v", err)
+	}
+	if len(raw) > maxConfigFileBytes {
+		return nil, usagef("--config %s: more than %d bytes", path, maxConfigFileBytes)
 	}
 	f := &configFile{path: path, perm: st.Mode().Perm(), applied: map[string]fileSetting{}}
 

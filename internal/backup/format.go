@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 )
 
@@ -40,6 +41,21 @@ const (
 
 // magic opens every backup file.
 var magic = [8]byte{'F', 'L', 'O', 'E', 'B', 'K', 'U', 'P'}
+
+// IsBackupFile reports whether the file at path starts as a floe backup
+// does (its magic). A file shorter than that, or unreadable, is not one.
+func IsBackupFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var head [len(magic)]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return false
+	}
+	return head == magic
+}
 
 // Errors a Reader (and so Verify and Restore) returns for a file it
 // refuses. Each is wrapped with the detail.
