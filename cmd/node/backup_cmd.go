@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -558,9 +559,42 @@ Flags:
 		fmt.Fprintf(stderr, "floe restore: %v\n", err)
 		return backupExitFailed
 	}
+	var total int64
+	if st, err := os.Stat(from); err == nil {
+		total = st.Size()
+	}
+	var (
+		mu   sync.Mutex
+		step string
+		read atomic.Int64
+	)
+	line := func() {
+		mu.Lock()
+		s := step
+		mu.Unlock()
+		if s == "" {
+			return
+		}
+		if total > 0 {
+			fmt.Fprintf(stderr, "floe restore: %s: %s of %s (%d%%)\n", s, humanBytes(read.Load()), humanBytes(total), read.Load()*100/total)
+			return
+		}
+		fmt.Fprintf(stderr, "floe restore: %s: %s\n", s, humanBytes(read.Load()))
+	}
+	stopProgress := every(backupProgressEvery, line)
 	h, sum, err := backup.Restore(from, backup.RestoreConfig{
 		DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, ClusterID: newID.String(), Logger: logger,
+		Progress: func(s string, n int64) {
+			mu.Lock()
+			step = s
+			mu.Unlock()
+			read.Store(n)
+		},
 	})
+	stopProgress()
+	if err == nil {
+		line()
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, raftnode.ErrHasState):

@@ -318,6 +318,7 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	code, stdout, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", filepath.Join(root, first.id),
 		"--node-id", first.id, "--cluster-addr", first.clusterAddr)
 	require.Equal(t, 0, code, "floe restore: %s %s", stdout, stderr)
+	assert.Contains(t, stderr, "floe restore: restoring: ", "progress on stderr")
 	assert.Contains(t, stdout, "--join "+first.clusterAddr)
 	newID := regexp.MustCompile(`The restored cluster's identity is (\S+):`).FindStringSubmatch(stdout)
 	require.Len(t, newID, 2, "the new identity in: %s", stdout)

@@ -29,6 +29,34 @@ type RestoreConfig struct {
 	ClusterID string
 	// Logger receives the snapshot store's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Progress, when set, is called as the file is read, with the step
+	// ("verifying", then "restoring") and the bytes of the file read so
+	// far in it; the caller reports it (a long restore otherwise looks
+	// hung). It is called from the reading goroutine, often.
+	Progress func(step string, read int64)
+}
+
+// progressReader counts what passes through it for RestoreConfig.Progress.
+type progressReader struct {
+	r    io.Reader
+	step string
+	n    int64
+	fn   func(string, int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	p.fn(p.step, p.n)
+	return n, err
+}
+
+// progress wraps r for cfg.Progress, if set.
+func (cfg RestoreConfig) progress(r io.Reader, step string) io.Reader {
+	if cfg.Progress == nil {
+		return r
+	}
+	return &progressReader{r: r, step: step, fn: cfg.Progress}
 }
 
 // Restore seeds a new cluster from the backup file at path: it prepares
@@ -53,14 +81,14 @@ func Restore(path string, cfg RestoreConfig) (Header, string, error) {
 		return Header{}, "", fmt.Errorf("backup: %w", err)
 	}
 	defer f.Close()
-	if _, _, err := Verify(bufio.NewReaderSize(f, 1<<20)); err != nil {
+	if _, _, err := Verify(bufio.NewReaderSize(cfg.progress(f, "verifying"), 1<<20)); err != nil {
 		return Header{}, "", err
 	}
 
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Header{}, "", fmt.Errorf("backup: %w", err)
 	}
-	br, err := NewReader(bufio.NewReaderSize(f, 1<<20))
+	br, err := NewReader(bufio.NewReaderSize(cfg.progress(f, "restoring"), 1<<20))
 	if err != nil {
 		return Header{}, "", fmt.Errorf("backup: the file changed after it was verified: %w", err)
 	}

@@ -1048,8 +1048,12 @@ func (n *Node) checkQuorumWithout(ctx context.Context, servers []raft.Server, id
 		}
 	}
 	if need := len(rest)/2 + 1; len(up) < need {
-		return fmt.Errorf("%w: removing %s would leave %d voters, of which only %d answer now (%s do not), fewer than the %d a quorum needs: "+
-			"bring them back, or remove them first", ErrInvalidMember, id, len(rest), len(up), strings.Join(down, ", "), need)
+		verb := "does"
+		if len(down) > 1 {
+			verb = "do"
+		}
+		return fmt.Errorf("%w: removing %s would leave %d voters, of which only %d answer now (%s %s not), fewer than the %d a quorum needs: "+
+			"bring them back, or remove them first", ErrInvalidMember, id, len(rest), len(up), strings.Join(down, ", "), verb, need)
 	}
 	return nil
 }

@@ -13,9 +13,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -401,6 +403,7 @@ func Open(cfg Config) (*Node, error) {
 	undo = append(undo, func() { n.logs.Close() })
 
 	// The snapshot store creates <DataDir>/snapshots.
+	removeUnfinishedSnapshots(filepath.Join(cfg.DataDir, "snapshots"), cfg.Logger)
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
@@ -1346,4 +1349,38 @@ func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.Snapsh
 		}
 	}()
 	return raft.NewRaft(rc, f, logs, logs, snaps, trans)
+}
+
+// removeUnfinishedSnapshots removes the snapshots a killed process left
+// half-written (directories ending in ".tmp", which the snapshot store
+// renames only once a snapshot is whole): the store skips them with a
+// warning at every start and never removes them, so every crash during a
+// snapshot's write or install kept up to a snapshot's worth of disk. Open
+// holds raft.db's lock, so no other process writes one now. A failure is
+// logged and left: the store works beside them.
+func removeUnfinishedSnapshots(dir string, logger *slog.Logger) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return // none yet
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		var size int64
+		_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					size += fi.Size()
+				}
+			}
+			return nil
+		})
+		if err := os.RemoveAll(path); err != nil {
+			logger.Warn("could not remove an unfinished snapshot", "path", path, "error", err)
+			continue
+		}
+		logger.Info("removed an unfinished snapshot left by a stopped process", "path", path, "bytes", size)
+	}
 }

@@ -211,6 +211,36 @@ func TestRestartKeepsStateAndAppliesNothingTwice(t *testing.T) {
 	assert.Greater(t, n2.FSM().AppliedIndex(), applied)
 }
 
+// A snapshot a killed process left half-written (a ".tmp" directory) is
+// removed when the node opens again: the snapshot store only skips it, so
+// every crash during a snapshot kept up to a snapshot's worth of disk.
+func TestOpenRemovesUnfinishedSnapshots(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	cfg := testConfig(t, dir, addr)
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	require.NoError(t, mustPropose(t, n, createNS("ns")).Err())
+	require.NoError(t, n.raft.Snapshot().Error())
+	require.NoError(t, n.Shutdown())
+
+	snaps := filepath.Join(dir, "snapshots")
+	unfinished := filepath.Join(snaps, "2-9-1700000000000.tmp")
+	require.NoError(t, os.MkdirAll(unfinished, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(unfinished, "state.bin"), make([]byte, 4096), 0o600))
+	before, err := os.ReadDir(snaps)
+	require.NoError(t, err)
+	require.Len(t, before, 2, "one whole snapshot and the unfinished one")
+
+	n2 := mustOpen(t, cfg)
+	waitLeaderOf(t, n2)
+	assert.NoDirExists(t, unfinished)
+	after, err := os.ReadDir(snaps)
+	require.NoError(t, err)
+	assert.Len(t, after, 1, "the whole snapshot stays")
+	assert.True(t, hasNamespace(t, linearRead(t, n2), "ns"))
+}
+
 // TestRestartRestoresLostStateMachineFromSnapshot covers the one case where
 // NoSnapshotRestoreOnStart needs help: fsm.db is gone but a snapshot exists.
 func TestRestartRestoresLostStateMachineFromSnapshot(t *testing.T) {
