@@ -39,8 +39,12 @@ func Open(path string, mode os.FileMode, opts *bolt.Options, init func(*bolt.DB)
 		if refusedContent(err) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrDamaged, path, err)
 		}
-		// Locked, not permitted, out of memory for the mapping, an I/O
-		// error: not the file's content.
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			// The lock wait ran out: another process has the file open.
+			return nil, fmt.Errorf("%s is locked by another process (is a floe node already running on this data directory?): %w", path, err)
+		}
+		// Not permitted, out of memory for the mapping, an I/O error: not
+		// the file's content.
 		return nil, err
 	}
 	if fi, serr := os.Stat(path); serr == nil {
