@@ -828,30 +828,17 @@ func validateNewName(what, name string) error {
 // percentEscapeRE matches a percent-escape: '%' and two hex digits.
 var percentEscapeRE = regexp.MustCompile(`%[0-9A-Fa-f]{2}`)
 
-// validateNewIdent is validateNewName for each level and the name of id.
-func validateNewIdent(what string, id fsm.Ident) error {
-	_, levels := fsm.SplitWarehouse(id.Namespace)
-	for _, l := range levels {
-		if err := validateNewName("namespace level", l); err != nil {
-			return err
-		}
-	}
-	return validateNewName(what, id.Name)
-}
-
 // sameIdent reports whether a and b name the same table or view.
 func sameIdent(a, b fsm.Ident) bool {
 	return a.Name == b.Name && slices.Equal(a.Namespace, b.Namespace)
 }
 
-// validateNewDestination is validateNewIdent for the destination of a
-// rename from from, except for the namespace levels when the namespace
-// does not change: they exist already.
-func validateNewDestination(what string, from, to fsm.Ident) error {
-	if slices.Equal(from.Namespace, to.Namespace) {
-		return validateNewName(what, to.Name)
-	}
-	return validateNewIdent(what, to)
+// validateNewDestination is validateNewName for the name a rename
+// gives. The destination's namespace levels are not judged: a rename
+// creates no namespace, and one that does not exist is the rename's 404;
+// one named before the rules for new names tightened stays usable.
+func validateNewDestination(what string, to fsm.Ident) error {
+	return validateNewName(what, to.Name)
 }
 
 // validateName refuses names a catalog cannot store or address: empty,

@@ -1769,7 +1769,7 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := validateNewDestination("table name", from, to); err != nil {
+	if err := validateNewDestination("table name", to); err != nil {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())

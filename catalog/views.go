@@ -774,7 +774,7 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := validateNewDestination("view name", from, to); err != nil {
+	if err := validateNewDestination("view name", to); err != nil {
 		return err
 	}
 	setAuditTarget(r, from.String()+" -> "+to.String())
@@ -833,7 +833,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("metadata-location is required")
 	}
 	// Spelled as a new location must be: the answer hands it to clients
-	// as the table's metadata-location, and one that drops what follows a
+	// as the view's metadata-location, and one that drops what follows a
 	// '?' or '#' (Java's S3URI) would read another file.
 	if err := checkNewLocationSpelling(req.MetadataLocation); err != nil {
 		return err

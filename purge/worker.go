@@ -55,8 +55,8 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		log.Debug("purge run not started", "reason", err)
 		return
 	}
-	root := <-opened
 	rn.started.Store(true)
+	root := <-opened
 	start := time.Now()
 	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
 		"metadata_location", job.MetadataLocation, "resume_phase", PhaseName(job.Progress.Phase), "resume_offset", job.Progress.Offset,

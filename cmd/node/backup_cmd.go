@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -216,6 +217,59 @@ func fileKind(m os.FileMode) string {
 	return "not a regular file"
 }
 
+// openBackupTemp opens tmp, the temporary file a backup is written to
+// before it is renamed over its target, locked for this run alone: a
+// second backup to the same target while one runs is refused (the two
+// wrote through each other's file, and one reported a backup the file did
+// not hold), and one a killed run left is taken over and truncated, so
+// that no run's leftovers pile up. A link there is removed, never written
+// through; a directory, a pipe or a device is refused.
+func openBackupTemp(tmp string) (*os.File, error) {
+	for range 3 {
+		var f *os.File
+		fi, err := os.Lstat(tmp)
+		if err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			err = syscall.ELOOP
+		} else {
+			f, err = os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|tempOpenFlags, 0o600)
+		}
+		if errors.Is(err, syscall.ELOOP) {
+			if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		fi, err = f.Stat()
+		if err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s exists and is %s", tmp, fileKind(fi.Mode()))
+		}
+		if err == nil {
+			if ferr := lockTemp(f); ferr != nil {
+				err = fmt.Errorf("another floe backup is writing to it (%s is locked)", tmp)
+			}
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		// The lock is on the file opened; the name must still be it (a
+		// run that finished meanwhile renamed it over its target).
+		if now, err := os.Lstat(tmp); err != nil || !os.SameFile(fi, now) {
+			f.Close()
+			continue
+		}
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("%s keeps changing: is another backup to the same file running?", tmp)
+}
+
 // downloadBackup fetches a backup from the node into to.tmp, verifying it
 // on the way, then syncs it and renames it to to. On failure the temp file
 // is removed and to is untouched.
@@ -233,14 +287,11 @@ func downloadBackup(ctx context.Context, api *apiClient, to string, stderr io.Wr
 // unknown) into to.tmp, verifying it on the way, then syncs it and renames
 // it to to. On failure the temp file is removed and to is untouched.
 func saveBackup(ctx context.Context, body io.Reader, size int64, to string, stderr io.Writer) (backupSummary, error) {
-	// A temporary file of this run's own beside FILE (two backups to the
-	// same FILE at once do not write through each other's), created anew:
-	// never written through a link.
-	f, err := os.CreateTemp(filepath.Dir(to), "."+filepath.Base(to)+".*.tmp")
+	tmp := to + ".tmp"
+	f, err := openBackupTemp(tmp)
 	if err != nil {
-		return backupSummary{}, err
+		return backupSummary{}, fmt.Errorf("cannot write %s: %w", to, err)
 	}
-	tmp := f.Name()
 	ok := false
 	defer func() {
 		if !ok {

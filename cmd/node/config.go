@@ -504,11 +504,21 @@ func (c *config) validate() error {
 		if err != nil {
 			return usagef("%s %q: want host:port: %v", name, addr, err)
 		}
-		// Port 0 would listen on a port chosen afresh at every start, while
-		// the node publishes (and, for the cluster address, is named by)
-		// the one it first had.
-		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-			return usagef("%s %q: want a port from 1 to 65535", name, addr)
+		n, err := net.LookupPort("tcp", port)
+		if err != nil {
+			return usagef("%s %q: want a port from 1 to 65535: %v", name, addr, err)
+		}
+		// Port 0 listens on a port chosen afresh at every start. The HTTP
+		// address is published to the cluster as given, and a node
+		// without --node-id is named by its cluster address: restarted,
+		// it would no longer be the node its data directory belongs to.
+		// With --node-id the cluster follows the node to its new port.
+		if n == 0 && (name == "--http-addr" || c.NodeID == "") {
+			msg := "want a port from 1 to 65535"
+			if name == "--cluster-addr" {
+				msg += " (port 0 only with --node-id: a node is otherwise named by its cluster address)"
+			}
+			return usagef("%s %q: %s", name, addr, msg)
 		}
 	}
 	if c.Warehouse == "" {

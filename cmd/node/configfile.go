@@ -89,17 +89,15 @@ func (c config) logNotices(logger *slog.Logger) {
 const maxConfigFileBytes = 1 << 20
 
 func readConfigFile(path string) (*configFile, error) {
-	// A regular file of bounded size: --config /dev/zero (or a pipe, or
-	// a log file given by mistake) would be read until memory ran out.
+	// Read up to a bound: --config /dev/zero (or a log file given by
+	// mistake) was read until memory ran out. A pipe works
+	// (--config <(envsubst < floe.yaml)).
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, usagef("--config: %v", err)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, usagef("--config %s: not a regular file", path)
-	}
-	if st.Size() > maxConfigFileBytes {
-		return nil, usagef("--config %s: %d bytes; a config file holds at most %d", path, st.Size(), maxConfigFileBytes)
+	if st.IsDir() {
+		return nil, usagef("--config %s: is a directory", path)
 	}
 	fh, err := os.Open(path)
 	if err != nil {
@@ -111,7 +109,7 @@ func readConfigFile(path string) (*configFile, error) {
 		return nil, usagef("--config: %v", err)
 	}
 	if len(raw) > maxConfigFileBytes {
-		return nil, usagef("--config %s: more than %d bytes", path, maxConfigFileBytes)
+		return nil, usagef("--config %s: more than %d bytes; a config file holds at most that", path, maxConfigFileBytes)
 	}
 	f := &configFile{path: path, perm: st.Mode().Perm(), applied: map[string]fileSetting{}}
 

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -99,11 +98,13 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
-	// Everything that can fail on this node's own settings fails before
-	// the node opens Raft: a node started with --join asks the cluster to
-	// add it as a voter while it opens, and one that then exited (its HTTP
-	// port taken, its audit log unwritable) left the cluster a dead voter,
-	// a single node's cluster without a quorum.
+	// What can fail on this node's own settings without the node is
+	// checked before the node opens Raft: a node started with --join asks
+	// the cluster to add it as a voter while it opens, and one that then
+	// exited (its HTTP port taken, its audit log unwritable) left the
+	// cluster a dead voter, a single node's cluster without a quorum.
+	// What needs the node (auth, credential vending, the catalog's own
+	// set-up) can still fail after it.
 	objects, err := storage.New(storage.Config{
 		S3Endpoint:        cfg.S3Endpoint,
 		S3Region:          cfg.S3Region,
@@ -123,15 +124,18 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if cfg.HTTPTLSCert != "" {
-		if _, err := tls.LoadX509KeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey); err != nil {
-			return fmt.Errorf("http server: loading --http-tls-cert and --http-tls-key: %w", err)
+		if err := httpserve.CheckKeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey); err != nil {
+			return fmt.Errorf("http server: %w", err)
 		}
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
+	// The HTTP port is tried, not kept: bound through a long Open (a
+	// snapshot restored), it would take connections no one serves, and
+	// clients would wait for them instead of being refused.
+	if l, err := net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	} else if err := l.Close(); err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
-	defer ln.Close() // the server closes it first once it serves
 
 	join := cfg.joinAddrs()
 	node, err := raftnode.Open(raftnode.Config{
@@ -253,6 +257,10 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	})
 	if err != nil {
 		return fmt.Errorf("http server: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listener: %w", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -100,6 +100,14 @@ func (r *certReloader) serve(cert *tls.Certificate) {
 	r.m.tlsExpiry.Set(float64(cert.Leaf.NotAfter.Unix()))
 }
 
+// CheckKeyPair reports whether the certificate and key files load as New
+// would load them, with New's errors: for a caller that must know before
+// it does anything the server's failure would leave half done.
+func CheckKeyPair(certFile, keyFile string) error {
+	_, err := loadKeyPair(certFile, keyFile)
+	return err
+}
+
 // loadKeyPair reads and parses the pair; cert.Leaf is always set.
 func loadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
 	certPEM, err := os.ReadFile(certFile)

@@ -55,6 +55,8 @@ func TestIcebergGoIntegrationSuite(t *testing.T) {
 	l, err := net.Listen("tcp", catalogAddr)
 	require.NoError(t, err, "iceberg-go's suite needs %s free", catalogAddr)
 	require.NoError(t, l.Close())
+	clusterAddr, err := harness.FreeAddr("127.0.0.1")
+	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -70,7 +72,7 @@ func TestIcebergGoIntegrationSuite(t *testing.T) {
 	require.NoError(t, err, "go build: %s", out)
 	node := harness.NewProcess(harness.ProcessConfig{
 		Name: "floe", Bin: bin, LogPath: filepath.Join(dir, "floe.log"), Tool: "interop",
-		Args: []string{"--data-dir", filepath.Join(dir, "data"), "--http-addr", catalogAddr, "--cluster-addr", "127.0.0.1:0",
+		Args: []string{"--data-dir", filepath.Join(dir, "data"), "--http-addr", catalogAddr, "--cluster-addr", clusterAddr,
 			"--warehouse", "s3://" + s3Bucket, "--s3-endpoint", s3.Endpoint, "--s3-region", s3.Region,
 			"--s3-access-key-id", s3Access, "--s3-secret-access-key", s3Secret, "--s3-path-style"},
 	})

@@ -193,18 +193,21 @@ func (n *Node) forward(ctx context.Context, data []byte) (fsm.Result, error) {
 	var (
 		failed  raft.ServerID // the leader the last call failed on
 		lastErr error         = ErrNoLeader
+		waited  bool          // waited once for a hand-over of this node's
 	)
 	for {
 		if n.raft.State() == raft.Leader {
 			res, err := n.proposeLocal(ctx, data)
-			if !errors.Is(err, ErrNotLeader) {
+			if !errors.Is(err, ErrNotLeader) || waited {
 				return res, err
 			}
 			// Leading, but handing over or stepping down: nothing was
-			// appended. Wait for the next leader, then send it there.
-			failed, lastErr = n.id, err
+			// appended. Wait for the next leader, then send it there;
+			// if the hand-over failed and this node still leads, it
+			// proposes once more.
+			failed, lastErr, waited = n.id, err, true
 			n.metrics.leaderRetries.WithLabelValues(rpcPropose).Inc()
-			if got := n.awaitLeader(ctx, failed, n.electionBound()); got == "" || got == failed {
+			if got := n.awaitLeader(ctx, failed, n.electionBound()); got == "" {
 				if err := ctx.Err(); err != nil && !errors.Is(lastErr, err) {
 					return fsm.Result{}, fmt.Errorf("%w: %w", lastErr, err)
 				}

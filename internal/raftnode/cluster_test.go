@@ -595,7 +595,7 @@ func TestRemoveRefusesToLeaveNoQuorum(t *testing.T) {
 	before := suffrages(t, leader)
 	err := leader.Remove(ctxTimeout(t, 20*time.Second), healthy.ID())
 	require.ErrorIs(t, err, ErrInvalidMember)
-	assert.Contains(t, err.Error(), down.ID()+" do not")
+	assert.Contains(t, err.Error(), down.ID()+" does not")
 	assert.Equal(t, before, suffrages(t, leader))
 	require.NoError(t, mustPropose(t, leader, createNS("still-writable")).Err())
 
