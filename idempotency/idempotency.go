@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,6 +76,10 @@ func ParseLifetime(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("idempotency lifetime %q: want an ISO-8601 duration such as PT30M: %w", s, err)
 	}
+	if d.Years != 0 || d.Months != 0 || d.Negative {
+		// A year or a month has no fixed length; give it in days.
+		return 0, fmt.Errorf("idempotency lifetime %q: give it in days, hours, minutes and seconds (such as P30D or PT30M), not years or months", s)
+	}
 	td := d.ToTimeDuration()
 	if td < MinLifetime || td > MaxLifetime {
 		return 0, fmt.Errorf("idempotency lifetime %q: want %s to %s", s, FormatLifetime(MinLifetime), FormatLifetime(MaxLifetime))
@@ -93,7 +98,37 @@ const (
 )
 
 // FormatLifetime renders a lifetime as the ISO-8601 duration advertised in
-// /v1/config.
+// /v1/config, in days, hours, minutes and seconds only (P7DT12H, PT30M):
+// the subset java.time.Duration.parse reads, which Java's REST client
+// parses the field with. A week, month or year form ("P1W", what the
+// duration library writes for seven days) failed the whole config answer
+// there, and every Java engine with it.
 func FormatLifetime(d time.Duration) string {
-	return duration.Format(d)
+	if d <= 0 {
+		return "PT0S"
+	}
+	days := d / (24 * time.Hour)
+	d -= days * 24 * time.Hour
+	hours := d / time.Hour
+	d -= hours * time.Hour
+	minutes := d / time.Minute
+	d -= minutes * time.Minute
+	var b strings.Builder
+	b.WriteString("P")
+	if days > 0 {
+		fmt.Fprintf(&b, "%dD", days)
+	}
+	if hours > 0 || minutes > 0 || d > 0 {
+		b.WriteString("T")
+		if hours > 0 {
+			fmt.Fprintf(&b, "%dH", hours)
+		}
+		if minutes > 0 {
+			fmt.Fprintf(&b, "%dM", minutes)
+		}
+		if d > 0 {
+			b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "S")
+		}
+	}
+	return b.String()
 }

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,37 @@ func TestLifetime(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 	assert.Equal(t, "PT30M", FormatLifetime(30*time.Minute))
+	// Years and months have no fixed length.
+	for _, bad := range []string{"P1Y", "P1M", "P1MT1H"} {
+		_, err := ParseLifetime(bad)
+		assert.ErrorContains(t, err, "not years or months", bad)
+	}
+}
+
+// The advertised lifetime stays within what java.time.Duration.parse
+// reads (PnDTnHnMn.nS), which Java's REST client parses it with: no
+// weeks, months or years, which the duration library wrote for a week.
+func TestFormatLifetimeIsJavaDuration(t *testing.T) {
+	java := regexp.MustCompile(`^P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?$`)
+	for in, want := range map[time.Duration]string{
+		30 * time.Minute:                   "PT30M",
+		24 * time.Hour:                     "P1D",
+		7 * 24 * time.Hour:                 "P7D",
+		10*24*time.Hour + 90*time.Minute:   "P10DT1H30M",
+		365 * 24 * time.Hour:               "P365D",
+		time.Second + 500*time.Millisecond: "PT1.5S",
+		MaxLifetime:                        "P3650D",
+		26*time.Hour + 61*time.Second:      "P1DT2H1M1S",
+	} {
+		got := FormatLifetime(in)
+		assert.Equal(t, want, got, in.String())
+		assert.Regexp(t, java, got)
+		back, err := ParseLifetime(got)
+		require.NoError(t, err, got)
+		assert.Equal(t, in, back, got)
+	}
+	_, err := ParseLifetime("P1W")
+	require.NoError(t, err, "a week is a fixed length: accepted, advertised in days")
 }
 
 // A long malformed key is not echoed whole in the error.

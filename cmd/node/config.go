@@ -285,7 +285,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.IntVar(&c.PurgeMaxAttempts, "purge-max-attempts", purge.DefaultMaxAttempts, "failed runs after which a purge job is FAILED")
 	fs.DurationVar(&c.PurgeRetention, "purge-retention", purge.DefaultRetention, "how long SUCCEEDED and released FAILED purge jobs, and silent nodes' purge heartbeats, are kept; at least 3 × --purge-heartbeat-timeout")
 	fs.BoolVar(&c.Idempotency, "idempotency", true, "honour the Idempotency-Key header on mutations (--idempotency=false turns it off)")
-	fs.StringVar(&c.IdempotencyLifetime, "idempotency-lifetime", "PT30M", "how long an Idempotency-Key is honoured, as an ISO-8601 duration")
+	fs.StringVar(&c.IdempotencyLifetime, "idempotency-lifetime", "PT30M", "how long an Idempotency-Key is honoured, as an ISO-8601 duration in days, hours, minutes and seconds (PT30M, P7D; 1s to 10 years)")
 	return fs
 }
 
