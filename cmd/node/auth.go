@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -52,12 +54,21 @@ type security struct {
 	nodeID    string
 	rotateAge time.Duration
 	log       *slog.Logger
+	// names are the host names this node is reached by as configured
+	// (--http-addr, --http-advertise): with auth off, a browser's write
+	// to any other name is refused (see rebound).
+	names []string
 }
 
 // newSecurity builds the node's security from cfg. It fails on settings
 // the auth library refuses (a short root token).
 func newSecurity(cfg config, logger *slog.Logger, reg prometheus.Registerer, node replica, nodeID string) (*security, error) {
 	s := &security{on: cfg.Auth == authOn, store: node, nodeID: nodeID, rotateAge: cfg.AuthKeyRotation, log: logger.With("component", "auth")}
+	for _, a := range []string{cfg.HTTPAddr, cfg.HTTPAdvertise} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
+			s.names = append(s.names, h)
+		}
+	}
 	if cfg.AuditLog != "" {
 		a, err := openAuditLog(cfg.AuditLog, nodeID)
 		if err != nil {
@@ -210,6 +221,13 @@ func (s *security) wrap(h http.Handler) http.Handler {
 			s.record(r, opOf(r), "", http.StatusForbidden)
 			return
 		}
+		if mutating && !s.on && s.rebound(r) {
+			writeJSON(w, http.StatusForbidden, map[string]any{"error": map[string]any{
+				"message": fmt.Sprintf("a browser's request for host %q, which is not how this node is configured to be reached (--http-addr, --http-advertise), may not change anything while authentication is off: a page can reach a local node under its own site's name (DNS rebinding); use the node's address, or --auth=on", r.Host),
+				"type":    "ForbiddenException", "code": http.StatusForbidden}})
+			s.record(r, opOf(r), "", http.StatusForbidden)
+			return
+		}
 		management := strings.HasPrefix(r.URL.Path, "/management/")
 		statusPage := ui.IsPath(r.URL.Path)
 		if s.on && !openPath(r) {
@@ -225,7 +243,10 @@ func (s *security) wrap(h http.Handler) http.Handler {
 				} else {
 					auth.DefaultOnFail(rec, r, err)
 				}
-				s.record(r, opOf(r), "", rec.status)
+				// A refused credential is "unauthenticated" whatever the
+				// answer: the status page answers a browser with a
+				// redirect to its login form, not a 401.
+				s.recordOutcome(r, opOf(r), "", rec.status, "unauthenticated")
 				return
 			}
 			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
@@ -625,6 +646,34 @@ func idempotencyKeyOf(r *http.Request) string {
 		return k[:128]
 	}
 	return k
+}
+
+// rebound reports whether r is a browser's request (it carries Origin or
+// Sec-Fetch-Site, which other clients do not send) for a host name that is
+// not how this node is reached: not an IP address, not localhost, not the
+// host of --http-addr or --http-advertise. A page of another site whose
+// name the attacker makes resolve to this node (DNS rebinding) is
+// same-origin to the browser, so crossOrigin passes it; with auth off
+// nothing else would stop it. API clients, which send neither header,
+// reach the node under any name.
+func (s *security) rebound(r *http.Request) bool {
+	if r.Header.Get("Origin") == "" && r.Header.Get("Sec-Fetch-Site") == "" {
+		return false
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if net.ParseIP(host) != nil || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return false
+	}
+	for _, n := range s.names {
+		if strings.EqualFold(strings.Trim(n, "[]"), host) {
+			return false
+		}
+	}
+	return true
 }
 
 // crossOrigin reports whether r comes from a page of another origin than

@@ -485,6 +485,9 @@ func TestAuthProcesses(t *testing.T) {
 	})
 
 	t.Run("the audit log names who did what", func(t *testing.T) {
+		// A guessed status page session, answered with a redirect to the
+		// login form, is an unauthenticated request all the same.
+		c.call(t, n1, "", "GET", "/ui/purge-jobs", "", "Cookie", "floe_ui_session=floe_guess")
 		var lines []map[string]any
 		var all strings.Builder
 		for _, p := range c.procs {
@@ -523,6 +526,9 @@ func TestAuthProcesses(t *testing.T) {
 		assert.False(t, find(func(m map[string]any) bool { return m["target"] == "hr.missing" }),
 			"a read allowed but of a missing table is not a refusal")
 		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["path"] == "/ui/purge-jobs" && m["status"] == float64(http.StatusSeeOther) && m["outcome"] == "unauthenticated"
+		}), "a guessed status page session")
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["path"] == "/v1/oauth/tokens" && m["status"] == float64(http.StatusUnauthorized) && m["remote"] != "" &&
 				m["target"] == "client:"+aliceID

@@ -529,7 +529,7 @@ func (c *config) validate() error {
 	}
 	scheme, _, _, err := storage.ParseURI(c.Warehouse)
 	if err != nil {
-		return usagef("--warehouse %q: %v", redactURL(c.Warehouse), err)
+		return usagef("--warehouse %q: %s", redactURL(c.Warehouse), redactIn(err.Error(), c.Warehouse))
 	}
 	if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(c.Warehouse, "://") {
 		return usagef("--warehouse %q: want file:// or s3://", redactURL(c.Warehouse))
@@ -537,7 +537,7 @@ func (c *config) validate() error {
 	for _, loc := range c.allowedLocations() {
 		scheme, _, _, err := storage.ParseURI(loc)
 		if err != nil {
-			return usagef("--allowed-locations %q: %v", redactURL(loc), err)
+			return usagef("--allowed-locations %q: %s", redactURL(loc), redactIn(err.Error(), loc))
 		}
 		if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(loc, "://") {
 			return usagef("--allowed-locations %q: want file:// or s3:// prefixes", redactURL(loc))
@@ -796,6 +796,19 @@ func redactURL(s string) string {
 }
 
 // redactURLs is redactURL of each.
+// redactIn masks in msg, an error about raw, the user information raw
+// carries (and raw itself, spelled whole): parse errors quote the URI, or
+// the bucket name the user information ran into.
+func redactIn(msg, raw string) string {
+	msg = strings.ReplaceAll(msg, raw, redactURL(raw))
+	if sch := strings.Index(raw, "://"); sch >= 0 {
+		if at := strings.LastIndex(raw, "@"); at > sch+3 {
+			msg = strings.ReplaceAll(msg, raw[sch+3:at], "xxxxx")
+		}
+	}
+	return msg
+}
+
 func redactURLs(in []string) []string {
 	out := make([]string, len(in))
 	for i, s := range in {

@@ -602,6 +602,18 @@ func TestRedactURL(t *testing.T) {
 	if attrs := fmt.Sprint(c.logAttrs()...); strings.Contains(attrs, "hunter2") {
 		t.Errorf("startup log attributes hold the secret: %s", attrs)
 	}
+	// The refusal of a location holding a secret quotes neither the URI
+	// nor the bucket name the secret ran into.
+	for _, args := range [][]string{
+		{"--warehouse", "s3://AK:hunter2@bkt/wc"},
+		{"--allowed-locations", "s3://AK:hunter2@bkt/wc"},
+		{"--warehouses", "w3=s3://AK:hunter2@bkt/w3"},
+	} {
+		_, err := parseConfig(append(args, "--data-dir", t.TempDir()), nil, io.Discard)
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
 }
 
 // A --node-id no member could be managed by is a usage error at start.

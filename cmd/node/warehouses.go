@@ -81,10 +81,10 @@ func parseWarehouses(v, prefix, def string) ([]warehouseSpec, error) {
 		for _, loc := range append([]string{w.Location}, w.AllowedLocations...) {
 			scheme, _, _, err := storage.ParseURI(loc)
 			if err != nil {
-				return nil, usagef("--%s: warehouse %s: location %q: %v", warehousesFlag, w.Name, loc, err)
+				return nil, usagef("--%s: warehouse %s: location %q: %s", warehousesFlag, w.Name, redactURL(loc), redactIn(err.Error(), loc))
 			}
 			if (scheme != storage.SchemeFile && scheme != storage.SchemeS3) || !strings.Contains(loc, "://") {
-				return nil, usagef("--%s: warehouse %s: location %q: want file:// or s3://", warehousesFlag, w.Name, loc)
+				return nil, usagef("--%s: warehouse %s: location %q: want file:// or s3://", warehousesFlag, w.Name, redactURL(loc))
 			}
 		}
 		if other, ok := overlapping(w, def, out); ok {

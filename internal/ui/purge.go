@@ -81,11 +81,15 @@ func (s *Server) purgeJobs(w http.ResponseWriter, r *http.Request) error {
 		p.States = append(p.States, navItem{Label: label, Href: href, Active: st == state})
 	}
 	var (
-		jobs []fsm.PurgeJob
-		more bool
+		jobs    []fsm.PurgeJob
+		more    bool
+		flashed bool
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
 		jobs, more = rd.PurgeJobs(fsm.PurgeJobFilter{State: state, After: after}, s.cfg.PageSize)
+		if id := q.Get("job"); id != "" {
+			_, flashed = rd.PurgeJob(id)
+		}
 		counts, released := rd.PurgeJobCounts()
 		p.Counts = jobCounts{
 			Pending: counts[fsm.JobPending], Running: counts[fsm.JobRunning],
@@ -108,7 +112,7 @@ func (s *Server) purgeJobs(w http.ResponseWriter, r *http.Request) error {
 		fixed = url.Values{"state": {string(state)}}
 	}
 	p.Pager = cursorPager("/ui/purge-jobs", fixed, "jobs", page, next)
-	l := layout{Title: "Purge jobs", Stale: stale, Content: &p, Flash: flash(q)}
+	l := layout{Title: "Purge jobs", Stale: stale, Content: &p, Flash: flash(q, flashed)}
 	s.renderWith(w, r, http.StatusOK, "purge", l, "purge")
 	return nil
 }
@@ -143,9 +147,11 @@ func newFormToken() string {
 }
 
 // flash is the note the purge page shows after an action redirected to it.
-func flash(q url.Values) string {
+func flash(q url.Values, exists bool) string {
 	job := q.Get("job")
-	if job == "" {
+	if job == "" || !exists {
+		// Only a job that exists: a link of someone else's would show
+		// its own words in the success note.
 		return ""
 	}
 	switch q.Get("done") {

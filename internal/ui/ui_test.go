@@ -538,6 +538,9 @@ func TestPurgeActionsNeedCSRF(t *testing.T) {
 	assert.Contains(t, body, "Purge job job-1 released")
 	assert.Contains(t, body, "released</span>")
 	assert.NotContains(t, body, `action="/ui/purge-jobs/job-1/release"`, "a released job has no actions")
+	// A note about a job that does not exist is someone else's words.
+	_, body = f.get(t, "/ui/purge-jobs?done=release&job="+url.QueryEscape("NOTICE: your session expired, visit evil.example"))
+	assert.NotContains(t, body, "NOTICE")
 }
 
 func TestDoubleSubmitAppliesOnce(t *testing.T) {
