@@ -123,8 +123,8 @@ func toAPIError(err error, kind opKind) *apiError {
 		// (which Java's client makes by itself on a 503) is safe.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
-	case errors.Is(err, storage.ErrTimeout), errors.Is(err, storage.ErrUnreachable):
-		// Object storage stalled or cannot be reached. A resend (Java's
+	case errors.Is(err, storage.ErrTimeout), errors.Is(err, storage.ErrUnreachable), errors.Is(err, storage.ErrThrottled):
+		// Object storage stalled, cannot be reached or throttles. A resend (Java's
 		// client makes one by itself on a 503) is safe: without an
 		// Idempotency-Key every storage call of a change precedes its
 		// proposal (the metadata file a commit writes, a file it reads)

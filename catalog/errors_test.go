@@ -36,6 +36,7 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"object storage stalled before proposing, commit", &storage.ObjectError{Op: "write", URI: "s3://b/k", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage unreachable before proposing, commit", fmt.Errorf("write metadata: %w", storage.ErrUnreachable), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"object storage throttling before proposing, commit", fmt.Errorf("read metadata: %w", storage.ErrThrottled), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ae := toAPIError(tc.err, tc.kind)

@@ -99,8 +99,25 @@ func (s *s3Storage) timedOut(cctx context.Context, err error) error {
 		return fmt.Errorf("%w (no progress for %s): %w", ErrTimeout, s.timeout, err)
 	case unreachable(err):
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	case throttled(err):
+		return fmt.Errorf("%w: %w", ErrThrottled, err)
 	}
 	return err
+}
+
+// throttled reports whether err is the server's refusal to take more
+// requests now (SlowDown, 503), which the SDK's own retries did not
+// outlast.
+func throttled(err error) bool {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode() {
+	case "SlowDown", "ServiceUnavailable", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests", "RequestThrottled":
+		return true
+	}
+	return false
 }
 
 // unreachable reports whether err says no connection to the server could

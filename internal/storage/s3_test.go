@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -417,4 +418,36 @@ func TestS3UnreachableServer(t *testing.T) {
 	assert.NotErrorIs(t, err, storage.ErrTimeout)
 	_, err = m.Read(context.Background(), "s3://bucket/x")
 	assert.ErrorIs(t, err, storage.ErrUnreachable)
+}
+
+// A server that keeps refusing requests as too many (SlowDown, 503) fails
+// the call with ErrThrottled once the SDK's retries are spent, which the
+// catalog answers 503 (nothing was done) rather than 500; another error
+// answer is not throttling.
+func TestS3ThrottledServer(t *testing.T) {
+	var codeV atomic.Value
+	codeV.Store("SlowDown")
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := codeV.Load().(string)
+		w.Header().Set("Content-Type", "application/xml")
+		status := http.StatusServiceUnavailable
+		if code == "AccessDenied" {
+			status = http.StatusForbidden
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>slow down</Message></Error>`, code)
+	}))
+	t.Cleanup(ts.Close)
+	m, err := storage.New(storage.Config{
+		S3Endpoint: ts.URL, S3Region: "us-east-1", S3AccessKeyID: "key", S3SecretAccessKey: "secret", S3PathStyle: true,
+	})
+	require.NoError(t, err)
+	err = m.Write(context.Background(), "s3://bucket/x", []byte("x"))
+	assert.ErrorIs(t, err, storage.ErrThrottled)
+	_, err = m.Read(context.Background(), "s3://bucket/x")
+	assert.ErrorIs(t, err, storage.ErrThrottled)
+	codeV.Store("AccessDenied")
+	_, err = m.Read(context.Background(), "s3://bucket/x")
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, storage.ErrThrottled)
 }

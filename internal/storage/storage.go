@@ -59,6 +59,10 @@ var (
 	// the SDK's own retries. A write whose connection was reset may have
 	// landed; nothing refers to it.
 	ErrUnreachable = errors.New("object storage is unreachable")
+	// ErrThrottled is wrapped by errors of S3 calls the server refused as
+	// too many (SlowDown, 503) after the SDK's own retries: nothing was
+	// done, and a later try may succeed.
+	ErrThrottled = errors.New("object storage is refusing requests for now (throttled)")
 	// ErrTooLarge is wrapped by errors of Read for an object larger than
 	// MaxReadBytes.
 	ErrTooLarge = errors.New("object too large to read whole")
