@@ -6,37 +6,20 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A request whose client went away before its answer is not a server
 // failure: the answer reaches no one and is logged at INFO, not as a
 // failed request at ERROR (an operator's alert would fire at every
 // impatient client).
 func TestRequestWhoseClientLeftIsNotLoggedAsFailure(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	uri, scfg := warehouses()[0].uri(t)
 	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg,
 		logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}

@@ -284,16 +284,27 @@ func testSymlinkFailsAtOnce(t *testing.T, c *cluster, wh warehouse) {
 	elsewhere := t.TempDir() + "/moved"
 	require.NoError(t, os.Rename(dir, elsewhere))
 	require.NoError(t, os.Symlink(elsewhere, dir))
-	r := n.do(t, "DELETE", "/v1/namespaces/linked/tables/t?purgeRequested=true", "")
-	require.Equal(t, 500, r.status, r.body)
-	job := c.mustJob("linked", "t")
-	assert.Equal(t, fsm.JobFailed, job.State)
-	assert.Equal(t, 1, job.Attempts, "not retried")
-	assert.Contains(t, job.LastError, "symbolic link")
+	release := c.syncPurgeFailsAtOnce(t, n, "linked", "symbolic link")
 	_, err := os.Stat(filepath.Join(elsewhere, filepath.Base(path)))
 	assert.NoError(t, err, "the file behind the link stays")
-	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
-	require.Equal(t, 200, r.status, r.body)
+	release()
+}
+
+// syncPurgeFailsAtOnce drops table ns.t with a synchronous purge through n
+// and checks the purge failed on its first attempt with an error containing
+// want. The returned function releases the failed job's tombstones.
+func (c *cluster) syncPurgeFailsAtOnce(t *testing.T, n *tnode, ns, want string) (release func()) {
+	t.Helper()
+	r := n.do(t, "DELETE", "/v1/namespaces/"+ns+"/tables/t?purgeRequested=true", "")
+	require.Equal(t, 500, r.status, r.body)
+	job := c.mustJob(ns, "t")
+	assert.Equal(t, fsm.JobFailed, job.State)
+	assert.Equal(t, 1, job.Attempts, "not retried")
+	assert.Contains(t, job.LastError, want)
+	return func() {
+		r := n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
+		require.Equal(t, 200, r.status, r.body)
+	}
 }
 
 // testDirectoryFailsAtOnce: a data file whose path is a directory is not
@@ -309,15 +320,9 @@ func testDirectoryFailsAtOnce(t *testing.T, c *cluster, wh warehouse) {
 	require.NoError(t, os.Remove(path))
 	require.NoError(t, os.MkdirAll(path, 0o755))
 	require.NoError(t, os.WriteFile(path+"/inside", []byte("x"), 0o644))
-	r := n.do(t, "DELETE", "/v1/namespaces/dirfile/tables/t?purgeRequested=true", "")
-	require.Equal(t, 500, r.status, r.body)
-	job := c.mustJob("dirfile", "t")
-	assert.Equal(t, fsm.JobFailed, job.State)
-	assert.Equal(t, 1, job.Attempts, "not retried")
-	assert.Contains(t, job.LastError, "is a directory")
+	release := c.syncPurgeFailsAtOnce(t, n, "dirfile", "is a directory")
 	assert.FileExists(t, path+"/inside", "nothing under the directory is deleted")
-	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/release", "")
-	require.Equal(t, 200, r.status, r.body)
+	release()
 }
 
 func testDeleteFailures(t *testing.T, c *cluster) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // laggingStore is a node whose local replica (StaleRead) has applied only a
@@ -191,7 +192,7 @@ func TestRunPassedBeforeItStartedIsNoLostLease(t *testing.T) {
 	lag := newLaggingStore(t, root, 0)
 	token := lag.i
 	st := &gatedStore{laggingStore: lag, gate: make(chan struct{})}
-	logs := &lockedLog{}
+	logs := &testenv.LogBuffer{}
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), PollInterval: 20 * time.Millisecond,
 		Storage: func(map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
@@ -207,22 +208,4 @@ func TestRunPassedBeforeItStartedIsNoLostLease(t *testing.T) {
 	s.Stop()
 	assert.Zero(t, testutil.ToFloat64(s.m.staleLeases))
 	assert.NotContains(t, logs.String(), "lease lost")
-}
-
-// lockedLog is a log sink safe for the service's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/backup"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // runFloe runs the floe binary with args and returns its exit code, stdout
@@ -311,7 +312,7 @@ func TestBackupAndRestoreProcesses(t *testing.T) {
 	warehouse := flagValue(t, leader.args, "--warehouse")
 	nc := &testCluster{bin: bin, client: &http.Client{Timeout: 5 * time.Second}}
 	for i := 1; i <= 3; i++ {
-		nc.procs = append(nc.procs, &clusterProc{id: fmt.Sprintf("r%d", i), httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &syncBuffer{}})
+		nc.procs = append(nc.procs, &clusterProc{id: fmt.Sprintf("r%d", i), httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &testenv.LogBuffer{}})
 	}
 	first := nc.procs[0]
 	code, stdout, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", filepath.Join(root, first.id),
@@ -500,7 +501,7 @@ func TestOfflineBackupAfterLosingQuorum(t *testing.T) {
 	assert.NotEmpty(t, summary.ClusterID, "the header names the cluster, as an online backup's does: %s", stdout)
 
 	newDir := filepath.Join(t.TempDir(), "r1")
-	p := &clusterProc{id: "r1", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &syncBuffer{}}
+	p := &clusterProc{id: "r1", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &testenv.LogBuffer{}}
 	code, stdout, stderr = runFloe(t, bin, "restore", "--from", file, "--data-dir", newDir, "--node-id", p.id, "--cluster-addr", p.clusterAddr)
 	require.Equal(t, 0, code, "floe restore: %s %s", stdout, stderr)
 	p.args = []string{"--node-id", p.id, "--data-dir", newDir, "--http-addr", p.httpAddr, "--cluster-addr", p.clusterAddr,

@@ -24,6 +24,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // fastCLI shortens the admin commands' pauses for a test and keeps the
@@ -760,7 +762,7 @@ func TestBinaryRunsANodeWithFlagsAndCommands(t *testing.T) {
 	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
 	node := exec.Command(bin, "--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr)
 	node.Env = cleanEnv()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	node.Stdout, node.Stderr = &logs, &logs
 	node.SysProcAttr = killWithParent()
 	require.NoError(t, node.Start())

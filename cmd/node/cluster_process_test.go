@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // clusterProc is one floe process of a test cluster. Its command line never
@@ -27,7 +29,7 @@ type clusterProc struct {
 	id                    string
 	httpAddr, clusterAddr string
 	args                  []string
-	out                   *syncBuffer // every run's output, in order
+	out                   *testenv.LogBuffer // every run's output, in order
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -135,7 +137,7 @@ func startTestClusterWith(t *testing.T, extra ...func(p *clusterProc) []string) 
 	}
 	c := &testCluster{bin: bin, client: &http.Client{Timeout: 5 * time.Second}}
 	for i := 1; i <= 3; i++ {
-		c.procs = append(c.procs, &clusterProc{id: fmt.Sprintf("node%d", i), httpAddr: addr(), clusterAddr: addr(), out: &syncBuffer{}})
+		c.procs = append(c.procs, &clusterProc{id: fmt.Sprintf("node%d", i), httpAddr: addr(), clusterAddr: addr(), out: &testenv.LogBuffer{}})
 	}
 	var join []string
 	for _, p := range c.procs {

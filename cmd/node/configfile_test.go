@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // writeConfig writes a configuration file with mode 0600 and returns its
@@ -346,7 +348,7 @@ log-level: debug
 
 	cmd := exec.Command(bin, "--config", path, "--cluster-addr", clusterAddr)
 	cmd.Env = append(cleanEnv(), "FLOE_DATA_DIR="+dataDir, "FLOE_LOG_LEVEL=info")
-	var output syncBuffer
+	var output testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})

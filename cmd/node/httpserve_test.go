@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/internal/httpserve"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 func TestParseHTTPServerFlags(t *testing.T) {
@@ -116,7 +117,7 @@ func TestRunServesHTTPSAndReloadsCertificate(t *testing.T) {
 	httpAddr, clusterAddr, dataDir := freeAddr(t), freeAddr(t), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr, "--log-format=json",

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // A node started with --join whose own settings then fail (its HTTP port
@@ -18,7 +20,7 @@ import (
 func TestJoiningNodeFailsItsOwnChecksBeforeJoining(t *testing.T) {
 	bin := floeBinary(t)
 	root := t.TempDir()
-	a := &clusterProc{id: "a", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &syncBuffer{}}
+	a := &clusterProc{id: "a", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &testenv.LogBuffer{}}
 	a.args = []string{"--node-id", "a", "--data-dir", filepath.Join(root, "a"), "--http-addr", a.httpAddr, "--cluster-addr", a.clusterAddr}
 	c := &testCluster{bin: bin, procs: []*clusterProc{a}, client: &http.Client{Timeout: 5 * time.Second}}
 	t.Cleanup(func() {

@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/internal/harness"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 var (
@@ -83,25 +84,6 @@ func cleanEnv() []string {
 	return env
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writer goroutine and
-// the test reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestBinaryStartsServesAndStopsOnSIGTERM runs the real binary with only the
 // three flags a second node on a shared machine needs, as an operator would.
 func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
@@ -110,7 +92,7 @@ func TestBinaryStartsServesAndStopsOnSIGTERM(t *testing.T) {
 	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(bin, "--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr)
 	cmd.Env = cleanEnv()
-	var output syncBuffer
+	var output testenv.LogBuffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{}) // closed once Wait returned; then waitErr is set
@@ -423,7 +405,7 @@ func TestRunInProcess(t *testing.T) {
 	httpAddr, clusterAddr, dataDir := freeAddr(t), freeAddr(t), t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--data-dir", dataDir, "--http-addr", httpAddr, "--cluster-addr", clusterAddr, "--log-format=json"},
@@ -451,7 +433,7 @@ func TestRunInProcess(t *testing.T) {
 type inProcess struct {
 	base    string // http://<its HTTP address>
 	dataDir string
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 }
 
 // runInProcess runs run with args (a data directory and loopback
@@ -461,7 +443,7 @@ type inProcess struct {
 func runInProcess(t *testing.T, args ...string) inProcess {
 	t.Helper()
 	httpAddr, clusterAddr := freeAddr(t), freeAddr(t)
-	n := inProcess{base: "http://" + httpAddr, dataDir: t.TempDir(), logs: &syncBuffer{}}
+	n := inProcess{base: "http://" + httpAddr, dataDir: t.TempDir(), logs: &testenv.LogBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := n.logs
 	done := make(chan error, 1)

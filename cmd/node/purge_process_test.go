@@ -62,7 +62,7 @@ func startS3Cluster(t *testing.T, extra ...string) *s3Cluster {
 		return ""
 	}
 	for i := 1; i <= 3; i++ {
-		c.procs = append(c.procs, &clusterProc{id: fmt.Sprintf("node%d", i), httpAddr: addr(), clusterAddr: addr(), out: &syncBuffer{}})
+		c.procs = append(c.procs, &clusterProc{id: fmt.Sprintf("node%d", i), httpAddr: addr(), clusterAddr: addr(), out: &testenv.LogBuffer{}})
 	}
 	var join []string
 	for _, p := range c.procs {

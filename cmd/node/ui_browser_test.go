@@ -17,6 +17,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // findChromium returns the Chromium (or Chrome) binary, or skips the test
@@ -63,7 +65,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	shots := artifactDir(t)
 	dir := t.TempDir()
 	const root = "ui-browser-test-root-token-0123456789abcdef"
-	p := &clusterProc{id: "node1", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &syncBuffer{}}
+	p := &clusterProc{id: "node1", httpAddr: freeAddr(t), clusterAddr: freeAddr(t), out: &testenv.LogBuffer{}}
 	p.args = []string{
 		"--node-id", p.id, "--data-dir", filepath.Join(dir, "data"),
 		"--http-addr", p.httpAddr, "--cluster-addr", p.clusterAddr,

@@ -1,38 +1,20 @@
 package httpserve
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestServesHTTPSAndPicksUpReplacedFiles(t *testing.T) {
 	ca := newTestCA(t)
@@ -79,7 +61,7 @@ func TestFailedReloadKeepsServingTheLastGoodCertificate(t *testing.T) {
 	good := ca.issue(t, 1)
 	certFile, keyFile := good.install(t, t.TempDir())
 	clock := newFakeClock()
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	r, err := newCertReloader(certFile, keyFile, time.Second, clock.now, slog.New(slog.NewTextHandler(&logs, nil)), newMetrics(nil))
 	require.NoError(t, err)
 	serial := func() int64 {
