@@ -57,15 +57,33 @@ type FSM struct {
 	onSnapshot func(d time.Duration, bytes int64)
 	// onPurgeWork, if set, is called after a batch that made a purge job
 	// claimable, leased one or ended a run has committed.
-	onPurgeWork atomic.Pointer[func()]
+	onPurgeWork atomic.Pointer[func(PurgeWork)]
 }
+
+// PurgeWork says what a batch of applied entries changed for the purge
+// service, so that each of its parts is woken only for its own work: during
+// a burst of asynchronous drops every batch adds claimable jobs, which
+// concern the leader's scheduler alone.
+type PurgeWork uint8
+
+const (
+	// PurgeClaimable: a job became claimable (an asynchronous purging
+	// drop, a retried job): work for the leader's scheduler.
+	PurgeClaimable PurgeWork = 1 << iota
+	// PurgeLeased: a job was leased to a node: work for that node's
+	// workers.
+	PurgeLeased
+	// PurgeRunEnded: a run recorded its outcome, so a worker slot is free:
+	// work for the leader's scheduler.
+	PurgeRunEnded
+)
 
 // OnPurgeWork registers fn to be called, on the applying goroutine, after
 // each batch that added a claimable purge job (an asynchronous purging
 // drop, a retried job), leased one to a node, or ended a run (a worker slot
-// is free). fn must not block: it is a wake-up, not work. It may be set at
-// any time; nil clears it.
-func (f *FSM) OnPurgeWork(fn func()) {
+// is free), with what it did. fn must not block: it is a wake-up, not work.
+// It may be set at any time; nil clears it.
+func (f *FSM) OnPurgeWork(fn func(PurgeWork)) {
 	if fn == nil {
 		f.onPurgeWork.Store(nil)
 		return
@@ -240,7 +258,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	last := logs[len(logs)-1]
-	purgeWork := false
+	var purgeWork PurgeWork
 	err := f.db.Update(func(tx *bolt.Tx) error {
 		rb := tx.Bucket(bucketRaft)
 		stored := getUint64(rb, keyAppliedIndex)
@@ -267,8 +285,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if last.Index > f.applied.Load() {
 		f.setApplied(last.Index)
 	}
-	if fn := f.onPurgeWork.Load(); purgeWork && fn != nil {
-		(*fn)()
+	if fn := f.onPurgeWork.Load(); purgeWork != 0 && fn != nil {
+		(*fn)(purgeWork)
 	}
 	return results
 }

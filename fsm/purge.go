@@ -527,7 +527,7 @@ func (t *txn) checkTombstones(id Ident, checkName bool, loc string) (Result, boo
 func (t *txn) addPurgeJob(dropped Table, spec PurgeJobSpec, atMs int64) {
 	j := newPurgeJob(dropped, spec, atMs, t.index)
 	if j.State == JobPending {
-		t.purgeWork = true
+		t.purgeWork |= PurgeClaimable
 	}
 	t.putJob(j, "")
 	t.putEmpty(bucketPurgeByIdent, identJobKey(j.Ident, j.ID))
@@ -621,7 +621,7 @@ func applyAssignPurgeLease(t *txn, c Command) Result {
 	j.UpdatedMs = cmd.AtMs
 	t.putJob(j, before)
 	// The leased node's workers start it as soon as they see the lease.
-	t.purgeWork = true
+	t.purgeWork |= PurgeLeased
 	return Result{}
 }
 
@@ -677,7 +677,7 @@ func applyFinishPurgeJob(t *txn, c Command) Result {
 	t.putJob(j, before)
 	// The run's worker slot is free: the leader's scheduler leases the
 	// next job at once instead of at its next tick.
-	t.purgeWork = true
+	t.purgeWork |= PurgeRunEnded
 	return Result{}
 }
 
@@ -709,7 +709,7 @@ func applyRetryPurgeJob(t *txn, c Command) Result {
 	j.NotBeforeMs = 0
 	j.UpdatedMs = cmd.AtMs
 	t.putJob(j, JobFailed)
-	t.purgeWork = true
+	t.purgeWork |= PurgeClaimable
 	return Result{}
 }
 

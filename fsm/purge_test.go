@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -508,27 +509,46 @@ func TestDropJobEventIsTheJob(t *testing.T) {
 	assert.Equal(t, "receiver", got[1].PurgeJob.Node)
 }
 
-// TestPurgeWorkWakes checks which entries wake the purge service: those
-// that make a job claimable, lease one or end a run, and no others.
+// TestPurgeWorkWakes checks which entries wake the purge service, and
+// with what: those that make a job claimable, lease one or end a run, and
+// no others.
 func TestPurgeWorkWakes(t *testing.T) {
 	p := newPurgeFSM(t)
-	var wakes int
-	p.f.OnPurgeWork(func() { wakes++ })
-	step := func(c Command, want int, what string) {
+	var wakes []PurgeWork
+	p.f.OnPurgeWork(func(w PurgeWork) { wakes = append(wakes, w) })
+	step := func(c Command, want PurgeWork, what string) {
 		t.Helper()
-		before := wakes
+		wakes = nil
 		p.ok(c)
-		assert.Equal(t, want, wakes-before, what)
+		if want == 0 {
+			assert.Empty(t, wakes, what)
+			return
+		}
+		assert.Equal(t, []PurgeWork{want}, wakes, what)
 	}
 	step(tableAt("t", "s3://b/t"), 0, "a create")
-	step(purgeDrop("t", "j"), 1, "an async purging drop")
+	step(purgeDrop("t", "j"), PurgeClaimable, "an async purging drop")
 	step(PurgeHeartbeat{Node: "n2", Slots: 1}, 0, "a heartbeat")
-	step(AssignPurgeLease{JobID: "j", Node: "n2"}, 1, "a lease")
+	step(AssignPurgeLease{JobID: "j", Node: "n2"}, PurgeLeased, "a lease")
 	token := p.job("j").Lease.Token
 	step(ReportPurgeProgress{JobID: "j", Token: token, Progress: PurgeProgress{Phase: 1}}, 0, "progress")
-	step(FinishPurgeJob{JobID: "j", Token: token, Outcome: OutcomeRetry, MaxAttempts: 3}, 1, "a run ending in a retry")
-	step(AssignPurgeLease{JobID: "j", Node: "n2"}, 1, "a lease")
-	step(FinishPurgeJob{JobID: "j", Token: p.job("j").Lease.Token, Outcome: OutcomeSucceeded}, 1, "a run ending in success")
+	step(FinishPurgeJob{JobID: "j", Token: token, Outcome: OutcomeRetry, MaxAttempts: 3}, PurgeRunEnded, "a run ending in a retry")
+	step(AssignPurgeLease{JobID: "j", Node: "n2"}, PurgeLeased, "a lease")
+	step(FinishPurgeJob{JobID: "j", Token: p.job("j").Lease.Token, Outcome: OutcomeFailed}, PurgeRunEnded, "a run ending in failure")
+	step(RetryPurgeJob{JobID: "j", By: "op"}, PurgeClaimable, "an operator's retry")
+	step(AssignPurgeLease{JobID: "j", Node: "n2"}, PurgeLeased, "a lease")
+	step(FinishPurgeJob{JobID: "j", Token: p.job("j").Lease.Token, Outcome: OutcomeSucceeded}, PurgeRunEnded, "a run ending in success")
+
+	// Entries applied in one batch wake once, with all they did.
+	p.ok(tableAt("u", "s3://b/u"))
+	p.ok(tableAt("v", "s3://b/v"))
+	p.ok(purgeDrop("u", "ju"))
+	wakes = nil
+	p.i += 2
+	for _, res := range p.f.ApplyBatch([]*raft.Log{entry(t, p.i-1, purgeDrop("v", "jv")), entry(t, p.i, AssignPurgeLease{JobID: "ju", Node: "n2"})}) {
+		require.NoError(t, result(t, res).Err())
+	}
+	assert.Equal(t, []PurgeWork{PurgeClaimable | PurgeLeased}, wakes)
 }
 
 // A job takes the proposer's first phase only when the dropped table is

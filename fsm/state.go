@@ -138,10 +138,9 @@ type txn struct {
 	// index is the log index of the entry being applied: purge leases use
 	// it as their fencing token.
 	index uint64
-	// purgeWork is set when an entry made a purge job claimable (a new
-	// PENDING job, a retried one), leased one, or ended a run (a worker
-	// slot is free): the purge service is woken after commit.
-	purgeWork bool
+	// purgeWork says what the batch's entries changed for the purge
+	// service, which is woken after commit.
+	purgeWork PurgeWork
 	// eventIndex and eventSeq number the change-feed events of the entry
 	// being applied (events.go): eventSeq restarts at each new index.
 	eventIndex uint64

@@ -256,7 +256,7 @@ func (sc *scheduler) tick(ctx context.Context) {
 		// remain: look again at once (this replica has applied the
 		// refusal, so the next read is fresh). A proposal that failed
 		// (no leader, shutting down) waits for the next poll instead.
-		s.Wake()
+		s.wakeScheduler()
 	}
 
 	if now.Sub(sc.lastPrune) >= s.cfg.PruneInterval {

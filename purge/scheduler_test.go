@@ -285,7 +285,7 @@ func TestDropWakesTheScheduler(t *testing.T) {
 	// The first look (at start) notes n2's heartbeat; a later one must see
 	// it move before n2 counts as live. A wake taken off the channel means
 	// the first look is done.
-	s.Wake()
+	s.Wake(fsm.PurgeClaimable)
 	require.Eventually(t, func() bool { return len(s.wake) == 0 }, 10*time.Second, time.Millisecond)
 	st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
 	st.must(t, fsm.DropTable{Ident: id, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-t"}})

@@ -234,17 +234,34 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Wake tells the scheduler, if it runs here (this node leads), to assign
-// claimable jobs now instead of at its next poll, and this node's workers
-// to look for jobs leased to it now: a node wires it to the state
-// machine's OnPurgeWork, so an asynchronous purge is leased as soon as its
-// drop is applied and started as soon as its lease is. It never blocks;
-// wakes that arrive while one is pending merge into it.
-func (s *Service) Wake() {
+// Wake is told what a batch of applied entries changed for purges: a node
+// wires it to the state machine's OnPurgeWork, so an asynchronous purge is
+// leased as soon as its drop is applied and started as soon as its lease
+// is. A claimable job or a free worker slot wakes the scheduler, if it runs
+// here (this node leads), to assign jobs now instead of at its next poll; a
+// lease wakes this node's workers to look for jobs leased to it now. Drops
+// alone never wake the workers: during a burst of asynchronous drops every
+// batch adds jobs, and none of them is leased yet. It never blocks; wakes
+// that arrive while one is pending merge into it.
+func (s *Service) Wake(w fsm.PurgeWork) {
+	if w&(fsm.PurgeClaimable|fsm.PurgeRunEnded) != 0 {
+		s.wakeScheduler()
+	}
+	if w&fsm.PurgeLeased != 0 {
+		s.wakePoll()
+	}
+}
+
+// wakeScheduler asks the scheduler, if it runs here, to look at once.
+func (s *Service) wakeScheduler() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakePoll asks this node's workers to look for jobs leased here at once.
+func (s *Service) wakePoll() {
 	select {
 	case s.pollWake <- struct{}{}:
 	default:
@@ -403,10 +420,7 @@ func (s *Service) startRun(job fsm.PurgeJob, sync bool) *run {
 		s.mu.Unlock()
 		// A lease that arrived while every slot was busy waits for this
 		// one: look again now rather than at the next tick.
-		select {
-		case s.pollWake <- struct{}{}:
-		default:
-		}
+		s.wakePoll()
 	}()
 	return rn
 }
