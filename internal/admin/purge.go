@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 
 	"github.com/floe-catalog/floe/fsm"
@@ -228,6 +229,14 @@ func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := purgeJobList{Jobs: []PurgeJobView{}}
 	err := p.read(r.Context(), func(rd *fsm.Reader) error {
+		if q.Has("page-token") {
+			// A token is the id of the last job of a page: a job's, or a
+			// UUID (the job may have been pruned since). Anything else
+			// would list from wherever it sorts, not from a page's end.
+			if _, ok := rd.PurgeJob(f.After); !ok && (len(f.After) != 36 || uuid.Validate(f.After) != nil) {
+				return fmt.Errorf("%w: page-token %q is not one this API gave: pass the next-page-token of the previous page as it was", ErrBadRequest, f.After)
+			}
+		}
 		jobs, more := rd.PurgeJobs(f, limit)
 		for _, j := range jobs {
 			out.Jobs = append(out.Jobs, viewOf(j))

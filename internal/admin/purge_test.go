@@ -129,6 +129,8 @@ func TestPurgeJobsAPI(t *testing.T) {
 		{"?warehouse=s3://b", []string{"job-0", "job-1", "job-2"}},
 		{"?warehouse=s3://other", nil},
 		{"?page-token=job-0", []string{"job-1", "job-2"}},
+		// The id of a job pruned since: a UUID, and where it sorts.
+		{"?page-token=00000000-0000-7000-8000-000000000000", []string{"job-0", "job-1", "job-2"}},
 	} {
 		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+c.query, "")
 		require.Equal(t, 200, rec.Code, c.query)
@@ -144,7 +146,7 @@ func TestPurgeJobsAPI(t *testing.T) {
 	assert.Equal(t, "job-1", body["next-page-token"])
 
 	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=.",
-		"?state=FAILED&state=PENDING", "?table=a&table=b"} {
+		"?state=FAILED&state=PENDING", "?table=a&table=b", "?page-token=", "?page-token=zzz", "?page-token=job-9"} {
 		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+q, "")
 		assert.Equal(t, 400, rec.Code, q)
 		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"], q)
