@@ -101,7 +101,7 @@ func SizesFor(name string) (Sizes, error) {
 			DropFiles:    []int{1000, 50_000},
 			GrowthTables: []int{1000, 5000, 20_000}, IdemRecords: 200_000, GrowthWrites: 200, SnapshotThreshold: 1024, RecordSizeN: recordSizeDefaultN,
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000}, DropLatN: 200, DropLatClients: 16,
-			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
+			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 128,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
 			StabilityDuration: 10 * time.Minute, SettleWait: 7 * time.Minute,
 		}, nil
@@ -113,7 +113,7 @@ func SizesFor(name string) (Sizes, error) {
 			DropFiles:    []int{1000, 50_000, 500_000},
 			GrowthTables: []int{1000, 10_000, 100_000}, IdemRecords: 1_000_000, GrowthWrites: 200, SnapshotThreshold: 1024, RecordSizeN: 200_000,
 			StartRounds: 15, StartFiles: 1000, DropLatFiles: []int{1000, 50_000, 500_000}, DropLatN: 200, DropLatClients: 16,
-			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 48,
+			DropLatQuiet: 5 * time.Second, DropTputClients: 64, DropTputPerClient: 128,
 			DropTputRawDuration: 5 * time.Second, DropDrainWait: 10 * time.Second,
 			StabilityDuration: 10 * time.Minute, SettleWait: 7 * time.Minute,
 		}, nil
