@@ -417,6 +417,9 @@ func TestStaleReadOptIn(t *testing.T) {
 	nodes := startCluster(t, warehouses()[0], 3)
 	f := follower(t, nodes)
 	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"s"}}).status)
+	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"p q"}}).status)
+	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"p q", "kid"}}).status)
+	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces/p%20q/tables", withName("x y")).status)
 	assert.Equal(t, 200, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "linearizable").status)
 	assert.Equal(t, 400, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "eventually").errorStatus(t))
 	// Cut off from the cluster, the follower still answers a stale read
@@ -427,4 +430,15 @@ func TestStaleReadOptIn(t *testing.T) {
 	r := f.do(t, "GET", "/v1/namespaces/s", nil)
 	assert.Equal(t, 503, r.status)
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	// Names written as Java writes a space ("+") are read from the replica
+	// too, never a false 404.
+	for _, path := range []string{"/v1/namespaces/p+q", "/v1/namespaces/p+q/tables", "/v1/namespaces/p+q/tables/x+y", "/v1/namespaces?parent=p+q"} {
+		r := f.do(t, "GET", path, nil, "X-Floe-Read-Consistency", "stale")
+		assert.Equal(t, 200, r.status, "%s: %s", path, r.body)
+		if !strings.HasSuffix(path, "/tables") && !strings.Contains(path, "?") {
+			assert.Equal(t, 204, f.do(t, "HEAD", path, nil, "X-Floe-Read-Consistency", "stale").status, path)
+		}
+		r = f.do(t, "GET", path, nil)
+		assert.Equal(t, 503, r.status, "%s without a leader, linearizable: %s", path, r.body)
+	}
 }

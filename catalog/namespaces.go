@@ -406,7 +406,8 @@ func escapedVar(r *http.Request, name string) (string, error) {
 // (Java's URLEncoder writes a space so), but PyIceberg before 0.10 puts the
 // parent in the query unencoded, a "+" of a name included. When the
 // namespace so decoded does not exist and the one with each raw "+" kept
-// does, that one is meant. One linearizable read, only for a raw "+".
+// does, that one is meant. One read as consistent as the listing's (a stale
+// one when asked for), only for a raw "+".
 func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, error) {
 	raw, ok := rawQueryValue(r.URL.RawQuery, "parent")
 	if !ok || !strings.Contains(raw, "+") {
@@ -422,7 +423,7 @@ func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, e
 	}
 	wh := s.whOf(r.Context())
 	alt := wh.levels(levels)
-	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err = s.read(r, func(rd *fsm.Reader) error {
 		if _, ok := rd.Namespace(decoded); ok {
 			return nil
 		}

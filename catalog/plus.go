@@ -23,9 +23,13 @@ import (
 // else as written (so a create, or a 404, names what the client wrote).
 // When both exist, the name as written wins.
 //
-// The lookup is one linearizable read, paid only by requests with a raw
-// "+" in those variables; if it fails, the variables are left as written.
-func (s *Server) resolvePlus(r *http.Request) *http.Request {
+// The lookup is one read, paid only by requests with a raw "+" in those
+// variables: as consistent as the request's own (a GET or HEAD asking for
+// a stale read, with no leader, is answered from the local replica, as the
+// read that follows will be), linearizable for a change. If it fails, so
+// does the request: the name as written could answer a false 404 once the
+// request's own read succeeds (a leader elected meanwhile).
+func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 	vars := mux.Vars(r)
 	rawNS, rawName := vars["namespace"], vars["table"]
 	nameVar := "table"
@@ -33,11 +37,15 @@ func (s *Server) resolvePlus(r *http.Request) *http.Request {
 		rawName, nameVar = v, "view"
 	}
 	if !strings.Contains(rawNS, "+") && !strings.Contains(rawName, "+") {
-		return r
+		return r, nil
+	}
+	read := s.store.Read
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		read = func(_ context.Context, fn func(*fsm.Reader) error) error { return s.read(r, fn) }
 	}
 	spaced := func(raw string) string { return strings.ReplaceAll(raw, "+", "%20") }
 	ns, name := rawNS, rawName
-	err := s.store.Read(r.Context(), func(rd *fsm.Reader) error {
+	err := read(r.Context(), func(rd *fsm.Reader) error {
 		exists := func(raw string) bool {
 			levels, err := parseNamespace(raw)
 			if err != nil {
@@ -72,8 +80,11 @@ func (s *Server) resolvePlus(r *http.Request) *http.Request {
 		}
 		return nil
 	})
-	if err != nil || (ns == rawNS && name == rawName) {
-		return r
+	if err != nil {
+		return r, err
+	}
+	if ns == rawNS && name == rawName {
+		return r, nil
 	}
 	out := maps.Clone(vars)
 	out["namespace"] = ns
@@ -81,7 +92,7 @@ func (s *Server) resolvePlus(r *http.Request) *http.Request {
 		out[nameVar] = name
 	}
 	r = mux.SetURLVars(r, out)
-	return r.WithContext(context.WithValue(r.Context(), asWrittenKey{}, vars))
+	return r.WithContext(context.WithValue(r.Context(), asWrittenKey{}, vars)), nil
 }
 
 // asWrittenKey carries a request's route variables as the client wrote

@@ -476,8 +476,10 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		start := time.Now()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		r = s.resolvePlus(s.withScope(withAuditTarget(withWarehouse(r, wh))))
-		err := s.authorizeRoute(name, r)
+		r, err := s.resolvePlus(s.withScope(withAuditTarget(withWarehouse(r, wh))))
+		if err == nil {
+			err = s.authorizeRoute(name, r)
+		}
 		if err == nil {
 			err = checkContentEncoding(r)
 		}
