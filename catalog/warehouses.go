@@ -189,7 +189,7 @@ func (s *Server) prefixes() string {
 func (s *Server) purgeBases() []purge.Base {
 	var out []purge.Base
 	for _, w := range s.warehouses {
-		out = append(out, purge.Base{Objects: w.objects, FileIO: w.objects.ClientConfig(w.location)})
+		out = append(out, purge.Base{Warehouse: w.name, Objects: w.objects, FileIO: w.objects.ClientConfig(w.location)})
 	}
 	return out
 }

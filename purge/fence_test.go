@@ -36,7 +36,7 @@ func TestFenceNeedsARecentRenewalOfTheLease(t *testing.T) {
 	leases := []fsm.LeaseRef{{JobID: "j", Token: token}}
 
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: timeout, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+		Logger: slog.New(slog.DiscardHandler), Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	// Heartbeats are the test's (checkRenewals), and no worker runs the

@@ -147,7 +147,7 @@ func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 		n := &tnode{raft: rn, objects: mux, store: &hooked{Mux: mux}, reg: prometheus.NewRegistry(), dataDir: dataDir}
 		n.svc, err = purge.New(purge.Config{
 			NodeID: rn.ID(), Store: rn,
-			Storage:       func(map[string]string) (purge.Objects, error) { return n.store, nil },
+			Storage:       func(string, map[string]string) (purge.Objects, error) { return n.store, nil },
 			WorkerThreads: 2, DeleteThreads: 2, DeleteBatchSize: batch,
 			HeartbeatTimeout: time.Second, MaxAttempts: 3, RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
 			CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, StopTimeout: 2 * time.Second,

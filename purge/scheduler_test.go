@@ -72,7 +72,7 @@ func newFSMStore(t *testing.T) *fsmStore {
 func idleService(t *testing.T, st Store, now func() time.Time) *Service {
 	t.Helper()
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: now})
+		Logger: slog.New(slog.DiscardHandler), Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: now})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	return s
@@ -90,7 +90,7 @@ func TestSchedulerAssignsDeterministically(t *testing.T) {
 	clock := time.Unix(1000, 0)
 	reg := prometheus.NewRegistry()
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 
@@ -150,7 +150,7 @@ func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
 	st := &fsmStore{f: f}
 	clock := time.Unix(1000, 0)
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 
@@ -228,7 +228,7 @@ func TestLeadStopsWithTheService(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { f.Close() })
 	s, err := New(Config{NodeID: "n1", Store: &fsmStore{f: f}, HeartbeatTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
 
 	led := make(chan struct{})
@@ -270,7 +270,7 @@ func TestDropWakesTheScheduler(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	st := &fsmStore{f: f}
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour,
-		Logger: slog.New(slog.DiscardHandler), Storage: func(map[string]string) (Objects, error) { return nil, nil }})
+		Logger: slog.New(slog.DiscardHandler), Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	f.OnPurgeWork(s.Wake)
@@ -396,7 +396,7 @@ func TestEndedRunNotRestarted(t *testing.T) {
 	var mu sync.Mutex
 	opened := map[string]int{}
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
-		Logger: slog.New(slog.DiscardHandler), Storage: func(fileIO map[string]string) (Objects, error) {
+		Logger: slog.New(slog.DiscardHandler), Storage: func(_ string, fileIO map[string]string) (Objects, error) {
 			mu.Lock()
 			opened[fileIO["job"]]++
 			mu.Unlock()
@@ -510,7 +510,7 @@ func newReassignFixture(t *testing.T) (*fsmStore, *assignHook, *Service, *time.T
 	clock := new(time.Time)
 	*clock = time.Unix(1000, 0)
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return *clock }})
+		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return *clock }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
 	base.must(t, fsm.CreateNamespace{Namespace: reassignTable.Namespace})

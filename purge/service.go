@@ -52,9 +52,10 @@ type Config struct {
 	// NodeID names this node in leases and heartbeats: the Raft server ID.
 	NodeID string
 	Store  Store
-	// Storage returns the Objects to use for a job, given the FileIO
-	// properties captured when the table was dropped.
-	Storage func(fileIO map[string]string) (Objects, error)
+	// Storage returns the Objects to use for a job, given its table's
+	// warehouse ("" for the default one) and the FileIO properties
+	// captured when the table was dropped.
+	Storage func(warehouse string, fileIO map[string]string) (Objects, error)
 
 	// WorkerThreads bounds the jobs this node runs at once (those the
 	// scheduler leased to it; a synchronous drop's job runs on top).

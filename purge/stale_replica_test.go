@@ -92,7 +92,7 @@ func runToEnd(t *testing.T, st *laggingStore) fsm.PurgeJob {
 	require.NoError(t, err)
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.DiscardHandler), PollInterval: 20 * time.Millisecond,
-		Storage: func(map[string]string) (Objects, error) { return objs, nil }})
+		Storage: func(string, map[string]string) (Objects, error) { return objs, nil }})
 	require.NoError(t, err)
 	s.Start()
 	t.Cleanup(s.Stop)
@@ -144,7 +144,7 @@ func TestGuardRefusesABatchOnceTheLeaseIsLost(t *testing.T) {
 	token := st.i
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
 		Logger:  slog.New(slog.DiscardHandler),
-		Storage: func(map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
+		Storage: func(string, map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
 	require.NoError(t, err)
 	var job fsm.PurgeJob
 	require.NoError(t, st.StaleRead(func(r *fsm.Reader) error { job, _ = r.PurgeJob("job"); return nil }))
@@ -195,7 +195,7 @@ func TestRunPassedBeforeItStartedIsNoLostLease(t *testing.T) {
 	logs := &testenv.LogBuffer{}
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), PollInterval: 20 * time.Millisecond,
-		Storage: func(map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
+		Storage: func(string, map[string]string) (Objects, error) { return storage.New(storage.Config{}) }})
 	require.NoError(t, err)
 	s.Start()
 	t.Cleanup(s.Stop)

@@ -252,7 +252,8 @@ type openedJob struct {
 // openJob builds the job's storage from its FileIO properties and reads
 // its root metadata file.
 func (s *Service) openJob(ctx context.Context, job fsm.PurgeJob) openedJob {
-	objs, err := s.cfg.Storage(job.FileIO)
+	warehouse, _ := fsm.SplitWarehouse(job.Ident.Namespace)
+	objs, err := s.cfg.Storage(warehouse, job.FileIO)
 	if err != nil {
 		return openedJob{err: fmt.Errorf("%w: storage for the job's FileIO properties: %v", errPermanent, err)}
 	}

@@ -200,7 +200,7 @@ func catalogWarehouses(named []namedWarehouse, newVendor func(string, *storage.M
 func purgeBases(c config, own *storage.Mux, named []namedWarehouse) []purge.Base {
 	bases := []purge.Base{{Objects: own, FileIO: own.FileIOConfig(c.Warehouse)}}
 	for _, w := range named {
-		bases = append(bases, purge.Base{Objects: w.objects, FileIO: w.objects.FileIOConfig(w.spec.Location)})
+		bases = append(bases, purge.Base{Warehouse: w.spec.Name, Objects: w.objects, FileIO: w.objects.FileIOConfig(w.spec.Location)})
 	}
 	return bases
 }
