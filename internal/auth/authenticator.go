@@ -75,7 +75,7 @@ func NewAuthenticator(cfg AuthenticatorConfig) (*Authenticator, error) {
 		return nil, fmt.Errorf("auth: root token must be at least %d bytes", MinRootTokenLen)
 	}
 	if cfg.JWT != nil && cfg.OIDC != nil && cfg.JWT.Issuer() == cfg.OIDC.Issuer() {
-		return nil, fmt.Errorf("auth: OIDC issuer %q is floe's own issuer", cfg.OIDC.Issuer())
+		return nil, fmt.Errorf("auth: OIDC issuer %q is floe's own issuer", redactedURL(cfg.OIDC.Issuer()))
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -144,7 +145,7 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 	}
 	now := v.cfg.Now()
 	if !force && !v.lastAttempt.IsZero() && now.Sub(v.lastAttempt) < v.cfg.DiscoveryRetry {
-		return nil, fmt.Errorf("%w: OIDC discovery at %s failed: %v", ErrUnavailable, v.cfg.IssuerURL, v.lastErr)
+		return nil, fmt.Errorf("%w: OIDC discovery at %s failed: %v", ErrUnavailable, redactedURL(v.cfg.IssuerURL), v.lastErr)
 	}
 	v.lastAttempt = now
 	// Discovery must not fail because the one request that triggered it
@@ -154,8 +155,8 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 	provider, err := oidc.NewProvider(dctx, v.cfg.IssuerURL)
 	if err != nil {
 		v.lastErr = err
-		v.log.Warn("OIDC discovery failed", "issuer", v.cfg.IssuerURL, "err", err)
-		return nil, fmt.Errorf("%w: OIDC discovery at %s: %v", ErrUnavailable, v.cfg.IssuerURL, err)
+		v.log.Warn("OIDC discovery failed", "issuer", redactedURL(v.cfg.IssuerURL), "err", err)
+		return nil, fmt.Errorf("%w: OIDC discovery at %s: %v", ErrUnavailable, redactedURL(v.cfg.IssuerURL), err)
 	}
 	var meta struct {
 		JWKSURL string   `json:"jwks_uri"`
@@ -163,8 +164,8 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 	}
 	if err := provider.Claims(&meta); err != nil || meta.JWKSURL == "" {
 		v.lastErr = errors.New("discovery document has no jwks_uri")
-		v.log.Warn("OIDC discovery failed", "issuer", v.cfg.IssuerURL, "err", v.lastErr)
-		return nil, fmt.Errorf("%w: OIDC discovery at %s: %v", ErrUnavailable, v.cfg.IssuerURL, v.lastErr)
+		v.log.Warn("OIDC discovery failed", "issuer", redactedURL(v.cfg.IssuerURL), "err", v.lastErr)
+		return nil, fmt.Errorf("%w: OIDC discovery at %s: %v", ErrUnavailable, redactedURL(v.cfg.IssuerURL), v.lastErr)
 	}
 	algs := v.cfg.SigningAlgs
 	if len(algs) == 0 {
@@ -172,7 +173,7 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 	}
 	v.verifier = v.newIDTokenVerifier(meta.JWKSURL, algs)
 	v.lastErr = nil
-	v.log.Info("OIDC discovery succeeded", "issuer", v.cfg.IssuerURL)
+	v.log.Info("OIDC discovery succeeded", "issuer", redactedURL(v.cfg.IssuerURL))
 	return v.verifier, nil
 }
 
@@ -218,4 +219,15 @@ func (v *OIDCVerifier) Verify(ctx context.Context, raw string) (Principal, error
 		return Principal{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	return Principal{Name: name, Roles: roles, Via: ViaOIDC}, nil
+}
+
+// redactedURL is u for logs and error messages: a password in it (basic
+// auth in an issuer or key set URL) replaced with "xxxxx", as url.URL's
+// Redacted does. A string that does not parse is not shown at all.
+func redactedURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
 }

@@ -20,6 +20,8 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // rsaKeys are generated once: RSA key generation is slow under -race.
@@ -647,6 +649,41 @@ func TestPeekIssuer(t *testing.T) {
 		got, ok := peekIssuer(tc.raw)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("peekIssuer(%q) = %q, %v", tc.raw, got, ok)
+		}
+	}
+}
+
+// A password in the issuer or key set URL (basic auth to the IdP) is never
+// logged nor put in an error message: it is masked as url.URL.Redacted
+// masks it.
+func TestOIDCURLPasswordsAreNotLogged(t *testing.T) {
+	const pw = "IDP-PASSWORD-123"
+	ti := newTestIssuer(t)
+	withPW := strings.Replace(ti.URL(), "http://", "http://u:"+pw+"@", 1)
+	clock := newFakeClock()
+	var logs testenv.LogBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+
+	// Discovery fails (the issuer is down): its warning and the error.
+	ti.setDown(true)
+	v := newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.IssuerURL, c.Logger = withPW, log })
+	_, err := v.Verify(context.Background(), ti.token(t, oidcClaims(withPW, clock.Now())))
+	wantErr(t, err, ErrUnavailable)
+	_, err2 := v.Verify(context.Background(), ti.token(t, oidcClaims(withPW, clock.Now())))
+	wantErr(t, err2, ErrUnavailable)
+
+	// The key set is fetched from an explicit URL with a password.
+	ti.setDown(false)
+	v = newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.IssuerURL, c.JWKSURL, c.Logger = withPW, withPW+"/keys", log })
+	if _, err := v.Verify(context.Background(), ti.token(t, oidcClaims(withPW, clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "OIDC discovery failed") || !strings.Contains(logs.String(), "OIDC signing keys fetched") {
+		t.Fatalf("the log lines this test checks are missing:\n%s", logs.String())
+	}
+	for what, s := range map[string]string{"log": logs.String(), "first error": err.Error(), "error within the retry interval": err2.Error()} {
+		if strings.Contains(s, pw) {
+			t.Errorf("the %s holds the URL's password:\n%s", what, s)
 		}
 	}
 }

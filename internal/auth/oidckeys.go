@@ -160,9 +160,9 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 	k.inflight = nil
 	k.mu.Unlock()
 	if err != nil {
-		k.log.Warn("OIDC signing keys could not be fetched", "jwks_uri", k.url, "err", err)
+		k.log.Warn("OIDC signing keys could not be fetched", "jwks_uri", redactedURL(k.url), "err", err)
 	} else {
-		k.log.Info("OIDC signing keys fetched", "jwks_uri", k.url, "keys", len(keys))
+		k.log.Info("OIDC signing keys fetched", "jwks_uri", redactedURL(k.url), "keys", len(keys))
 	}
 	f.keys, f.err = keys, err
 	close(f.done)
