@@ -208,3 +208,15 @@ func writeAPIError(w http.ResponseWriter, r *http.Request, ae *apiError) {
 	}
 	writeJSON(w, ae.status, errorBody{Error: errorModel{Message: ae.msg, Type: ae.typ, Code: ae.status}})
 }
+
+// unreadableMetadataLocation is the answer to a register whose
+// metadata-location could not be read: 503, which clients resend, when
+// storage stalled, could not be reached or throttled (nothing was applied;
+// the file may well be there), else 400: the caller named a file that is
+// not there, not readable or not metadata.
+func unreadableMetadataLocation(loc string, err error) error {
+	if errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) || errors.Is(err, storage.ErrThrottled) {
+		return fmt.Errorf("cannot read metadata-location %s: %w", loc, err)
+	}
+	return badRequest("cannot read metadata-location %s: %v", loc, err)
+}

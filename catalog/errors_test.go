@@ -37,6 +37,10 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage unreachable before proposing, commit", fmt.Errorf("write metadata: %w", storage.ErrUnreachable), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage throttling before proposing, commit", fmt.Errorf("read metadata: %w", storage.ErrThrottled), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a register's metadata-location, storage stalled", unreadableMetadataLocation("s3://b/m.json", &storage.ObjectError{Op: "read", URI: "s3://b/m.json", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a register's metadata-location, storage unreachable", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrUnreachable)), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a register's metadata-location, storage throttling", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrThrottled)), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a register's metadata-location, not there", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrNotFound)), opOther, http.StatusBadRequest, "BadRequestException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ae := toAPIError(tc.err, tc.kind)

@@ -1581,7 +1581,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	s.cache.remove(req.MetadataLocation)
 	tm, err := s.readMetadataFile(r.Context(), req.MetadataLocation)
 	if err != nil {
-		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+		return unreadableMetadataLocation(req.MetadataLocation, err)
 	}
 	if err := checkNewLocationSpelling(tm.meta.Location()); err != nil {
 		return err
@@ -1635,7 +1635,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// would make the commit refuse); but a purge that finished just before
 	// the check may have deleted it after the first read.
 	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), tm.location); err != nil {
-		return badRequest("cannot read metadata-location %s: %v", tm.location, err)
+		return unreadableMetadataLocation(tm.location, err)
 	}
 	if req.Overwrite {
 		if err := s.checkMovesEverywhere(); err != nil {

@@ -851,7 +851,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	}
 	vm, err := s.readViewMetadata(r.Context(), req.MetadataLocation)
 	if err != nil {
-		return badRequest("cannot read metadata-location %s: %v", req.MetadataLocation, err)
+		return unreadableMetadataLocation(req.MetadataLocation, err)
 	}
 	if err := checkNewLocationSpelling(vm.meta.Location()); err != nil {
 		return err
@@ -873,7 +873,7 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	// The file must still be there after that check: a purge that finished
 	// just before it may have deleted the file after the first read.
 	if _, err := s.whOf(r.Context()).objects.Read(r.Context(), vm.location); err != nil {
-		return badRequest("cannot read metadata-location %s: %v", vm.location, err)
+		return unreadableMetadataLocation(vm.location, err)
 	}
 	res, err := s.store.Propose(r.Context(), fsm.CreateView{
 		Ident: id, UUID: vm.meta.ViewUUID().String(), Location: vm.meta.Location(),
