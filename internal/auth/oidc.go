@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,6 +154,9 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 	dctx, cancel := context.WithTimeout(oidc.ClientContext(context.WithoutCancel(ctx), v.cfg.HTTPClient), DefaultOIDCTimeout)
 	defer cancel()
 	provider, err := oidc.NewProvider(dctx, v.cfg.IssuerURL)
+	// go-oidc quotes the issuer URL as given when the document names
+	// another (always so when the URL carries a password).
+	err = scrubbed(err, v.cfg.IssuerURL)
 	if err != nil {
 		v.lastErr = err
 		v.log.Warn("OIDC discovery failed", "issuer", redactedURL(v.cfg.IssuerURL), "err", err)
@@ -231,3 +235,36 @@ func redactedURL(u string) string {
 	}
 	return p.Redacted()
 }
+
+// scrubbed is err with the passwords of urls masked in its message, in the
+// URLs as given and in any URL built from their user information; errors.Is
+// and errors.As still see err. A nil err stays nil.
+func scrubbed(err error, urls ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, u := range urls {
+		p, perr := url.Parse(u)
+		if perr != nil || p.User == nil {
+			continue
+		}
+		if _, ok := p.User.Password(); !ok {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, u, p.Redacted())
+		msg = strings.ReplaceAll(msg, p.User.String()+"@", url.UserPassword(p.User.Username(), "xxxxx").String()+"@")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }

@@ -672,8 +672,17 @@ func TestOIDCURLPasswordsAreNotLogged(t *testing.T) {
 	_, err2 := v.Verify(context.Background(), ti.token(t, oidcClaims(withPW, clock.Now())))
 	wantErr(t, err2, ErrUnavailable)
 
-	// The key set is fetched from an explicit URL with a password.
+	// The issuer is up: its document names the issuer without the
+	// password, which go-oidc reports quoting the URL as given.
 	ti.setDown(false)
+	v = newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.IssuerURL, c.Logger = withPW, log })
+	err3 := v.Discover(context.Background())
+	wantErr(t, err3, ErrUnavailable)
+	if !strings.Contains(err3.Error(), "did not match") {
+		t.Fatalf("not the mismatch this test checks: %v", err3)
+	}
+
+	// The key set is fetched from an explicit URL with a password.
 	v = newTestOIDCVerifier(t, ti, clock, func(c *OIDCConfig) { c.IssuerURL, c.JWKSURL, c.Logger = withPW, withPW+"/keys", log })
 	if _, err := v.Verify(context.Background(), ti.token(t, oidcClaims(withPW, clock.Now()))); err != nil {
 		t.Fatal(err)
@@ -681,7 +690,7 @@ func TestOIDCURLPasswordsAreNotLogged(t *testing.T) {
 	if !strings.Contains(logs.String(), "OIDC discovery failed") || !strings.Contains(logs.String(), "OIDC signing keys fetched") {
 		t.Fatalf("the log lines this test checks are missing:\n%s", logs.String())
 	}
-	for what, s := range map[string]string{"log": logs.String(), "first error": err.Error(), "error within the retry interval": err2.Error()} {
+	for what, s := range map[string]string{"log": logs.String(), "first error": err.Error(), "error within the retry interval": err2.Error(), "mismatch error": err3.Error()} {
 		if strings.Contains(s, pw) {
 			t.Errorf("the %s holds the URL's password:\n%s", what, s)
 		}

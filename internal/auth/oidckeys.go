@@ -152,6 +152,7 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultOIDCTimeout)
 	defer cancel()
 	keys, err := k.get(ctx)
+	err = scrubbed(err, k.url)
 	k.mu.Lock()
 	if err == nil {
 		k.keys = keys
