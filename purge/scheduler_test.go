@@ -2,6 +2,7 @@ package purge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -575,4 +576,55 @@ func TestReassignmentLosesToAFirstHeartbeat(t *testing.T) {
 	st.before = func() { beat("n2") } // n2's first heartbeat lands between the look and the proposal
 	sc.tick(ctx)
 	assert.Equal(t, token, base.lease(t, "j").Token, "the lease stays with the node that heartbeat")
+}
+
+// Wake wakes each part of the service for its own work only: a drop (a
+// claimable job) or a run ending the scheduler, a lease the workers' poll.
+func TestWakeWakesEachPartForItsOwnWork(t *testing.T) {
+	s, err := New(Config{NodeID: "n1", Store: newFSMStore(t), HeartbeatTimeout: time.Hour, PollInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
+	require.NoError(t, err)
+	drain := func() (scheduler, poll bool) {
+		select {
+		case <-s.wake:
+			scheduler = true
+		default:
+		}
+		select {
+		case <-s.pollWake:
+			poll = true
+		default:
+		}
+		return scheduler, poll
+	}
+	for _, c := range []struct {
+		w               fsm.PurgeWork
+		scheduler, poll bool
+	}{
+		{fsm.PurgeClaimable, true, false},
+		{fsm.PurgeRunEnded, true, false},
+		{fsm.PurgeLeased, false, true},
+		{fsm.PurgeClaimable | fsm.PurgeLeased, true, true},
+	} {
+		s.Wake(c.w)
+		scheduler, poll := drain()
+		assert.Equal(t, c.scheduler, scheduler, "scheduler woken by %b", c.w)
+		assert.Equal(t, c.poll, poll, "poll woken by %b", c.w)
+	}
+}
+
+// A job's storage is its table's warehouse's: the worker names the
+// warehouse the job's table was in.
+func TestJobStorageIsItsWarehouses(t *testing.T) {
+	var asked []string
+	s, err := New(Config{NodeID: "n1", Store: newFSMStore(t), HeartbeatTimeout: time.Hour, PollInterval: time.Hour,
+		Logger: slog.New(slog.DiscardHandler), Storage: func(wh string, _ map[string]string) (Objects, error) {
+			asked = append(asked, wh)
+			return nil, errors.New("no storage here")
+		}})
+	require.NoError(t, err)
+	for _, levels := range [][]string{fsm.InWarehouse("sales", []string{"db"}), {"db"}} {
+		s.openJob(context.Background(), fsm.PurgeJob{ID: "j", Ident: fsm.Ident{Namespace: levels, Name: "t"}})
+	}
+	assert.Equal(t, []string{"sales", ""}, asked)
 }

@@ -495,9 +495,9 @@ func (s *Service) checkRenewals(sent time.Time, leases []fsm.LeaseRef) {
 
 // pollLoop starts the jobs leased to this node, stops runs whose lease is
 // gone, and refreshes the job gauges, from the local replica. A wake (a
-// purge entry applied here, or a run of this node ending) polls at once but
+// lease applied here, or a run of this node ending) polls at once but
 // leaves the gauges to the next tick: counting the jobs walks every job
-// kept, and wakes come with every lease, drop and finished run.
+// kept, and wakes come with every lease and every run ending here.
 func (s *Service) pollLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.PollInterval)

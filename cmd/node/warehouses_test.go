@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floe-catalog/floe/internal/storage"
+	"github.com/floe-catalog/floe/purge"
 )
 
 // Named warehouses from the command line (NAME=URI pairs, or JSON) and
@@ -85,4 +88,43 @@ warehouses:
 	bad := writeConfig(t, "warehouses:\n  sales: s3://b/x\n")
 	_, err = parseConfig([]string{"--config", bad}, nil, io.Discard)
 	assert.ErrorContains(t, err, "warehouses")
+}
+
+// A purge job runs with its own warehouse's storage, even when warehouses
+// share the node's endpoint and differ only in their keys: the bases the
+// node gives the purge service carry each warehouse's name.
+func TestPurgeStorageIsTheJobsWarehouses(t *testing.T) {
+	path := writeConfig(t, `
+warehouse: s3://node-bucket/wh
+s3-endpoint: http://127.0.0.1:7070
+s3-access-key-id: node-key
+s3-secret-access-key: node-secret
+warehouses:
+  sales:
+    location: s3://sales-bucket/wh
+    s3-access-key-id: sales-key
+    s3-secret-access-key: sales-secret
+  ops:
+    location: s3://ops-bucket/wh
+`)
+	c, err := parseConfig([]string{"--config", path}, nil, io.Discard)
+	require.NoError(t, err)
+	own, err := storage.New(storage.Config{S3Endpoint: c.S3Endpoint, S3Region: c.S3Region, S3AccessKeyID: c.S3AccessKeyID, S3SecretAccessKey: c.S3SecretAccessKey})
+	require.NoError(t, err)
+	named, err := openWarehouses(c)
+	require.NoError(t, err)
+	bases := purgeBases(c, own, named)
+	get := purge.StorageFor(bases, 0)
+	byName := map[string]*storage.Mux{"": own}
+	for _, w := range named {
+		byName[w.spec.Name] = w.objects
+	}
+	for _, wh := range []string{"", "sales", "ops"} {
+		// What a drop in that warehouse records: its settings without
+		// keys (the same for all three here).
+		recorded := storage.WithoutSecrets(byName[wh].FileIOConfig(c.Warehouse))
+		o, err := get(wh, recorded)
+		require.NoError(t, err)
+		assert.Same(t, byName[wh], o, "warehouse %q", wh)
+	}
 }
