@@ -13,7 +13,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -127,7 +126,15 @@ func FormatLifetime(d time.Duration) string {
 			fmt.Fprintf(&b, "%dM", minutes)
 		}
 		if d > 0 {
-			b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "S")
+			// Whole seconds and nanoseconds as integers: a float's
+			// rounding (1.14 s is 1.1400000000000001) would write more
+			// than the 9 fraction digits Java reads.
+			secs, nanos := d/time.Second, d%time.Second
+			fmt.Fprintf(&b, "%d", secs)
+			if nanos > 0 {
+				b.WriteString("." + strings.TrimRight(fmt.Sprintf("%09d", nanos), "0"))
+			}
+			b.WriteString("S")
 		}
 	}
 	return b.String()

@@ -60,7 +60,8 @@ func TestLifetime(t *testing.T) {
 // reads (PnDTnHnMn.nS), which Java's REST client parses it with: no
 // weeks, months or years, which the duration library wrote for a week.
 func TestFormatLifetimeIsJavaDuration(t *testing.T) {
-	java := regexp.MustCompile(`^P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d+)?S)?)?$`)
+	// At most 9 fraction digits: Java reads no more.
+	java := regexp.MustCompile(`^P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d{1,9})?S)?)?$`)
 	for in, want := range map[time.Duration]string{
 		30 * time.Minute:                   "PT30M",
 		24 * time.Hour:                     "P1D",
@@ -70,6 +71,9 @@ func TestFormatLifetimeIsJavaDuration(t *testing.T) {
 		time.Second + 500*time.Millisecond: "PT1.5S",
 		MaxLifetime:                        "P3650D",
 		26*time.Hour + 61*time.Second:      "P1DT2H1M1S",
+		1140 * time.Millisecond:            "PT1.14S",
+		7940 * time.Millisecond:            "PT7.94S",
+		time.Minute + time.Nanosecond:      "PT1M0.000000001S",
 	} {
 		got := FormatLifetime(in)
 		assert.Equal(t, want, got, in.String())
@@ -77,6 +81,14 @@ func TestFormatLifetimeIsJavaDuration(t *testing.T) {
 		back, err := ParseLifetime(got)
 		require.NoError(t, err, got)
 		assert.Equal(t, in, back, got)
+	}
+	// Every lifetime of whole hundredths of a second up to a minute.
+	for cs := 100; cs < 6000; cs++ {
+		d := time.Duration(cs) * 10 * time.Millisecond
+		got := FormatLifetime(d)
+		if !java.MatchString(got) {
+			t.Fatalf("%v is written %s, which Java does not read", d, got)
+		}
 	}
 	_, err := ParseLifetime("P1W")
 	require.NoError(t, err, "a week is a fixed length: accepted, advertised in days")
