@@ -441,4 +441,12 @@ func TestStaleReadOptIn(t *testing.T) {
 		r = f.do(t, "GET", path, nil)
 		assert.Equal(t, 503, r.status, "%s without a leader, linearizable: %s", path, r.body)
 	}
+	// A route that reads nothing answers as it would for the name with
+	// "%20": a metrics report is taken, an unsupported route refused.
+	report := map[string]any{"report-type": "scan-report", "table-name": "p q.x y", "snapshot-id": 1, "filter": true,
+		"schema-id": 0, "projected-field-ids": []int{1}, "projected-field-names": []string{"id"}, "metrics": map[string]any{}}
+	for _, spelling := range []string{"p%20q/tables/x%20y", "p+q/tables/x+y"} {
+		r := f.do(t, "POST", "/v1/namespaces/"+spelling+"/metrics", report)
+		assert.Equal(t, 204, r.status, "%s: %s", spelling, r.body)
+	}
 }

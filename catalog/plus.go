@@ -27,8 +27,9 @@ import (
 // variables: as consistent as the request's own (a GET or HEAD asking for
 // a stale read, with no leader, is answered from the local replica, as the
 // read that follows will be), linearizable for a change. If it fails, so
-// does the request: the name as written could answer a false 404 once the
-// request's own read succeeds (a leader elected meanwhile).
+// does the request, unless its route reads nothing (readsNothing): the
+// name as written could answer a false 404 once the request's own read
+// succeeds (a leader elected meanwhile).
 func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 	vars := mux.Vars(r)
 	rawNS, rawName := vars["namespace"], vars["table"]
