@@ -135,6 +135,12 @@ type feedCursor struct {
 func parseFeedRequest(r *http.Request) (feedCursor, int, error) {
 	cur := feedCursor{fromStart: true}
 	q := r.URL.Query()
+	for _, name := range []string{"after", "limit"} {
+		if n := len(q[name]); n > 1 {
+			// Which one the caller meant is unknown, as for purge-jobs.
+			return cur, 0, fmt.Errorf("%w: %s given %d times: give it once", ErrBadRequest, name, n)
+		}
+	}
 	raw, from := strings.TrimSpace(r.Header.Get("Last-Event-ID")), "Last-Event-ID"
 	if raw == "" && q.Has("after") {
 		raw, from = q.Get("after"), "after"

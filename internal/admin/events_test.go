@@ -254,7 +254,7 @@ func TestFeedEndsAtShutdown(t *testing.T) {
 
 func TestFeedRefusesBadRequests(t *testing.T) {
 	s := newFeedServer(t, openFSM(t), time.Hour)
-	for _, q := range []string{"?after=x", "?after=-1", "?after=", "?limit=0", "?limit=1001", "?limit=a"} {
+	for _, q := range []string{"?after=x", "?after=-1", "?after=", "?limit=0", "?limit=1001", "?limit=a", "?after=1&after=2", "?limit=1&limit=2"} {
 		resp, err := http.Get(s.url + q)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
