@@ -196,8 +196,9 @@ func checkDefaultSpec(before, after table.Metadata) error {
 	return nil
 }
 
-// checkNewSchemas checks the identifier fields of the schemas in after
-// that before (nil for a new table or view) has not, by schema id.
+// checkNewSchemas checks the field ids, identifier fields and shape
+// (checkSchemaShape) of the schemas in after that before (nil for a new
+// table or view) has not, by schema id.
 func checkNewSchemas(before, after []*iceberg.Schema) error {
 	old := map[int]bool{}
 	for _, s := range before {
@@ -209,6 +210,9 @@ func checkNewSchemas(before, after []*iceberg.Schema) error {
 				return err
 			}
 			if err := checkIdentifierFields(s); err != nil {
+				return err
+			}
+			if err := checkSchemaShape(s); err != nil {
 				return err
 			}
 		}

@@ -156,9 +156,14 @@ func checkNewVersions(base, meta view.Metadata) error {
 			continue
 		}
 		// Java and iceberg-rust read version ids as 32-bit integers; the
-		// builder's next id (the highest plus one) can pass the bound too.
+		// builder's next id (the highest plus one) can pass the bound too,
+		// and a version at the bound would leave no id for the next one
+		// (the highest is kept however old).
 		if v.VersionID < math.MinInt32 || v.VersionID > math.MaxInt32 {
 			return badRequest("view version-id %d does not fit in 32 bits", v.VersionID)
+		}
+		if v.VersionID == math.MaxInt32 {
+			return badRequest("view version-id %d would leave no id for a next version", v.VersionID)
 		}
 		if v.DefaultNamespace == nil {
 			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
@@ -852,6 +857,14 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	vm, err := s.readViewMetadata(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return unreadableMetadataLocation(req.MetadataLocation, err)
+	}
+	// What a create or replace refuses, a register does too: the view
+	// would be one that Java's client cannot load.
+	if err := checkNewVersions(nil, vm.meta); err != nil {
+		return err
+	}
+	if err := checkNewSchemas(nil, vm.meta.Schemas()); err != nil {
+		return err
 	}
 	if err := checkNewLocationSpelling(vm.meta.Location()); err != nil {
 		return err
