@@ -59,8 +59,9 @@ var (
 
 // checkDefault reports why v, a default decoded from JSON, is not a value
 // of type t in the single-value JSON form of the Iceberg spec (Appendix D),
-// as Java's SingleValueParser.fromJson reads it; nil when it is. Numbers
-// are float64 or json.Number, as JSON decoding leaves them.
+// as Java's SingleValueParser.fromJson reads it; nil when it is, or when v
+// is not a value JSON decoding gives (numbers are float64 or
+// json.Number).
 func checkDefault(t iceberg.Type, v any) error {
 	bad := func(why string) error {
 		b, _ := json.Marshal(v)
@@ -68,6 +69,13 @@ func checkDefault(t iceberg.Type, v any) error {
 			b = append(b[:61], "..."...)
 		}
 		return fmt.Errorf("%s is not a %s value: %s", b, t, why)
+	}
+	switch v.(type) {
+	case string, float64, json.Number, bool, map[string]any, []any:
+	default:
+		// Not decoded from JSON: a typed value iceberg-go built, which
+		// it writes in the single-value form itself.
+		return nil
 	}
 	num, isNum := number(v)
 	str, isStr := v.(string)
@@ -188,12 +196,6 @@ func number(v any) (float64, bool) {
 	case json.Number:
 		f, err := n.Float64()
 		return f, err == nil
-	case int:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case int64:
-		return float64(n), true
 	}
 	return 0, false
 }
