@@ -55,9 +55,15 @@ func main() {
 	}()
 	// floe COMMAND [arguments] runs a subcommand (floe help lists them);
 	// floe [flags] runs a node.
-	if code, ok := runCommand(ctx, os.Args[1:], os.Stdout, os.Stderr); ok {
+	if _, isCommand := commands[firstArg(os.Args)]; isCommand {
+		// A reader of the output or the progress that went away (| head)
+		// is an error to handle, not a signal that kills the command
+		// halfway through a download.
+		ignoreBrokenPipes()
+		out := &outputWriter{w: os.Stdout}
+		code, _ := runCommand(ctx, os.Args[1:], out, os.Stderr)
 		stop()
-		os.Exit(code)
+		os.Exit(out.exitCode(code, "floe "+os.Args[1], os.Stderr))
 	}
 	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
 	stop()
