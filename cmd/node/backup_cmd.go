@@ -185,10 +185,15 @@ Flags:
 		sum, err = downloadBackup(ctx, api, to, stderr)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "floe backup: %v\n", err)
 		// As the other commands: 3 unreachable, unavailable or --timeout,
 		// 4 not authorized, 130 interrupted.
-		return cliExitCode(ctx, err)
+		code := cliExitCode(ctx, err)
+		if code == exitInterrupted {
+			fmt.Fprintf(stderr, "floe backup: interrupted; no backup was written to %s\n", to)
+			return code
+		}
+		fmt.Fprintf(stderr, "floe backup: %v\n", err)
+		return code
 	}
 	sum.Duration = time.Since(start).Seconds()
 	if asJSON {
@@ -612,6 +617,12 @@ Flags:
 	}
 	var total int64
 	if st, err := os.Stat(from); err == nil {
+		if !st.Mode().IsRegular() {
+			// A pipe or a device: opening one may wait forever for a
+			// writer, and it cannot be read twice (verify, then restore).
+			fmt.Fprintf(stderr, "floe restore: --from %s is not a regular file; give the backup file itself\n", from)
+			return backupExitUsage
+		}
 		total = st.Size()
 	}
 	var (
@@ -634,7 +645,7 @@ Flags:
 	}
 	stopProgress := every(backupProgressEvery, line)
 	h, sum, err := backup.Restore(from, backup.RestoreConfig{
-		DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, ClusterID: newID.String(), Logger: logger,
+		DataDir: dataDir, NodeID: nodeID, Address: clusterAddr, ClusterID: newID.String(), Logger: logger, Context: ctx,
 		Progress: func(s string, n int64) {
 			mu.Lock()
 			step = s
@@ -648,6 +659,9 @@ Flags:
 	}
 	if err != nil {
 		switch {
+		case ctx.Err() != nil:
+			fmt.Fprintf(stderr, "floe restore: interrupted; nothing was restored into %s\n", dataDir)
+			return exitInterrupted
 		case errors.Is(err, raftnode.ErrHasState):
 			fmt.Fprintf(stderr, "floe restore: refusing to restore into %s: %v\nRestore into a new, empty data directory.\n", dataDir, err)
 		case errors.Is(err, backup.ErrNotBackup), errors.Is(err, backup.ErrVersion),

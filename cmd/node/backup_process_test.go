@@ -414,9 +414,11 @@ func TestBackupCommandUsage(t *testing.T) {
 		{"backup", "--to", t.TempDir()},
 		{"backup", "--to", "-"},
 		{"backup", "--to", filepath.Join(t.TempDir(), "new") + "/"},
+		{"backup", "--to", filepath.Join(t.TempDir(), "b"), "--token", "token-from-a-crlf-file\r", "--node", "http://" + freeAddr(t)},
 		{"restore", "--data-dir", t.TempDir()},
 		{"restore", "--from", "x"},
 		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "nope"},
+		{"restore", "--from", os.DevNull, "--data-dir", t.TempDir()},
 	} {
 		code, _, stderr := runFloe(t, bin, args...)
 		assert.Equal(t, 2, code, "floe %s: %s", strings.Join(args, " "), stderr)

@@ -359,11 +359,7 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 	var api *apiClient
 	if err == nil {
 		o.fromEnv()
-		if strings.ContainsAny(o.token, "\r\n") {
-			err = errors.New("the token (--token or FLOE_TOKEN) holds a line break; a token is one line")
-		} else {
-			api, err = newAPIClient(o.node, o.token, o.ca)
-		}
+		api, err = newAPIClient(o.node, o.token, o.ca)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", l.title(), err, l.title())
@@ -385,6 +381,13 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 		return exitOK
 	}
 	code := cliExitCode(ctx, err)
+	if code == exitInterrupted {
+		// Not the error the interrupt broke off ("context canceled", or
+		// a retry's last failure): a change asked for may or may not
+		// have been applied.
+		fmt.Fprintf(stderr, "%s: interrupted before an answer came\n", l.title())
+		return code
+	}
 	fmt.Fprintf(stderr, "%s: %s\n", l.title(), escapeControl(err.Error()))
 	return code
 }
@@ -421,11 +424,16 @@ func (e *cliFailure) Error() string { return e.msg }
 // cliExitCode maps a command's error to its exit code. ctx is the
 // command's context: its end means --timeout passed, or an interrupt.
 func cliExitCode(ctx context.Context, err error) int {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Interrupted, whatever the error it broke off (a retry's wait
+		// reports the last failure it was waiting after).
+		return exitInterrupted
+	}
 	var f *cliFailure
 	if errors.As(err, &f) {
 		return f.code
 	}
-	if errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
 		return exitInterrupted
 	}
 	var ae *apiError

@@ -42,6 +42,11 @@ type apiClient struct {
 // reads caFile, the PEM bundle that verifies an https node ("": the
 // system's roots).
 func newAPIClient(node, token, caFile string) (*apiClient, error) {
+	// A token read from a file with Windows line ends holds a CR: no
+	// request could carry it, so no retry would help.
+	if i := strings.IndexFunc(token, func(r rune) bool { return r != '\t' && (r < 0x20 || r == 0x7f) }); i >= 0 {
+		return nil, fmt.Errorf("the token (--token or FLOE_TOKEN) holds a control character (byte %d, %q); a token is one line of printable text", i, token[i])
+	}
 	if !strings.Contains(node, "://") {
 		node = "http://" + node
 	}

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,6 +35,23 @@ type RestoreConfig struct {
 	// far in it; the caller reports it (a long restore otherwise looks
 	// hung). It is called from the reading goroutine, often.
 	Progress func(step string, read int64)
+	// Context, when set, stops the restore as soon as it ends (Ctrl-C):
+	// what was written is removed, as after any failure, and the error
+	// wraps the context's.
+	Context context.Context
+}
+
+// ctxReader fails its next read once ctx has ended.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("backup: stopped: %w", err)
+	}
+	return c.r.Read(b)
 }
 
 // progressReader counts what passes through it for RestoreConfig.Progress.
@@ -51,8 +69,11 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// progress wraps r for cfg.Progress, if set.
+// progress wraps r for cfg.Progress and cfg.Context, if set.
 func (cfg RestoreConfig) progress(r io.Reader, step string) io.Reader {
+	if cfg.Context != nil {
+		r = ctxReader{ctx: cfg.Context, r: r}
+	}
 	if cfg.Progress == nil {
 		return r
 	}
