@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -255,8 +254,10 @@ func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 }
 
 func jobID(r *http.Request) (string, error) {
-	id, err := url.PathUnescape(mux.Vars(r)["id"])
-	if err != nil || id == "" {
+	// The router has decoded the path once already: decoding again would
+	// read %2541 as the id "A".
+	id := mux.Vars(r)["id"]
+	if id == "" {
 		return "", fmt.Errorf("%w: malformed job id", ErrBadRequest)
 	}
 	return id, nil

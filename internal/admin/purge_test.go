@@ -159,6 +159,10 @@ func TestPurgeJobsAPI(t *testing.T) {
 	assert.Equal(t, "n1", body["lease"].(map[string]any)["node"])
 	rec, body = do(t, h, "GET", "/management/v1/purge-jobs/nope", "")
 	assert.Equal(t, 404, rec.Code)
+	// The path is decoded once: %2541 names the id "%41", not "A".
+	rec, b := do(t, h, "GET", "/management/v1/purge-jobs/%2541", "")
+	assert.Equal(t, 404, rec.Code)
+	assert.Contains(t, b["error"].(map[string]any)["message"], "%41")
 	assert.Equal(t, float64(404), body["error"].(map[string]any)["code"])
 
 	// Retry and release only FAILED jobs.
