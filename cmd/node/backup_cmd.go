@@ -203,7 +203,7 @@ Flags:
 		return backupExitOK
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d bytes, log index %d, taken on %s at %s (members %s), sha256 %s\n",
-		sum.File, sum.Bytes, sum.Index, sum.NodeID, sum.Created.Format(time.RFC3339), strings.Join(sum.Members, ","), sum.SHA256)
+		sum.File, sum.Bytes, sum.Index, sum.NodeID, sum.Created.Format(time.RFC3339), membersText(sum.Members), sum.SHA256)
 	return backupExitOK
 }
 
@@ -697,7 +697,16 @@ Next: start the node on %s with --node-id %s and cluster address %s,
 and the backup's cluster's --warehouse, --allowed-locations and S3 settings;
 then start each other node with an empty data directory and --join %s.
 Both clusters now point at the same table files: keep one read-only or stopped.
-`, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), strings.Join(h.Members, ","), source,
+`, from, dataDir, h.Index, h.NodeID, h.Created.Format(time.RFC3339), membersText(h.Members), source,
 		newID, dataDir, nodeID, clusterAddr, clusterAddr)
 	return backupExitOK
+}
+
+// membersText lists a backup's members for its summary line: an offline
+// backup does not read the Raft log, which holds them.
+func membersText(members []string) string {
+	if len(members) == 0 {
+		return "not recorded: an offline backup"
+	}
+	return strings.Join(members, ",")
 }
