@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floe-catalog/floe/catalog"
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/admin"
@@ -208,7 +209,7 @@ func validRequestID(id string) bool {
 // log; the catalog audits its own.
 func (s *security) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = withRequestID(w, r)
+		r = withAuthConsistency(withRequestID(w, r))
 		// A page of another origin (another site, or another port of this
 		// host) must not change anything here, even with authentication
 		// off (a page could POST to a local node): floe answers no CORS
@@ -451,14 +452,14 @@ func (s *security) Audit(r *http.Request, op, target string, status int, denied 
 }
 
 // allowed reports whether the request's principal holds priv on namespace,
-// from this node's replica: a grant takes effect on a node once applied
-// there (milliseconds after it is acknowledged).
+// read as authRead reads: a grant revoked on any node is refused by every
+// node once the revoke is acknowledged.
 func (s *security) allowed(r *http.Request, priv string, namespace []string) (bool, error) {
 	p, ok := auth.FromContext(r.Context())
 	if !ok {
 		return !s.on, nil
 	}
-	grants, err := s.grants(p)
+	grants, err := s.grants(r.Context(), p)
 	if err != nil {
 		return false, err
 	}
@@ -467,9 +468,9 @@ func (s *security) allowed(r *http.Request, priv string, namespace []string) (bo
 
 // grants are the grants of p and of its roles: those its token carries and
 // those the replicated state gives it.
-func (s *security) grants(p auth.Principal) ([]auth.Grant, error) {
+func (s *security) grants(ctx context.Context, p auth.Principal) ([]auth.Grant, error) {
 	var out []auth.Grant
-	err := s.store.StaleRead(func(rd *fsm.Reader) error {
+	err := authRead(ctx, s.store, func(rd *fsm.Reader) error {
 		roles := append(append([]string(nil), p.Roles...), rd.PrincipalRoles(p.Name)...)
 		for _, g := range rd.Grants(fsm.GranteesOf(p.Name, roles)...) {
 			out = append(out, auth.Grant{Grantee: g.Grantee, Namespace: g.Namespace, Privilege: g.Privilege})
@@ -493,7 +494,7 @@ func (a authorizer) Visible(r *http.Request, namespace []string) (bool, error) {
 	if !ok {
 		return !a.s.on, nil
 	}
-	grants, err := a.s.grants(p)
+	grants, err := a.s.grants(r.Context(), p)
 	if err != nil {
 		return false, err
 	}
@@ -556,18 +557,31 @@ func (s *security) lead(ctx context.Context) {
 
 // --- adapters from the replicated state to the auth library ---
 
-// fresh reads from the local replica, then, when what it looks for is not
-// there, linearizably: a record created on another node a moment ago may
-// not have reached this one yet.
-func fresh(store replica, ctx context.Context, fn func(*fsm.Reader) bool) error {
-	found := false
-	if err := store.StaleRead(func(rd *fsm.Reader) error { found = fn(rd); return nil }); err != nil {
-		return err
+// staleAuthKey marks the context of a request that asked for a stale read.
+type staleAuthKey struct{}
+
+// withAuthConsistency marks r when it is a GET or HEAD asking for a stale
+// read (catalog.ReadConsistencyHeader): the records it is checked against
+// are then read as its data is, from the local replica, so that a
+// follower without a leader still answers it.
+func withAuthConsistency(r *http.Request) *http.Request {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get(catalog.ReadConsistencyHeader) == "stale" {
+		return r.WithContext(context.WithValue(r.Context(), staleAuthKey{}, true))
 	}
-	if found {
-		return nil
+	return r
+}
+
+// authRead reads the records a request is authenticated and authorized
+// against (grants, roles, static tokens) linearizably, so that a grant
+// revoked or a token deleted through any node is refused by every node
+// once the change is acknowledged (a node's own replica may not have
+// applied it yet); from the local replica for a request that asked for a
+// stale read (withAuthConsistency).
+func authRead(ctx context.Context, store replica, fn func(*fsm.Reader) error) error {
+	if stale, _ := ctx.Value(staleAuthKey{}).(bool); stale {
+		return store.StaleRead(fn)
 	}
-	return store.Read(ctx, func(rd *fsm.Reader) error { fn(rd); return nil })
+	return store.Read(ctx, fn)
 }
 
 type keySource struct{ store replica }
@@ -605,7 +619,7 @@ func (t tokenSource) StaticToken(ctx context.Context, id string) (auth.TokenReco
 		rec auth.TokenRecord
 		ok  bool
 	)
-	err := fresh(t.store, ctx, func(rd *fsm.Reader) bool {
+	err := authRead(ctx, t.store, func(rd *fsm.Reader) error {
 		var tk fsm.AuthToken
 		if tk, ok = rd.AuthToken(id); ok {
 			rec = auth.TokenRecord{Hash: tk.Hash, Principal: tk.Principal, Roles: rd.PrincipalRoles(tk.Principal)}
@@ -613,7 +627,7 @@ func (t tokenSource) StaticToken(ctx context.Context, id string) (auth.TokenReco
 				rec.ExpiresAt = time.UnixMilli(tk.ExpiresMs)
 			}
 		}
-		return ok
+		return nil
 	})
 	return rec, ok, err
 }
