@@ -590,6 +590,32 @@ func TestAuthProcesses(t *testing.T) {
 			assert.NotContains(t, p.out.String(), testRootToken)
 		}
 	})
+
+	// Last: it stops two nodes. A stale read is authorized from the
+	// replica, as its data is read, so a node without a leader still
+	// answers it; a linearizable one gets 503, never 401 or 403.
+	t.Run("a stale read is authorized without a leader", func(t *testing.T) {
+		_, out := c.call(t, n1, testRootToken, "POST", "/management/v1/auth/tokens", `{"principal":"carol"}`)
+		var tok struct {
+			Token string `json:"token"`
+		}
+		require.NoError(t, json.Unmarshal(out, &tok), "%s", out)
+		c.mustCall(t, n3, tok.Token, "GET", "/v1/namespaces/sales", "", http.StatusOK)
+		c.mustCall(t, n3, bob, "GET", "/v1/namespaces/hr", "", http.StatusNotFound)
+		n1.kill(t)
+		n2.kill(t)
+		require.Eventually(t, func() bool {
+			code, _ := c.call(t, n3, tok.Token, "GET", "/v1/namespaces/sales", "")
+			return code == http.StatusServiceUnavailable
+		}, 30*time.Second, 50*time.Millisecond, "without a leader a linearizable read is 503")
+		stale := []string{"X-Floe-Read-Consistency", "stale"}
+		code, body := c.call(t, n3, tok.Token, "GET", "/v1/namespaces/sales", "", stale...)
+		assert.Equal(t, http.StatusOK, code, "a static token, stale: %s", body)
+		code, body = c.call(t, n3, alice, "GET", "/v1/namespaces/sales/tables/orders", "", stale...)
+		assert.Equal(t, http.StatusOK, code, "an OAuth token, stale: %s", body)
+		code, body = c.call(t, n3, bob, "GET", "/v1/namespaces/hr", "", stale...)
+		assert.Equal(t, http.StatusNotFound, code, "bob's revoked grant, from the replica: %s", body)
+	})
 }
 
 // expiredToken creates a static token for principal that expires in one
