@@ -55,6 +55,7 @@ func checkSchemaShape(s *iceberg.Schema) error {
 var (
 	decimalDefault = regexp.MustCompile(`^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$`)
 	localTime      = []string{"15:04", "15:04:05", "15:04:05.999999999"}
+	localDateTime  = prefixed("2006-01-02T", localTime)
 )
 
 // checkDefault reports why v, a default decoded from JSON, is not a value
@@ -120,7 +121,7 @@ func checkDefault(t iceberg.Type, v any) error {
 			return bad("want an ISO-8601 local time (15:04:05.999999)")
 		}
 	case iceberg.TimestampType, iceberg.TimestampNsType:
-		if !isStr || !parsesAs(str, prefixed("2006-01-02T", localTime)...) {
+		if !isStr || !parsesAs(str, localDateTime...) {
 			return bad("want an ISO-8601 local date-time (2006-01-02T15:04:05.999999)")
 		}
 	case iceberg.TimestampTzType, iceberg.TimestampTzNsType:
@@ -239,7 +240,7 @@ func prefixed(prefix string, layouts []string) []string {
 // offset of zero ("Z", "+00:00", "-00:00"), as Java's isUTCTimestamptz
 // requires.
 func utcTimestamp(s string) bool {
-	for _, l := range prefixed("2006-01-02T", localTime) {
+	for _, l := range localDateTime {
 		for _, zone := range []string{"Z07:00", "Z0700"} {
 			if t, err := time.Parse(l+zone, s); err == nil {
 				_, off := t.Zone()

@@ -123,7 +123,7 @@ func toAPIError(err error, kind opKind) *apiError {
 		// (which Java's client makes by itself on a 503) is safe.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: "the leader is overloaded, nothing was applied: " + msg, retryAfter: "1"}
-	case errors.Is(err, storage.ErrTimeout), errors.Is(err, storage.ErrUnreachable), errors.Is(err, storage.ErrThrottled):
+	case storageUnavailable(err):
 		// Object storage stalled, cannot be reached or throttles. A resend (Java's
 		// client makes one by itself on a 503) is safe: without an
 		// Idempotency-Key every storage call of a change precedes its
@@ -215,8 +215,14 @@ func writeAPIError(w http.ResponseWriter, r *http.Request, ae *apiError) {
 // the file may well be there), else 400: the caller named a file that is
 // not there, not readable or not metadata.
 func unreadableMetadataLocation(loc string, err error) error {
-	if errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) || errors.Is(err, storage.ErrThrottled) {
+	if storageUnavailable(err) {
 		return fmt.Errorf("cannot read metadata-location %s: %w", loc, err)
 	}
 	return badRequest("cannot read metadata-location %s: %v", loc, err)
+}
+
+// storageUnavailable reports whether err is object storage stalling, out of
+// reach or throttling: a failure of the moment, answered 503.
+func storageUnavailable(err error) bool {
+	return errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) || errors.Is(err, storage.ErrThrottled)
 }
