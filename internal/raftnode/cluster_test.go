@@ -651,16 +651,19 @@ func TestFollowerReadGivesUpWhenItsLogStandsStill(t *testing.T) {
 	require.NoError(t, mustPropose(t, leader, createNS("a")).Err())
 	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 
-	// A read index two entries beyond anything proposed: the follower's
-	// log does not move towards it.
-	target := follower.raft.AppliedIndex() + 2
+	// A read index well beyond the leader's log: the follower's log does
+	// not reach it (an entry the leader adds by itself, such as its
+	// cluster identity record, moves it one step, not five).
+	const ahead = 5
+	target := leader.raft.LastIndex() + ahead
 	err := follower.waitLogReaches(ctxTimeout(t, 30*time.Second), target)
 	require.ErrorIs(t, err, ErrBehind)
 	require.ErrorIs(t, follower.Ready(), ErrCatchingUp, "not ready while its log is below the index it gave up on")
 
 	// Once its log reaches that index it is ready again.
-	require.NoError(t, mustPropose(t, leader, createNS("b")).Err())
-	require.NoError(t, mustPropose(t, leader, createNS("c")).Err())
+	for i := range ahead {
+		require.NoError(t, mustPropose(t, leader, createNS(fmt.Sprintf("b%d", i))).Err())
+	}
 	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 }
 
