@@ -521,6 +521,8 @@ func testLegacyOverlap(t *testing.T, c *cluster) {
 	require.Equal(t, 200, r.status, r.body)
 	assert.Contains(t, r.body, `"legacy"`)
 	assert.Len(t, r.json(t)["conflicts"], 1)
+	r = n.do(t, "GET", "/management/v1/locations/conflicts?pageSize=1", "")
+	assert.Equal(t, 400, r.status, "a misspelt page-size is refused, not ignored: %s", r.body)
 
 	before := gatheredOwned(t, c)
 	r = n.do(t, "DELETE", "/v1/namespaces/legacy/tables/a?purgeRequested=true", "")

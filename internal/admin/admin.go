@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -179,6 +180,19 @@ func readAllBody(r *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the request body could not be read: the connection failed", ErrBadRequest)
 	}
 	return nil, fmt.Errorf("%w: reading body: %w", ErrBadRequest, err)
+}
+
+// onlyParams refuses a query parameter that is not one of known: a
+// filter misspelt (stat=FAILED, pageSize=1) would otherwise be ignored,
+// and the answer would list everything, or a page of another size, as if
+// it were what was asked for.
+func onlyParams(q url.Values, known ...string) error {
+	for name := range q {
+		if !slices.Contains(known, name) {
+			return fmt.Errorf("%w: unknown query parameter %q: this endpoint takes %s", ErrBadRequest, name, strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 func (s *Server) wrap(h func(w http.ResponseWriter, r *http.Request) error) http.Handler {

@@ -164,6 +164,9 @@ type conflictList struct {
 // written before that; purging one of such a pair never deletes a file
 // inside the other's location (the purge worker skips and counts them).
 func (p *purgeAPI) conflicts(w http.ResponseWriter, r *http.Request) error {
+	if err := onlyParams(r.URL.Query(), "page-size"); err != nil {
+		return err
+	}
 	limit := 0
 	if v := r.URL.Query().Get("page-size"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -193,6 +196,9 @@ func (p *purgeAPI) conflicts(w http.ResponseWriter, r *http.Request) error {
 
 func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	if err := onlyParams(q, "state", "warehouse", "warehouse-name", "namespace", "table", "page-size", "page-token"); err != nil {
+		return err
+	}
 	for name, values := range q {
 		if len(values) > 1 {
 			// Which one the caller meant is unknown: a second state is

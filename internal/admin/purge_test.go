@@ -146,7 +146,9 @@ func TestPurgeJobsAPI(t *testing.T) {
 	assert.Equal(t, "job-1", body["next-page-token"])
 
 	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=.",
-		"?state=FAILED&state=PENDING", "?table=a&table=b", "?page-token=", "?page-token=zzz", "?page-token=job-9"} {
+		"?state=FAILED&state=PENDING", "?table=a&table=b", "?page-token=", "?page-token=zzz", "?page-token=job-9",
+		// A misspelt filter or the catalog API's camelCase is not ignored.
+		"?stat=FAILED", "?pageSize=1", "?pageToken=job-0"} {
 		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+q, "")
 		assert.Equal(t, 400, rec.Code, q)
 		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"], q)
