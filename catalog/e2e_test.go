@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -422,6 +424,17 @@ func TestStaleReadOptIn(t *testing.T) {
 	require.Equal(t, 200, f.do(t, "POST", "/v1/namespaces/p%20q/tables", withName("x y")).status)
 	assert.Equal(t, 200, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "linearizable").status)
 	assert.Equal(t, 400, f.do(t, "GET", "/v1/namespaces/s", nil, "X-Floe-Read-Consistency", "eventually").errorStatus(t))
+	// Given twice, which one was meant is unknown: refused, not the first.
+	twice, err := http.NewRequest("GET", f.URL+"/v1/namespaces/s", nil)
+	require.NoError(t, err)
+	twice.Header.Add("X-Floe-Read-Consistency", "stale")
+	twice.Header.Add("X-Floe-Read-Consistency", "linearizable")
+	resp, err := http.DefaultClient.Do(twice)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 400, resp.StatusCode, string(b))
+	assert.Contains(t, string(b), "given 2 times")
 	// Cut off from the cluster, the follower still answers a stale read
 	// from its replica, but not a linearizable one.
 	f.net.Isolate(true)

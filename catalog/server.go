@@ -497,6 +497,12 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 		if err == nil {
 			err = checkContentEncoding(r)
 		}
+		if n := len(r.Header.Values(ReadConsistencyHeader)); err == nil && n > 1 {
+			// Which one the client meant is unknown, as for
+			// Idempotency-Key: a proxy's "linearizable" would otherwise
+			// lose to a "stale" before it.
+			err = badRequest("%s given %d times: send one", ReadConsistencyHeader, n)
+		}
 		if err == nil && r.ContentLength > s.cfg.MaxBodyBytes {
 			// Refused before a byte is read: a client waiting for
 			// "100 Continue" gets this answer at once instead, and one

@@ -72,6 +72,7 @@ type config struct {
 	HTTPReadHeaderTimeout time.Duration
 	HTTPReadTimeout       time.Duration
 	HTTPWriteTimeout      time.Duration
+	HTTPWriteStall        time.Duration
 	HTTPIdleTimeout       time.Duration
 	HTTPMaxInFlight       int
 
@@ -259,6 +260,7 @@ func newFlagSet(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", httpserve.DefaultReadHeaderTimeout, "time allowed to read a request's line and headers")
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", httpserve.DefaultReadTimeout, "time allowed to read a whole request, body included (not the time to serve it); 0: no limit")
 	fs.DurationVar(&c.HTTPWriteTimeout, "http-write-timeout", httpserve.DefaultWriteTimeout, "time allowed from the end of a request's headers to the end of its answer; 0: no limit, since a synchronous purge answers only when its files are gone")
+	fs.DurationVar(&c.HTTPWriteStall, "http-write-stall-timeout", httpserve.DefaultWriteStallTimeout, "how long an answer may stand still: a client that reads none of it for this long is cut off and its request's in-flight slot freed (each 64 KiB gets its own deadline, so slow readers still get large answers); 0: no limit")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", httpserve.DefaultIdleTimeout, "how long a keep-alive connection may sit idle; 0: --http-read-timeout")
 	fs.IntVar(&c.HTTPMaxInFlight, "http-max-in-flight", httpserve.DefaultMaxInFlight, "requests this node serves at once; more are answered 503 with Retry-After: 1 (/healthz, /readyz and /metrics never are); 0: no cap")
 	fs.StringVar(&c.Auth, "auth", authOff, "authentication and authorization of the client and operator APIs: off (anyone may do anything; warned at start) or on (a bearer token on every request but /v1/config, /v1/oauth/tokens and the probes; grants decide)")
@@ -614,8 +616,8 @@ func (c *config) validate() error {
 		// int the sum overflows and every request is refused.
 		return usagef("--http-max-header-bytes %d: want at most %d", c.HTTPMaxHeaderBytes, maxHTTPHeaderBytes)
 	}
-	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPIdleTimeout < 0 || c.HTTPMaxInFlight < 0 {
-		return usagef("--http-read-timeout, --http-write-timeout, --http-idle-timeout and --http-max-in-flight must not be negative (0: no limit)")
+	if c.HTTPReadTimeout < 0 || c.HTTPWriteTimeout < 0 || c.HTTPWriteStall < 0 || c.HTTPIdleTimeout < 0 || c.HTTPMaxInFlight < 0 {
+		return usagef("--http-read-timeout, --http-write-timeout, --http-write-stall-timeout, --http-idle-timeout and --http-max-in-flight must not be negative (0: no limit)")
 	}
 	switch c.Auth {
 	case authOff:
@@ -857,6 +859,7 @@ func (c config) logAttrs() []any {
 		"http_read_header_timeout", c.HTTPReadHeaderTimeout,
 		"http_read_timeout", c.HTTPReadTimeout,
 		"http_write_timeout", c.HTTPWriteTimeout,
+		"http_write_stall_timeout", c.HTTPWriteStall,
 		"http_idle_timeout", c.HTTPIdleTimeout,
 		"http_max_in_flight", c.HTTPMaxInFlight,
 		"auth", c.Auth,

@@ -254,6 +254,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTPReadTimeout,
 		WriteTimeout:      cfg.HTTPWriteTimeout,
+		WriteStallTimeout: cfg.HTTPWriteStall,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 		MaxInFlight:       cfg.HTTPMaxInFlight,
 		Uncapped:          uncappedPaths,

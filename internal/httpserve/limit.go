@@ -23,12 +23,17 @@ type limiter struct {
 	m        *metrics
 	// readTimeout is the server's whole-request ReadTimeout (0: none).
 	readTimeout time.Duration
+	// writeStall bounds how long an answer may stand still (stallWriter;
+	// 0: no bound); writeTimeout is the server's whole-answer
+	// WriteTimeout (0: none).
+	writeStall, writeTimeout time.Duration
 	// running counts every request in a handler, capped or not.
 	running atomic.Int64
 }
 
-func newLimiter(next http.Handler, max int, uncapped []string, readTimeout time.Duration, m *metrics) *limiter {
-	l := &limiter{next: next, max: max, uncapped: slices.Clone(uncapped), readTimeout: readTimeout, m: m}
+func newLimiter(next http.Handler, max int, uncapped []string, readTimeout, writeStall, writeTimeout time.Duration, m *metrics) *limiter {
+	l := &limiter{next: next, max: max, uncapped: slices.Clone(uncapped), readTimeout: readTimeout,
+		writeStall: writeStall, writeTimeout: writeTimeout, m: m}
 	if max > 0 {
 		l.slots = make(chan struct{}, max)
 	}
@@ -38,6 +43,7 @@ func newLimiter(next http.Handler, max int, uncapped []string, readTimeout time.
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.running.Add(1)
 	defer l.running.Add(-1)
+	w = l.stallBound(w, r)
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
 		return
@@ -77,6 +83,24 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	l.next.ServeHTTP(w, r)
+}
+
+// stallBound wraps w in a stallWriter, unless the bound is off.
+func (l *limiter) stallBound(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
+	if l.writeStall <= 0 {
+		return w
+	}
+	s := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: l.writeStall}
+	if l.writeTimeout > 0 {
+		s.limit = time.Now().Add(l.writeTimeout)
+	} else if r.ProtoMajor == 1 {
+		// The connection's deadline is the previous answer's: lifted, so
+		// that what net/http writes before this answer's first write (a
+		// "100 Continue") is not cut off by it. With a WriteTimeout,
+		// net/http set a new one as it read this request.
+		_ = s.rc.SetWriteDeadline(time.Time{})
+	}
+	return s
 }
 
 // closeUnread closes the connection after an answer sent before the

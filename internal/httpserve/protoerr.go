@@ -56,11 +56,23 @@ type errorModelConn struct {
 	net.Conn
 	maxHeaderBytes int
 	m              *metrics
+	framing        framingSniffer // for guard (framing.go)
+}
+
+func (c *errorModelConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.framing.sniff(p[:n])
+	}
+	return n, err
 }
 
 // Write reports len(p) written when it wrote the rewritten answer whole.
 func (c *errorModelConn) Write(p []byte) (int, error) {
 	status, text, ok := parseNetHTTPError(p)
+	if !ok && isExpectationFailed(p) {
+		status, ok = http.StatusExpectationFailed, true
+	}
 	if !ok {
 		return c.Conn.Write(p)
 	}
@@ -102,6 +114,16 @@ func parseNetHTTPError(p []byte) (status int, detail string, ok bool) {
 	return status, detail, true
 }
 
+// isExpectationFailed recognises net/http's answer to an Expect header
+// other than 100-continue (response.sendExpectationFailed): a 417 with no
+// body, written as a handler's answer is (with a Date) but before any
+// handler runs. No handler behind this server answers 417.
+func isExpectationFailed(p []byte) bool {
+	return bytes.HasPrefix(p, []byte("HTTP/1.1 417 Expectation Failed\r\n")) &&
+		bytes.HasSuffix(p, []byte("\r\nContent-Length: 0\r\n\r\n")) &&
+		!bytes.Contains(p, []byte("\r\nContent-Type:"))
+}
+
 // errorModelAnswer is the whole HTTP answer for one of net/http's errors.
 func (c *errorModelConn) errorModelAnswer(status int, detail string) []byte {
 	typ, reason := "BadRequestException", reasonMalformed
@@ -113,6 +135,8 @@ func (c *errorModelConn) errorModelAnswer(status int, detail string) []byte {
 	case http.StatusNotImplemented:
 		typ, reason = "UnsupportedOperationException", reasonTransferEncoding
 		msg = "unsupported Transfer-Encoding: only chunked is accepted"
+	case http.StatusExpectationFailed:
+		msg = "unsupported Expect header: only 100-continue is understood"
 	case http.StatusHTTPVersionNotSupported:
 		typ, reason = "UnsupportedOperationException", reasonProtocolVersion
 		msg = "unsupported HTTP version: this port serves HTTP/1.1"

@@ -32,6 +32,11 @@ const (
 	// the table's files are gone, which has no upper bound; a write
 	// deadline would drop that answer after the drop took effect.
 	DefaultWriteTimeout = time.Duration(0)
+	// DefaultWriteStallTimeout is how long an answer may stand still: a
+	// client that reads none of it for this long fails the write, and the
+	// request gives back its in-flight slot (stallWriter). 64 KiB a
+	// minute is far slower than any client on a working link.
+	DefaultWriteStallTimeout = time.Minute
 	// DefaultIdleTimeout is how long a keep-alive connection may sit idle.
 	DefaultIdleTimeout = 2 * time.Minute
 	// DefaultMaxInFlight caps the requests one node serves at once.
@@ -63,6 +68,9 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// WriteStallTimeout bounds how long an answer may stand still, each
+	// 64 KiB of it written under a deadline of its own (0: no bound).
+	WriteStallTimeout time.Duration
 
 	// MaxInFlight caps the requests being served at once; beyond it a
 	// request is answered 503 at once. 0: no cap. Requests for the exact
@@ -105,7 +113,7 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: the TLS certificate and key files must be set together", ErrInvalidConfig)
 	}
 	if cfg.MaxHeaderBytes < 0 || cfg.ReadHeaderTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 ||
-		cfg.IdleTimeout < 0 || cfg.MaxInFlight < 0 || cfg.CertCheckInterval < 0 {
+		cfg.WriteStallTimeout < 0 || cfg.IdleTimeout < 0 || cfg.MaxInFlight < 0 || cfg.CertCheckInterval < 0 {
 		return nil, fmt.Errorf("%w: limits must not be negative", ErrInvalidConfig)
 	}
 	if cfg.Logger == nil {
@@ -118,12 +126,12 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		cfg.now = time.Now
 	}
 	m := newMetrics(cfg.Registerer)
-	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, cfg.ReadTimeout, m)
+	limit := newLimiter(handler, cfg.MaxInFlight, cfg.Uncapped, cfg.ReadTimeout, cfg.WriteStallTimeout, cfg.WriteTimeout, m)
 	maxHeaderBytes := cfg.MaxHeaderBytes
 	if maxHeaderBytes == 0 {
 		maxHeaderBytes = http.DefaultMaxHeaderBytes
 	}
-	var served http.Handler = limit
+	var served http.Handler = guard{next: limit, m: m}
 	if cfg.Outer != nil {
 		served = cfg.Outer(limit)
 	}
@@ -134,6 +142,7 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelWarn),
 	}}
 	if cfg.CertFile != "" {
