@@ -116,26 +116,30 @@ func (s *Server) stampFirstPhase(spec *fsm.PurgeJobSpec, id fsm.Ident) {
 	if s.cache.lru == nil {
 		return
 	}
-	var loc string
+	var (
+		loc   string
+		first int
+	)
 	_ = s.store.StaleRead(func(r *fsm.Reader) error {
+		t, ok := r.Table(id)
+		if !ok || !metadataFileRE.MatchString(path.Base(t.MetadataLocation)) {
+			return nil
+		}
+		tm, ok := s.cache.get(t.MetadataLocation)
+		if !ok {
+			return nil
+		}
 		// A node on an older binary would drop the stamp from its copy of
 		// the job: stamp only once every node's heartbeat says it has
-		// the feature.
+		// the feature. Asked last: it decodes every node's heartbeat.
 		if !fsm.PurgeFeaturesEverywhere(r.PurgeNodes(), fsm.PurgeFeatureFirstPhase) {
 			return nil
 		}
-		if t, ok := r.Table(id); ok {
-			loc = t.MetadataLocation
-		}
+		loc, first = t.MetadataLocation, purge.FirstPhase(tm.meta)
 		return nil
 	})
-	if loc == "" || !metadataFileRE.MatchString(path.Base(loc)) {
-		return
-	}
-	if tm, ok := s.cache.get(loc); ok {
-		if first := purge.FirstPhase(tm.meta); first > 0 {
-			spec.FirstPhase, spec.FirstPhaseOf = first, loc
-		}
+	if first > 0 {
+		spec.FirstPhase, spec.FirstPhaseOf = first, loc
 	}
 }
 
