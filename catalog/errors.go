@@ -135,6 +135,9 @@ func toAPIError(err error, kind opKind) *apiError {
 		// only reading the answer's metadata file can have stalled.
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: msg, retryAfter: "5"}
+	case errors.Is(err, errMetadataNotWritten):
+		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
+			msg: msg, retryAfter: "5"}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)

@@ -153,12 +153,19 @@ func (s *Server) writeMetadata(ctx context.Context, meta table.Metadata, version
 	}
 	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
 	if err := s.whOf(ctx).objects.Write(ctx, loc, raw); err != nil {
-		return nil, fmt.Errorf("write metadata %s: %w", loc, err)
+		return nil, fmt.Errorf("%w: %s: %w", errMetadataNotWritten, loc, err)
 	}
 	tm := &tableMetadata{location: loc, raw: raw, meta: meta}
 	s.cache.add(tm)
 	return tm, nil
 }
+
+// errMetadataNotWritten wraps a failure to write a new metadata file. Every
+// change writes its file before it proposes anything, so such a failure
+// (a full disk, a permission, a store refusing the PUT) applied nothing:
+// 503, not the 500 "commit state unknown" an unclassified commit error
+// gets, which makes a client keep files it could have cleaned up.
+var errMetadataNotWritten = errors.New("the new metadata file could not be written, nothing was applied")
 
 // encodeMetadata serialises meta as json.Marshal(meta) does, once, with
 // the fields old readers require (withRequiredFields) and empty maps and

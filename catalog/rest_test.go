@@ -805,3 +805,35 @@ func TestAddedSpecFieldsAreNumberedAgainstTheTable(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 	assert.Equal(t, []any{1000.0, 1001.0}, ids(r, 1))
 }
+
+// A commit whose new metadata file cannot be written (a full disk, here a
+// metadata directory that is a file) applied nothing: 503 with
+// Retry-After, never the 500 "commit state unknown" that has clients keep
+// files they could clean up; the table is unchanged, and commits once the
+// file system takes writes again.
+func TestCommitWhoseMetadataCannotBeWrittenAppliedNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	dir := strings.TrimPrefix(loc, "file://") + "/metadata"
+	moved := dir + ".moved"
+	require.NoError(t, os.Rename(dir, moved))
+	require.NoError(t, os.WriteFile(dir, nil, 0o644))
+
+	before := n.state(t)
+	commit := map[string]any{"requirements": []any{},
+		"updates": []any{map[string]any{"action": "set-properties", "updates": map[string]string{"k": "v"}}}}
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/tables/t", commit)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r.body)
+	assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
+	assert.Contains(t, string(r.body), "nothing was applied")
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	assert.Equal(t, before, n.state(t))
+
+	require.NoError(t, os.Remove(dir))
+	require.NoError(t, os.Rename(moved, dir))
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", commit)
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}

@@ -671,10 +671,13 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 			return n.addServer(ctx, id, addr, voter, false)
 		})
 	}
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return err
 	}
+	prev := cf.Index()
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter {
 			return nil
@@ -723,18 +726,19 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		switch {
 		case string(s.ID) != id && string(s.Address) == addr:
 			n.logger.Info("removing member that held the joining node's address", "old_id", string(s.ID), "address", addr)
-			if err := n.await(ctx, n.raft.RemoveServer(s.ID, 0, n.enqueueTimeout(ctx))); err != nil {
+			var err error
+			if prev, err = n.configChange(ctx, prev, n.raft.RemoveServer(s.ID, prev, n.enqueueTimeout(ctx))); err != nil {
 				return fmt.Errorf("remove %s: %w", s.ID, err)
 			}
 		}
 	}
 	var f raft.IndexFuture
 	if voter {
-		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.enqueueTimeout(ctx))
+		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), prev, n.enqueueTimeout(ctx))
 	} else {
-		f = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.enqueueTimeout(ctx))
+		f = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), prev, n.enqueueTimeout(ctx))
 	}
-	if err := n.await(ctx, f); err != nil {
+	if _, err := n.configChange(ctx, prev, f); err != nil {
 		return fmt.Errorf("add %s at %s: %w", id, addr, err)
 	}
 	n.logger.Info("cluster member added", "id", id, "address", addr, "voter", voter)
@@ -932,10 +936,13 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	if n.raft.State() != raft.Leader {
 		return admitResponse{}, ErrNotLeader
 	}
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return admitResponse{}, err
 	}
+	prev := cf.Index()
 	servers := cf.Configuration().Servers
 	log := n.logger.With("id", req.ID, "address", req.Addr)
 	i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == req.ID })
@@ -960,7 +967,8 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	for _, s := range servers {
 		if string(s.ID) != req.ID && string(s.Address) == req.Addr {
 			log.Info("removing member that held the joining node's address", "old_id", string(s.ID))
-			if err := n.await(ctx, n.raft.RemoveServer(s.ID, 0, n.enqueueTimeout(ctx))); err != nil {
+			var err error
+			if prev, err = n.configChange(ctx, prev, n.raft.RemoveServer(s.ID, prev, n.enqueueTimeout(ctx))); err != nil {
 				return admitResponse{}, fmt.Errorf("remove %s: %w", s.ID, err)
 			}
 		}
@@ -970,14 +978,15 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	}
 	self := servers[i]
 	if self.Suffrage == raft.Voter {
-		if err := n.await(ctx, n.raft.DemoteVoter(self.ID, 0, n.enqueueTimeout(ctx))); err != nil {
+		var err error
+		if prev, err = n.configChange(ctx, prev, n.raft.DemoteVoter(self.ID, prev, n.enqueueTimeout(ctx))); err != nil {
 			return admitResponse{}, fmt.Errorf("demote %s: %w", self.ID, err)
 		}
 		log.Warn("voter without Raft state rejoins as a non-voter; promote it with POST /management/v1/cluster/voters once it has caught up")
 	}
 	if string(self.Address) != req.Addr {
 		// On a non-voter, AddNonvoter replaces the entry: a new address.
-		if err := n.await(ctx, n.raft.AddNonvoter(self.ID, raft.ServerAddress(req.Addr), 0, n.enqueueTimeout(ctx))); err != nil {
+		if _, err := n.configChange(ctx, prev, n.raft.AddNonvoter(self.ID, raft.ServerAddress(req.Addr), prev, n.enqueueTimeout(ctx))); err != nil {
 			return admitResponse{}, fmt.Errorf("re-address %s: %w", self.ID, err)
 		}
 	}
@@ -999,6 +1008,8 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return err
@@ -1018,11 +1029,32 @@ func (n *Node) removeLocal(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	if err := n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.enqueueTimeout(ctx))); err != nil {
+	// Applied only to the configuration checked above: a change appended
+	// since (by a leader before this one) fails it instead.
+	if _, err := n.configChange(ctx, cf.Index(), n.raft.RemoveServer(raft.ServerID(id), cf.Index(), n.enqueueTimeout(ctx))); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	n.logger.Info("cluster member removed", "id", id)
 	return nil
+}
+
+// configChange waits for f, a membership change proposed on the
+// configuration at index prev (raft's prevIndex: the change applies to that
+// configuration only), and returns the index of the configuration it made.
+// Every change is checked against the configuration it reads (a removal
+// against the quorum that would remain), so two changes must not both be
+// checked against one configuration and then both applied: memberMu
+// serialises them on this node, and prevIndex refuses one whose
+// configuration another leader changed meanwhile. That refusal is
+// ErrUnavailable: nothing changed, and a retry is checked afresh.
+func (n *Node) configChange(ctx context.Context, prev uint64, f raft.IndexFuture) (uint64, error) {
+	if err := n.await(ctx, f); err != nil {
+		if strings.HasPrefix(err.Error(), fmt.Sprintf("configuration changed since %d ", prev)) {
+			return 0, fmt.Errorf("%w: the cluster's membership changed while this change was being checked; retry: %v", ErrUnavailable, err)
+		}
+		return 0, err
+	}
+	return f.Index(), nil
 }
 
 // checkQuorumWithout returns ErrInvalidMember when the voters that would

@@ -604,6 +604,40 @@ func TestRemoveRefusesToLeaveNoQuorum(t *testing.T) {
 	require.NoError(t, mustPropose(t, leader, createNS("after-removal")).Err())
 }
 
+// Two removals sent at once are each checked against the configuration
+// the other leaves: with 4 voters and one down, either removal alone
+// leaves 3 voters of which 2 answer, but both would leave 2 with one
+// down, a cluster without a quorum. One succeeds; the other is refused
+// (or, if it raced a change another leader made, told to retry), and the
+// cluster keeps its leader.
+func TestConcurrentRemovalsKeepTheQuorum(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 4)
+	leader := waitOneLeader(t, nodes)
+	rest := others(nodes, leader)
+	down, a, b := rest[0], rest[1], rest[2]
+	require.NoError(t, down.Shutdown())
+	errs := make(chan error, 2)
+	for _, n := range []*Node{a, b} {
+		go func() { errs <- leader.Remove(ctxTimeout(t, 20*time.Second), n.ID()) }()
+	}
+	var ok, refused int
+	for range 2 {
+		err := <-errs
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrInvalidMember), errors.Is(err, ErrUnavailable):
+			refused++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	assert.Equal(t, 1, ok)
+	assert.Equal(t, 1, refused)
+	assert.Len(t, suffrages(t, leader), 3)
+	require.NoError(t, mustPropose(t, leader, createNS("still-writable")).Err())
+}
+
 // A leader without a cluster id (its replica skipped the entry on an older
 // binary) adopts the id the other members hold, and mints one only when
 // every member answers, on a binary that reports its id, that it has

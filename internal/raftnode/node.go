@@ -284,6 +284,10 @@ type Node struct {
 	foreignLog throttle
 	// clusterIDRecorded: raft.db holds the cluster identity (recordClusterID).
 	clusterIDRecorded atomic.Bool
+	// memberMu serialises membership changes on the leader, each from
+	// reading the configuration it checks to the change's commit (see
+	// configChange).
+	memberMu sync.Mutex
 
 	// ctx is canceled by Shutdown: it is the stop signal of the background
 	// goroutines and ends every wait on a Raft future.
@@ -523,7 +527,8 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 
-	n.raft, err = newRaft(rc, n.fsm, n.logs, n.snaps, n.trans)
+	snaps := cleaningSnapshotStore{FileSnapshotStore: n.snaps, dir: filepath.Join(cfg.DataDir, "snapshots"), logger: cfg.Logger}
+	n.raft, err = newRaft(rc, n.fsm, n.logs, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
