@@ -104,3 +104,47 @@ func TestRenameNeedsReadOnTheSource(t *testing.T) {
 		assert.Equal(t, 200, n.vdo(t, "GET", "/v1/namespaces/open/"+kind+"/moved-"+kind, nil, admin...).status, kind)
 	}
 }
+
+// A page of namespaces carries a next-page-token only when a namespace the
+// caller may see follows it: hidden ones after the last it may see give
+// neither a token nor an empty last page that would tell they exist.
+func TestNamespacePagesDoNotHintAtHiddenOnes(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg,
+		authz: grantAuthz{"bob": {"read b1", "read b3"}}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	for _, ns := range []string{"a0", "b1", "b2", "b3", "z9"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}, admin...).status)
+	}
+	bob := []string{"X-Test-Principal", "bob"}
+	var seen []string
+	token, pages := "", 0
+	for {
+		r := n.do(t, "GET", "/v1/namespaces?pageSize=1&pageToken="+token, nil, bob...)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		body := r.json(t)
+		pages++
+		for _, ns := range body["namespaces"].([]any) {
+			seen = append(seen, ns.([]any)[0].(string))
+		}
+		next, _ := body["next-page-token"].(string)
+		if next == "" {
+			break
+		}
+		require.Less(t, pages, 10)
+		token = next
+	}
+	assert.Equal(t, []string{"b1", "b3"}, seen)
+	assert.Equal(t, 2, pages, "no empty last page after b3, though z9 follows it")
+
+	// Without a page token everything visible comes at once, with none.
+	r := n.do(t, "GET", "/v1/namespaces", nil, bob...)
+	assert.Nil(t, r.json(t)["next-page-token"])
+	// The admin, who sees everything, pages as before.
+	r = n.do(t, "GET", "/v1/namespaces?pageSize=5&pageToken=", nil, admin...)
+	assert.Nil(t, r.json(t)["next-page-token"], "five of five: nothing follows")
+	r = n.do(t, "GET", "/v1/namespaces?pageSize=4&pageToken=", nil, admin...)
+	assert.NotNil(t, r.json(t)["next-page-token"])
+}

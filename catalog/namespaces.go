@@ -139,9 +139,12 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 	// the state, never inside one (a read inside a read can deadlock
 	// against a snapshot restore). A page is filled from as many reads as
 	// it takes, and its token names the last namespace shown, never one
-	// the principal may not see.
+	// the principal may not see; it is given only when a namespace the
+	// principal may see follows (found by reading on), so that neither a
+	// token nor an empty last page tells that hidden ones exist.
 	resp := listNamespacesResponse{Namespaces: [][]string{}}
 	cursor := after
+	full := false
 	for {
 		var (
 			list []fsm.Namespace
@@ -167,11 +170,21 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 			if !ok {
 				continue
 			}
-			resp.Namespaces = append(resp.Namespaces, external(ns.Levels))
-			if len(resp.Namespaces) == limit {
-				resp.NextPageToken = nextToken(more || i < len(list)-1, ns.Levels[len(ns.Levels)-1])
+			if full {
+				shown := resp.Namespaces[len(resp.Namespaces)-1]
+				resp.NextPageToken = nextToken(true, shown[len(shown)-1])
 				writeJSON(w, http.StatusOK, resp)
 				return nil
+			}
+			resp.Namespaces = append(resp.Namespaces, external(ns.Levels))
+			if limit > 0 && len(resp.Namespaces) == limit {
+				if s.cfg.Authorizer == nil {
+					// Everything is visible: what follows is known.
+					resp.NextPageToken = nextToken(more || i < len(list)-1, ns.Levels[len(ns.Levels)-1])
+					writeJSON(w, http.StatusOK, resp)
+					return nil
+				}
+				full = true
 			}
 		}
 		if !more || len(list) == 0 {

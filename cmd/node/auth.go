@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -250,7 +251,7 @@ func (s *security) wrap(h http.Handler) http.Handler {
 				s.recordOutcome(r, opOf(r), "", rec.status, "unauthenticated")
 				return
 			}
-			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+			r = withGrantsMemo(r.WithContext(auth.WithPrincipal(r.Context(), p)))
 			if management {
 				ok, err := s.allowed(r, auth.PrivilegeAdmin, nil)
 				if err != nil || !ok {
@@ -416,6 +417,11 @@ type statusWriter struct {
 	status int
 }
 
+// Unwrap lets http.ResponseController reach the connection's writer: a
+// handler's own write deadline (a backup lifting the whole-answer limit,
+// the change feed's per-event bound) and flushes pass through.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
@@ -469,6 +475,46 @@ func (s *security) allowed(r *http.Request, priv string, namespace []string) (bo
 // grants are the grants of p and of its roles: those its token carries and
 // those the replicated state gives it.
 func (s *security) grants(ctx context.Context, p auth.Principal) ([]auth.Grant, error) {
+	m, ok := ctx.Value(grantsMemoKey{}).(*grantsMemo)
+	if !ok {
+		return s.readGrants(ctx, p)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.read && m.principal == p.Name {
+		return m.grants, nil
+	}
+	g, err := s.readGrants(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	m.grants, m.principal, m.read = g, p.Name, true
+	return g, nil
+}
+
+// grantsMemo holds the grants one request read: a request checks them
+// once per namespace it lists or touches (listNamespaces asks for every
+// namespace), and each check was a linearizable read and a decode of every
+// grant, so listing 3000 namespaces for a principal with 700 grants took
+// seconds. Within a request the grants are those of its first check, read
+// after the request arrived: a grant revoked before then is refused, as
+// the README promises; the request does not change grants itself.
+type grantsMemo struct {
+	mu        sync.Mutex
+	read      bool
+	principal string
+	grants    []auth.Grant
+}
+
+type grantsMemoKey struct{}
+
+// withGrantsMemo gives r a grantsMemo of its own.
+func withGrantsMemo(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), grantsMemoKey{}, &grantsMemo{}))
+}
+
+// readGrants reads the grants of p and of its roles.
+func (s *security) readGrants(ctx context.Context, p auth.Principal) ([]auth.Grant, error) {
 	var out []auth.Grant
 	err := authRead(ctx, s.store, func(rd *fsm.Reader) error {
 		roles := append(append([]string(nil), p.Roles...), rd.PrincipalRoles(p.Name)...)

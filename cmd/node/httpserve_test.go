@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -326,4 +327,44 @@ func TestEveryAnswerNamesItsRequest(t *testing.T) {
 		assert.True(t, strings.HasPrefix(head, "HTTP/1.1 400 "), head)
 		assert.Contains(t, head, "\r\nX-Request-Id: ", head)
 	}
+}
+
+// TestNodeRefusesAmbiguousFraming: through the node's whole handler
+// chain, a request a proxy could frame otherwise hides no second request,
+// and a target no route serves answers in the error model with a request
+// id.
+func TestNodeRefusesAmbiguousFraming(t *testing.T) {
+	n := runInProcess(t)
+	host := strings.TrimPrefix(n.base, "http://")
+	exchange := func(raw string) string {
+		t.Helper()
+		conn, err := net.Dial("tcp", host)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, raw)
+		require.NoError(t, err)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	hidden := "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 24\r\n\r\n{\"namespace\":[\"hidden\"]}"
+	body := `{"namespace":["shown"]}`
+	got := exchange("POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body) + hidden)
+	assert.Equal(t, 1, strings.Count(got, "HTTP/1.1 "), "one answer, then the connection closes: %s", got)
+	assert.Contains(t, got, "HTTP/1.1 200 ")
+	got = exchange("POST /v1/namespaces HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		"88\r\n" + hidden + "\r\n0\r\n\r\n")
+	assert.Equal(t, 1, strings.Count(got, "\r\nDate: "), "one answer: %s", got)
+	assert.Contains(t, got, " 400 Bad Request")
+	assert.Contains(t, got, "Transfer-Encoding")
+	resp, err := http.Get(n.base + "/v1/namespaces/hidden")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the hidden request never ran")
+
+	got = exchange("GET * HTTP/1.1\r\nHost: x\r\n\r\n")
+	assert.Contains(t, got, "HTTP/1.1 400 ")
+	assert.Contains(t, got, "\r\nX-Request-Id: ")
+	assert.Contains(t, got, `"type":"BadRequestException"`)
 }

@@ -167,6 +167,9 @@ func (p *purgeAPI) conflicts(w http.ResponseWriter, r *http.Request) error {
 	if err := onlyParams(r.URL.Query(), "page-size"); err != nil {
 		return err
 	}
+	if n := len(r.URL.Query()["page-size"]); n > 1 {
+		return fmt.Errorf("%w: page-size given %d times: give it once", ErrBadRequest, n)
+	}
 	limit := 0
 	if v := r.URL.Query().Get("page-size"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -16,6 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// passThrough is an Outer such as cmd/node's (which adds request ids):
+// what guard does must hold with one set.
+func passThrough(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) })
+}
+
 // exchangeAll writes req on a new connection and reads every answer until
 // the server closes it (or 5 s pass): the answers to the requests it ran.
 func exchangeAll(t *testing.T, addr, req string) []*http.Response {
@@ -51,7 +57,7 @@ func TestSmuggledRequestsDoNotRun(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
-	}), Config{Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	}), Config{Outer: passThrough, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	addr := serve(t, s)
 	hidden := "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -114,7 +120,7 @@ func TestSniffingFindsHeaderNamesAcrossReads(t *testing.T) {
 func TestTargetsAndMethodsNoRouteServes(t *testing.T) {
 	s, err := New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
-	}), Config{Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	}), Config{Outer: passThrough, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	addr := serve(t, s)
 	for _, tc := range []struct {
@@ -125,6 +131,8 @@ func TestTargetsAndMethodsNoRouteServes(t *testing.T) {
 		{"HTTP/2 preface over plain HTTP", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "UnsupportedOperationException", http.StatusHTTPVersionNotSupported},
 		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "UnsupportedOperationException", http.StatusNotImplemented},
 		{"an expectation other than 100-continue", "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}",
+			"BadRequestException", http.StatusExpectationFailed},
+		{"the same over HTTP/1.0", "POST /v1/namespaces HTTP/1.0\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}",
 			"BadRequestException", http.StatusExpectationFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func newLimiter(next http.Handler, max int, uncapped []string, readTimeout, writ
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.running.Add(1)
 	defer l.running.Add(-1)
-	w = l.stallBound(w, r)
+	w = l.stallBound(w)
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
 		return
@@ -86,19 +86,17 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // stallBound wraps w in a stallWriter, unless the bound is off.
-func (l *limiter) stallBound(w http.ResponseWriter, r *http.Request) http.ResponseWriter {
+func (l *limiter) stallBound(w http.ResponseWriter) http.ResponseWriter {
 	if l.writeStall <= 0 {
 		return w
 	}
+	// The connection starts each request without a write deadline (net/http
+	// lifts it after every answer; with a WriteTimeout it sets its own as
+	// it reads the request), so what net/http writes before this answer's
+	// first write (a "100 Continue") is not cut off by the previous one's.
 	s := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: l.writeStall}
 	if l.writeTimeout > 0 {
 		s.limit = time.Now().Add(l.writeTimeout)
-	} else if r.ProtoMajor == 1 {
-		// The connection's deadline is the previous answer's: lifted, so
-		// that what net/http writes before this answer's first write (a
-		// "100 Continue") is not cut off by it. With a WriteTimeout,
-		// net/http set a new one as it read this request.
-		_ = s.rc.SetWriteDeadline(time.Time{})
 	}
 	return s
 }

@@ -119,7 +119,8 @@ func parseNetHTTPError(p []byte) (status int, detail string, ok bool) {
 // body, written as a handler's answer is (with a Date) but before any
 // handler runs. No handler behind this server answers 417.
 func isExpectationFailed(p []byte) bool {
-	return bytes.HasPrefix(p, []byte("HTTP/1.1 417 Expectation Failed\r\n")) &&
+	return (bytes.HasPrefix(p, []byte("HTTP/1.1 417 Expectation Failed\r\n")) ||
+		bytes.HasPrefix(p, []byte("HTTP/1.0 417 Expectation Failed\r\n"))) &&
 		bytes.HasSuffix(p, []byte("\r\nContent-Length: 0\r\n\r\n")) &&
 		!bytes.Contains(p, []byte("\r\nContent-Type:"))
 }

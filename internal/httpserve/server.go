@@ -133,7 +133,7 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 	}
 	var served http.Handler = guard{next: limit, m: m}
 	if cfg.Outer != nil {
-		served = cfg.Outer(limit)
+		served = cfg.Outer(served)
 	}
 	s := &Server{m: m, limit: limit, maxHeaderBytes: maxHeaderBytes, srv: &http.Server{
 		Handler:           served,

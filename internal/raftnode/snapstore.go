@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/raft"
 )
@@ -65,18 +66,34 @@ func (c *cleaningSink) Cancel() error {
 	return err
 }
 
-// Close is raft's. When finishing the snapshot fails, raft removes its
-// directory but leaves its file open, so the file's blocks stay taken
-// until the abandoned sink is collected; they are freed at once here.
+// Close is raft's. Raft's Close can fail at three points: finishing the
+// file (it then removes the directory but leaves the file open, so its
+// blocks stay taken until the abandoned sink is collected), writing the
+// metadata or renaming (the directory stays until a restart), or after the
+// rename (syncing the parent directory, reaping older snapshots: the
+// snapshot is complete and in place, and must be kept). Only the first two
+// are cleaned up here.
 func (c *cleaningSink) Close() error {
 	state := c.openState()
 	err := c.SnapshotSink.Close()
-	if err != nil {
-		c.release(state)
+	if err == nil || c.inPlace() {
+		closeState(state)
 		return err
 	}
-	closeState(state)
-	return nil
+	c.release(state)
+	if rerr := os.RemoveAll(c.dir); rerr != nil {
+		c.logger.Warn("could not remove a failed snapshot", "path", c.dir, "error", rerr)
+	} else {
+		c.logger.Info("removed a snapshot whose write failed", "path", c.dir, "error", err)
+	}
+	return err
+}
+
+// inPlace reports whether the snapshot was renamed into place: its
+// directory without the .tmp suffix exists.
+func (c *cleaningSink) inPlace() bool {
+	_, err := os.Stat(strings.TrimSuffix(c.dir, ".tmp"))
+	return err == nil
 }
 
 // openState opens the snapshot's data file, to free its blocks through

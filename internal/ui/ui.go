@@ -236,6 +236,11 @@ type statusWriter struct {
 	status int
 }
 
+// Unwrap lets http.ResponseController reach the connection's writer: a
+// handler's own write deadline (a backup lifting the whole-answer limit,
+// the change feed's per-event bound) and flushes pass through.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
