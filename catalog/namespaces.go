@@ -102,6 +102,10 @@ func nextToken(more bool, last string) *string {
 	return &t
 }
 
+// filteredChunk is the fewest namespaces listNamespaces reads at a time when
+// it filters them by what the caller may see.
+const filteredChunk = 100
+
 type listNamespacesResponse struct {
 	NextPageToken *string    `json:"next-page-token"`
 	Namespaces    [][]string `json:"namespaces"`
@@ -145,6 +149,12 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 	resp := listNamespacesResponse{Namespaces: [][]string{}}
 	cursor := after
 	full := false
+	// With an authorizer, read at least filteredChunk at a time: a small
+	// page among many hidden namespaces would otherwise take a read each.
+	chunk := limit
+	if s.cfg.Authorizer != nil && limit > 0 {
+		chunk = max(limit, filteredChunk)
+	}
 	for {
 		var (
 			list []fsm.Namespace
@@ -156,7 +166,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 					return notFoundNamespace("namespace does not exist: %s", nsString(parent))
 				}
 			}
-			list, more = rd.Namespaces(parent, cursor, limit)
+			list, more = rd.Namespaces(parent, cursor, chunk)
 			return nil
 		})
 		if err != nil {

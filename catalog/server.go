@@ -587,9 +587,9 @@ type statusRecorder struct {
 	status int
 }
 
-// Unwrap lets http.ResponseController reach the connection's writer: a
-// handler's own write deadline (a backup lifting the whole-answer limit,
-// the change feed's per-event bound) and flushes pass through.
+// Unwrap lets http.ResponseController reach the connection's writer, so
+// that a handler's own write deadline (the backup lifts the whole-answer
+// limit) and flushes pass through.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {

@@ -417,9 +417,9 @@ type statusWriter struct {
 	status int
 }
 
-// Unwrap lets http.ResponseController reach the connection's writer: a
-// handler's own write deadline (a backup lifting the whole-answer limit,
-// the change feed's per-event bound) and flushes pass through.
+// Unwrap lets http.ResponseController reach the connection's writer, so
+// that a handler's own write deadline (the backup lifts the whole-answer
+// limit) and flushes pass through.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) WriteHeader(code int) {

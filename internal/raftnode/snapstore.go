@@ -1,6 +1,8 @@
 package raftnode
 
 import (
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -91,9 +93,11 @@ func (c *cleaningSink) Close() error {
 
 // inPlace reports whether the snapshot was renamed into place: its
 // directory without the .tmp suffix exists.
+// Only "does not exist" counts as not in place: a snapshot that may be in
+// place is never truncated.
 func (c *cleaningSink) inPlace() bool {
 	_, err := os.Stat(strings.TrimSuffix(c.dir, ".tmp"))
-	return err == nil
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // openState opens the snapshot's data file, to free its blocks through
