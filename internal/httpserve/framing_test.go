@@ -176,16 +176,7 @@ func TestStalledReaderGivesUpItsSlot(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler's write never gave up")
 	}
-	status := 0
-	for range 100 {
-		resp, err := http.Get("http://" + addr + "/small")
-		require.NoError(t, err)
-		resp.Body.Close()
-		if status = resp.StatusCode; status != http.StatusServiceUnavailable {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	status := statusOnceSlotFree(t, func() (*http.Response, error) { return http.Get("http://" + addr + "/small") })
 	assert.Equal(t, http.StatusNoContent, status, "the slot is free again")
 
 	// Slow but steady: 16 MiB read a chunk (64 KiB) at a time with pauses,

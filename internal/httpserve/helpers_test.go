@@ -171,3 +171,20 @@ func servedSerial(t *testing.T, client *http.Client, url string) int64 {
 }
 
 func value(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// statusOnceSlotFree sends a request with send until the in-flight cap no
+// longer refuses it (100 tries, 20 ms apart) and returns its last status.
+func statusOnceSlotFree(t *testing.T, send func() (*http.Response, error)) int {
+	t.Helper()
+	status := 0
+	for range 100 {
+		resp, err := send()
+		require.NoError(t, err)
+		resp.Body.Close()
+		if status = resp.StatusCode; status != http.StatusServiceUnavailable {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return status
+}

@@ -257,16 +257,9 @@ func TestTricklingBodyGivesUpItsSlot(t *testing.T) {
 	require.Error(t, readErr, "the trickled body was cut off (the whole-request limit is a minute)")
 
 	// The handler frees its slot a moment after it reports the read.
-	status := 0
-	for range 100 {
-		resp, err := http.Post("http://"+addr+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["a"]}`))
-		require.NoError(t, err)
-		resp.Body.Close()
-		if status = resp.StatusCode; status != http.StatusServiceUnavailable {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	status := statusOnceSlotFree(t, func() (*http.Response, error) {
+		return http.Post("http://"+addr+"/v1/namespaces", "application/json", strings.NewReader(`{"namespace":["a"]}`))
+	})
 	assert.Equal(t, http.StatusNoContent, status, "the slot is free again")
 	assert.NoError(t, <-reads)
 }
