@@ -123,6 +123,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// Served, but the bytes after it are not read as a
 				// request: a proxy that framed this one by its
 				// Content-Length would have sent them as another.
+				g.m.framingClosed.Inc()
 				w.Header().Set("Connection", "close")
 			}
 		}

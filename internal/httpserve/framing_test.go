@@ -80,8 +80,10 @@ func TestSmuggledRequestsDoNotRun(t *testing.T) {
 		// would take the rest as a second request of its own.
 		req := "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n" +
 			"2\r\n{}\r\n0\r\n\r\n" + hidden
+		before := value(s.m.framingClosed)
 		answers := exchangeAll(t, addr, req)
 		require.Len(t, answers, 1, "served, then closed")
+		assert.Equal(t, before+1, value(s.m.framingClosed))
 		assert.Equal(t, http.StatusNoContent, answers[0].StatusCode)
 		assert.True(t, answers[0].Close)
 	})
@@ -173,6 +175,7 @@ func TestStalledReaderGivesUpItsSlot(t *testing.T) {
 	select {
 	case err := <-wrote:
 		require.Error(t, err, "the write to a reader that reads nothing fails")
+		assert.Equal(t, float64(1), value(s.m.stalled), "counted once")
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler's write never gave up")
 	}

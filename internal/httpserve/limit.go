@@ -94,7 +94,7 @@ func (l *limiter) stallBound(w http.ResponseWriter) http.ResponseWriter {
 	// lifts it after every answer; with a WriteTimeout it sets its own as
 	// it reads the request), so what net/http writes before this answer's
 	// first write (a "100 Continue") is not cut off by the previous one's.
-	s := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: l.writeStall}
+	s := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: l.writeStall, stalled: l.m.stalled}
 	if l.writeTimeout > 0 {
 		s.limit = time.Now().Add(l.writeTimeout)
 	}

@@ -16,6 +16,11 @@ type metrics struct {
 	rejected   *prometheus.CounterVec
 	tlsReloads *prometheus.CounterVec
 	tlsExpiry  prometheus.Gauge
+	// stalled counts answers cut off by the write stall bound.
+	stalled prometheus.Counter
+	// framingClosed counts connections closed after a request that
+	// carried both Content-Length and Transfer-Encoding.
+	framingClosed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,6 +37,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tlsExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_http_tls_certificate_expiry_timestamp_seconds", Help: "NotAfter of the HTTP TLS certificate being served, as a Unix time (0 without TLS).",
 		}),
+		stalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_http_answers_stalled_total", Help: "Answers cut off because the client read none of them for --http-write-stall-timeout.",
+		}),
+		framingClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_http_ambiguous_framing_closes_total", Help: "Connections closed after a request that carried both Content-Length and Transfer-Encoding.",
+		}),
 	}
 	// Known label values start at zero, so they show before the first event.
 	for _, r := range []string{reasonInFlight, reasonMalformed, reasonHeadersTooLarge, reasonTransferEncoding, reasonProtocolVersion} {
@@ -40,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.tlsReloads.WithLabelValues(resultSuccess)
 	m.tlsReloads.WithLabelValues(resultFailure)
 	if reg != nil {
-		reg.MustRegister(m.inFlight, m.rejected, m.tlsReloads, m.tlsExpiry)
+		reg.MustRegister(m.inFlight, m.rejected, m.tlsReloads, m.tlsExpiry, m.stalled, m.framingClosed)
 	}
 	return m
 }

@@ -1,8 +1,12 @@
 package httpserve
 
 import (
+	"errors"
 	"net/http"
+	"os"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // stallChunk is the most an answer writes under one write deadline: a
@@ -33,6 +37,9 @@ type stallWriter struct {
 	limit time.Time // WriteTimeout's deadline; zero: none
 	set   time.Time // the deadline last set
 	own   bool      // the handler set a deadline of its own
+	// stalled counts, once, an answer the bound cut off.
+	stalled prometheus.Counter
+	counted bool
 }
 
 func (s *stallWriter) WriteHeader(code int) {
@@ -50,6 +57,10 @@ func (s *stallWriter) Write(p []byte) (int, error) {
 		n, err := s.ResponseWriter.Write(piece)
 		written += n
 		p = p[n:]
+		if err != nil && !s.own && !s.counted && errors.Is(err, os.ErrDeadlineExceeded) {
+			s.counted = true
+			s.stalled.Inc()
+		}
 		if err != nil || len(p) == 0 {
 			return written, err
 		}
