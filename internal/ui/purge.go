@@ -86,6 +86,15 @@ func (s *Server) purgeJobs(w http.ResponseWriter, r *http.Request) error {
 		flashed bool
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
+		if after != "" {
+			// A cursor is the id of the last job of a page: a job's, or
+			// a UUID (the job may have been pruned since), as the
+			// operator API's page-token. Anything else would list from
+			// wherever it sorts.
+			if _, ok := rd.PurgeJob(after); !ok && (len(after) != 36 || uuid.Validate(after) != nil) {
+				return badRequest("jobs-after %q names no purge job: follow the page's Next link", after)
+			}
+		}
 		jobs, more = rd.PurgeJobs(fsm.PurgeJobFilter{State: state, After: after}, s.cfg.PageSize)
 		if id := q.Get("job"); id != "" {
 			_, flashed = rd.PurgeJob(id)

@@ -358,6 +358,13 @@ func TestPagesRender(t *testing.T) {
 	assert.Contains(t, body, "no purge jobs in state RUNNING")
 	code, _ = f.get(t, "/ui/purge-jobs?state=bogus")
 	assert.Equal(t, http.StatusBadRequest, code)
+	// A page cursor is a job's id, or a UUID (a job pruned since).
+	code, _ = f.get(t, "/ui/purge-jobs?jobs-after=zzz&jobs-page=2")
+	assert.Equal(t, http.StatusBadRequest, code)
+	code, body = f.get(t, "/ui/purge-jobs?jobs-after=job-1&jobs-page=2")
+	assert.Equal(t, http.StatusOK, code, body)
+	code, body = f.get(t, "/ui/purge-jobs?jobs-after=00000000-0000-7000-8000-000000000000&jobs-page=2")
+	assert.Equal(t, http.StatusOK, code, body)
 
 	for target, want := range map[string]int{
 		"/ui/table?ns=db&name=nope":   http.StatusNotFound,
