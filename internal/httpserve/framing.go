@@ -99,8 +99,9 @@ func hasPrefixFold(p, prefix []byte) bool {
 //     400, connection closed (RFC 9112 §6.1: faulty framing);
 //   - a chunked request on a connection that carried Content-Length too:
 //     served, then the connection is closed (RFC 9112 §6.1);
-//   - the "*" target (OPTIONS *, and the HTTP/2 preface "PRI *" sent over
-//     plain HTTP): 400, or 505 for the preface;
+//   - the "*" target (net/http answers OPTIONS * itself, before any
+//     handler) and the HTTP/2 preface "PRI *" sent over plain HTTP: 400,
+//     or 505 for the preface;
 //   - CONNECT: 501, this is not a proxy.
 //
 // Each refusal is in the Iceberg error model and counted in
