@@ -34,8 +34,9 @@ const (
 	// DefaultEventsHeartbeat is how often an idle stream gets a comment
 	// line, so that proxies and clients see it alive.
 	DefaultEventsHeartbeat = 15 * time.Second
-	// DefaultEventsWriteTimeout bounds one write to a client: a client
-	// that reads nothing for this long is dropped.
+	// DefaultEventsWriteTimeout bounds each 64 KiB written to a client
+	// (sseChunk): a client that reads nothing for this long is dropped,
+	// one that reads slowly is not, however large a page or an event.
 	DefaultEventsWriteTimeout = 30 * time.Second
 	defaultEventsPage         = 100
 	maxEventsPage             = 1000
@@ -300,14 +301,25 @@ type sseWriter struct {
 	buf     []byte
 }
 
+// sseChunk is the most written under one deadline: the bound is on
+// progress, so a page of large events (a namespace's properties reach
+// 1 MiB) reaches a slow reader instead of failing at the same event on
+// every reconnect.
+const sseChunk = 64 << 10
+
 func (s *sseWriter) flush() error {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	if len(s.buf) > 0 {
-		if _, err := s.w.Write(s.buf); err != nil {
+	for p := s.buf; ; {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+		if len(p) == 0 {
+			break
+		}
+		piece := p[:min(len(p), sseChunk)]
+		if _, err := s.w.Write(piece); err != nil {
 			return err
 		}
-		s.buf = s.buf[:0]
+		p = p[len(piece):]
 	}
+	s.buf = s.buf[:0]
 	return s.rc.Flush()
 }
 

@@ -409,3 +409,33 @@ func assertGone(t *testing.T, url, want string) {
 	assert.Equal(t, http.StatusGone, body.Error.Code)
 	assert.Contains(t, body.Error.Message, want)
 }
+
+// deadlineRecorder records the writes and write deadlines an sseWriter
+// makes, in order.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	log []string
+}
+
+func (d *deadlineRecorder) Write(p []byte) (int, error) {
+	d.log = append(d.log, "write")
+	return d.ResponseRecorder.Write(p)
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(time.Time) error {
+	d.log = append(d.log, "deadline")
+	return nil
+}
+
+// A page is written 64 KiB at a time, each piece under a deadline of its
+// own: the bound is on progress, so a slow reader gets a large page (or a
+// 1 MiB event) instead of failing at it on every reconnect.
+func TestFeedBoundsEachPieceNotThePage(t *testing.T) {
+	rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	s := &sseWriter{w: rec, rc: http.NewResponseController(rec), timeout: time.Minute}
+	s.buf = bytes.Repeat([]byte("x"), 3*sseChunk+1)
+	require.NoError(t, s.flush())
+	assert.Equal(t, []string{"deadline", "write", "deadline", "write", "deadline", "write", "deadline", "write", "deadline"}, rec.log)
+	assert.Equal(t, 3*sseChunk+1, rec.Body.Len())
+	assert.Empty(t, s.buf)
+}
