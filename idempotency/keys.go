@@ -142,6 +142,10 @@ type keyCtx struct{}
 //     state changed. If it cannot be stored the client still gets run's
 //     error; if another request stored the key's outcome first, Run answers
 //     with replay instead.
+//  4. Before 3, a failed run reads the key again: a record stored
+//     meanwhile by the same request sent again (a retry while this one
+//     waited) answers this one too, through replay, so that both get the
+//     first one's answer and not this run's failure.
 //
 // The returned error is run's, replay's, an error wrapping fsm.ErrKeyReused
 // (Refused), or one wrapping ErrUnavailable and the store's error when the
@@ -152,15 +156,8 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 	if err != nil {
 		return Unrecorded, err
 	}
-	if found && rec.Live(key.AtMs) {
-		if !rec.Binds(key.Binding) {
-			return Refused, reused(key.Key, rec, key.Binding)
-		}
-		res, ok := rec.Outcome(key.Binding)
-		if !ok { // a digest collision: never another request's outcome
-			return Refused, reused(key.Key, rec, key.Binding)
-		}
-		return Replayed, replay(ctx, res)
+	if out, ok, err := k.answered(ctx, key, rec, found, replay); ok {
+		return out, err
 	}
 	ctx = context.WithValue(ctx, keyCtx{}, key)
 	err = run(ctx)
@@ -171,7 +168,20 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 	if key.recorded.Load() {
 		return Recorded, err
 	}
-	if err == nil || decided == nil {
+	if err == nil {
+		return Unrecorded, nil
+	}
+	// The same request may have run meanwhile, sent again under the key
+	// while this one waited (a client's retry after a timeout, on this
+	// node or another), and taken effect. This run then failed because
+	// it had (a second add of the same snapshot, say), and its error is
+	// not the key's answer: the one stored is.
+	if rec, found, rerr := k.record(ctx, key.Key); rerr == nil {
+		if out, ok, err := k.answered(ctx, key, rec, found, replay); ok {
+			return out, err
+		}
+	}
+	if decided == nil {
 		return Unrecorded, err
 	}
 	res, ok := decided(err)
@@ -196,6 +206,24 @@ func (k *Keys) Run(ctx context.Context, key *Key, run func(ctx context.Context) 
 		return Refused, rerr
 	}
 	return Recorded, err
+}
+
+// answered answers key from rec, its live record (found), if there is one:
+// the stored outcome through replay, or a refusal when the record is bound
+// to another request. ok is false when there is no live record.
+func (k *Keys) answered(ctx context.Context, key *Key, rec fsm.IdempotencyRecord, found bool,
+	replay func(ctx context.Context, res fsm.Result) error) (out Outcome, ok bool, err error) {
+	if !found || !rec.Live(key.AtMs) {
+		return Unrecorded, false, nil
+	}
+	if !rec.Binds(key.Binding) {
+		return Refused, true, reused(key.Key, rec, key.Binding)
+	}
+	res, bound := rec.Outcome(key.Binding)
+	if !bound { // a digest collision: never another request's outcome
+		return Refused, true, reused(key.Key, rec, key.Binding)
+	}
+	return Replayed, true, replay(ctx, res)
 }
 
 // InRun reports whether ctx is that of a keyed request's run (see Run):
