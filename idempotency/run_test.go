@@ -3,47 +3,22 @@ package idempotency
 import (
 	"context"
 	"errors"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/fsmtest"
 )
-
-// oneReplica applies every command at once to a real state machine.
-type oneReplica struct {
-	mu sync.Mutex
-	f  *fsm.FSM
-	i  uint64
-}
-
-func (s *oneReplica) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, err := fsm.Encode(c)
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	s.i++
-	return s.f.Apply(&raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b}).(fsm.Result), nil
-}
-
-func (s *oneReplica) Read(_ context.Context, fn func(*fsm.Reader) error) error { return s.f.View(fn) }
 
 // The same request sent twice under one key, the second while the first
 // still runs: the second found no record when it began, then failed
 // because the first took effect (a second add of one snapshot is a 400).
 // It is answered with the first one's outcome, not its own failure.
 func TestRetryThatFailsBecauseTheFirstTookEffectReplaysIt(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	store := &oneReplica{f: f}
+	store := fsmtest.Open(t)
 	keys := New(store, Config{})
 	key := uuid.Must(uuid.NewV7()).String()
 	body := []byte(`{"namespace":["a"]}`)

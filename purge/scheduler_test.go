@@ -5,51 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/fsmtest"
 )
 
-// fsmStore applies every command at once to a real state machine.
-type fsmStore struct {
-	mu sync.Mutex
-	f  *fsm.FSM
-	i  uint64
-}
+// fsmStore is the shared one-replica store, with this package's helpers.
+type fsmStore struct{ *fsmtest.Store }
 
-func (s *fsmStore) Propose(_ context.Context, c fsm.Command) (fsm.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, err := fsm.Encode(c)
-	if err != nil {
-		return fsm.Result{}, err
-	}
-	s.i++
-	return s.f.Apply(&raft.Log{Index: s.i, Term: 1, Type: raft.LogCommand, Data: b}).(fsm.Result), nil
-}
-
-func (s *fsmStore) Read(_ context.Context, fn func(*fsm.Reader) error) error { return s.f.View(fn) }
-func (s *fsmStore) StaleRead(fn func(*fsm.Reader) error) error               { return s.f.View(fn) }
-
-func (s *fsmStore) must(t *testing.T, c fsm.Command) {
-	t.Helper()
-	res, err := s.Propose(context.Background(), c)
-	require.NoError(t, err)
-	require.NoError(t, res.Err())
-}
+func (s *fsmStore) must(t *testing.T, c fsm.Command) { s.Must(t, c) }
 
 func (s *fsmStore) lease(t *testing.T, id string) *fsm.PurgeLease {
 	t.Helper()
 	var j fsm.PurgeJob
-	require.NoError(t, s.f.View(func(r *fsm.Reader) error {
+	require.NoError(t, s.F.View(func(r *fsm.Reader) error {
 		var ok bool
 		j, ok = r.PurgeJob(id)
 		require.True(t, ok)
@@ -61,10 +37,7 @@ func (s *fsmStore) lease(t *testing.T, id string) *fsm.PurgeLease {
 // newFSMStore opens a state machine for one test.
 func newFSMStore(t *testing.T) *fsmStore {
 	t.Helper()
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	return &fsmStore{f: f}
+	return &fsmStore{fsmtest.Open(t)}
 }
 
 // idleService is a service on n1 over st whose own timers never fire
@@ -84,10 +57,7 @@ func idleService(t *testing.T, st Store, now func() time.Time) *Service {
 // leader and the least loaded first, never above a node's slots, and a
 // silent node's lease reassigned with a new token only after the timeout.
 func TestSchedulerAssignsDeterministically(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
+	st := newFSMStore(t)
 	clock := time.Unix(1000, 0)
 	reg := prometheus.NewRegistry()
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: reg, Logger: slog.New(slog.DiscardHandler),
@@ -145,10 +115,7 @@ func TestSchedulerAssignsDeterministically(t *testing.T) {
 // PENDING jobs first in id order, passing over those waiting out a retry
 // backoff, however long the queue.
 func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
+	st := newFSMStore(t)
 	clock := time.Unix(1000, 0)
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Second, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
 		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
@@ -225,10 +192,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, kind string) float64 
 // Lead runs until its context ends or the service stops, and Stop waits
 // for it: no scheduler outlives its service.
 func TestLeadStopsWithTheService(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	s, err := New(Config{NodeID: "n1", Store: &fsmStore{f: f}, HeartbeatTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
+	s, err := New(Config{NodeID: "n1", Store: newFSMStore(t), HeartbeatTimeout: time.Second, Logger: slog.New(slog.DiscardHandler),
 		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
 
@@ -266,15 +230,12 @@ func TestLeadStopsWithTheService(t *testing.T) {
 // state machine wakes the leader's scheduler, whose own poll here would
 // not come for an hour.
 func TestDropWakesTheScheduler(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
+	st := newFSMStore(t)
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour,
 		Logger: slog.New(slog.DiscardHandler), Storage: func(string, map[string]string) (Objects, error) { return nil, nil }})
 	require.NoError(t, err)
 	t.Cleanup(s.Stop)
-	f.OnPurgeWork(s.Wake)
+	st.F.OnPurgeWork(s.Wake)
 
 	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
 	id := fsm.Ident{Namespace: []string{"db"}, Name: "t"}
@@ -348,7 +309,7 @@ func TestSchedulerIgnoresAnEarlierLeadersHeartbeats(t *testing.T) {
 	fs.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 1})
 	// The leadership began two entries from now: the next two entries
 	// were in its log already, left by the earlier leader.
-	st.start = fs.i + 2
+	st.start = fs.Index() + 2
 	s.cfg.Store = st
 	sc := s.newScheduler()
 	sc.tick(context.Background())
@@ -369,7 +330,7 @@ func TestNewLeaderHeartbeatsAtOnce(t *testing.T) {
 	s := idleService(t, st, nil)
 	index := func() uint64 {
 		var i uint64
-		require.NoError(t, st.f.View(func(r *fsm.Reader) error {
+		require.NoError(t, st.F.View(func(r *fsm.Reader) error {
 			for _, n := range r.PurgeNodes() {
 				if n.Node == "n1" {
 					i = n.Index
@@ -390,10 +351,7 @@ func TestNewLeaderHeartbeatsAtOnce(t *testing.T) {
 // poll that still sees the job RUNNING under that run's token (the local
 // replica has not applied the outcome yet) does not start it again.
 func TestEndedRunNotRestarted(t *testing.T) {
-	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	st := &fsmStore{f: f}
+	st := newFSMStore(t)
 	var mu sync.Mutex
 	opened := map[string]int{}
 	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Hour, PollInterval: time.Hour, Registerer: prometheus.NewRegistry(),
@@ -419,7 +377,7 @@ func TestEndedRunNotRestarted(t *testing.T) {
 	// run, had it been started, would have asked for its storage too.
 	require.Eventually(t, func() bool {
 		var j fsm.PurgeJob
-		require.NoError(t, f.View(func(r *fsm.Reader) error { j, _ = r.PurgeJob("job-live"); return nil }))
+		require.NoError(t, st.F.View(func(r *fsm.Reader) error { j, _ = r.PurgeJob("job-live"); return nil }))
 		return j.State == fsm.JobFailed
 	}, 10*time.Second, 5*time.Millisecond)
 	mu.Lock()
@@ -438,6 +396,7 @@ func TestEndedRunNotRestarted(t *testing.T) {
 // or an error, without applying it; other commands pass through.
 type leaseFault struct {
 	*fsmStore
+	mu     sync.Mutex
 	stale  bool
 	leases int
 }

@@ -41,7 +41,7 @@ var layers = map[string][]string{
 }
 
 // testOnly are packages no non-test code may import.
-var testOnly = []string{"internal/raftnode/raftfault", "internal/vending/ststest"}
+var testOnly = []string{"internal/raftnode/raftfault", "internal/vending/ststest", "internal/fsmtest"}
 
 // forbidden lists, for the seams the graph exists for, packages that must
 // not be reached even indirectly: the Raft node knows nothing of HTTP, the
