@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -87,10 +89,14 @@ func AppliedIndexOf(path string) (uint64, error) {
 // identity id, replacing the one it holds (if any), removes its signing
 // keys (the new cluster's leader adds its own at start, so tokens one
 // cluster signs are not accepted by the other: root on a restored copy
-// must not mint tokens production accepts), then writes the file's
-// state to w as Reader.WriteTo does (without the free space bbolt may have
-// added at the end while changing it), and returns the identity it
-// replaced ("" for none). The file must be a copy no FSM has open, such as
+// must not mint tokens production accepts), then writes the state to w,
+// compacted, and returns the identity it replaced ("" for none).
+//
+// Compacted, because bbolt does not clear the pages it frees: the file's
+// own bytes, written as Reader.WriteTo does, would still hold the removed
+// private keys, and the seeded node keeps them in its snapshot. The state
+// is copied key by key into a new file beside path (path + ".compact",
+// removed on return), which never held a key, and that file is written. The file must be a copy no FSM has open, such as
 // a backup's state staged on its way to seeding a new cluster: a restored
 // cluster is another cluster, and a node of the one the backup came from
 // must be refused by it. This is not a command and no replica applies it:
@@ -125,10 +131,7 @@ func WriteAsNewCluster(path, id string, w io.Writer) (string, error) {
 		return err
 	})
 	if err == nil {
-		err = db.View(func(tx *bolt.Tx) error {
-			_, err := tx.WriteTo(w)
-			return err
-		})
+		err = writeCompacted(db, path+".compact", w)
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -137,4 +140,30 @@ func WriteAsNewCluster(path, id string, w io.Writer) (string, error) {
 		return "", fmt.Errorf("fsm: %s: %w", path, err)
 	}
 	return old, nil
+}
+
+// writeCompacted copies the state of db into a new file at tmp (any file
+// already there is replaced) and writes that file's state to w, as
+// Reader.WriteTo does; tmp is removed on return.
+func writeCompacted(db *bolt.DB, tmp string, w io.Writer) error {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	defer os.Remove(tmp)
+	opts := *boltOptions()
+	opts.NoSync = true // read back here and removed: never needed after a crash
+	dst, err := bolt.Open(tmp, 0o600, &opts)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	// Transactions of at most 64 MiB of keys and values: one for the
+	// whole state would hold all of it in memory at once.
+	if err := bolt.Compact(dst, db, 64<<20); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	return dst.View(func(tx *bolt.Tx) error {
+		_, err := tx.WriteTo(w)
+		return err
+	})
 }

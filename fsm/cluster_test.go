@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/base64"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 // old id is reported.
 func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	f := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
+	privateKey := []byte("the-private-key-of-the-source-cluster-3f9a")
+	holdsKey := func(b []byte) bool {
+		return bytes.Contains(b, privateKey) || bytes.Contains(b, []byte(base64.StdEncoding.EncodeToString(privateKey)))
+	}
 	clusterID := func(f *FSM) (id string) {
 		require.NoError(t, f.View(func(r *Reader) error { id = r.ClusterID(); return nil }))
 		return id
@@ -24,7 +29,7 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	f.Apply(entry(t, 1, SetClusterID{ID: "first"}))
 	f.Apply(entry(t, 2, SetClusterID{ID: "second"}))
 	f.Apply(entry(t, 3, CreateNamespace{Namespace: nsA}))
-	f.Apply(entry(t, 4, AddSigningKey{Key: SigningKey{ID: "k1", Algorithm: "EdDSA", PublicKey: []byte("pub"), PrivateKey: []byte("priv"), CreatedMs: 1}}))
+	f.Apply(entry(t, 4, AddSigningKey{Key: SigningKey{ID: "k1", Algorithm: "EdDSA", PublicKey: []byte("pub"), PrivateKey: privateKey, CreatedMs: 1}}))
 	assert.Equal(t, "first", clusterID(f))
 	keys := func(f *FSM) (keys []SigningKey) {
 		require.NoError(t, f.View(func(r *Reader) error { keys = r.SigningKeys(); return nil }))
@@ -42,6 +47,9 @@ func TestClusterIDIsSetOnceAndReplacedOnlyInACopy(t *testing.T) {
 	assert.Equal(t, "first", old)
 	assert.Equal(t, "first", clusterID(f), "the live state is not touched")
 	assert.LessOrEqual(t, out.Len(), state.Len()+64<<10, "no free space bbolt added at the end")
+	require.True(t, holdsKey(state.Bytes()))
+	assert.False(t, holdsKey(out.Bytes()), "no byte of the removed key is left in pages bbolt freed")
+	assert.NoFileExists(t, path+".compact")
 
 	g := mustOpen(t, filepath.Join(t.TempDir(), "fsm.db"))
 	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(out.Bytes()))))

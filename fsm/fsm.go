@@ -127,7 +127,7 @@ func boltOptions() *bolt.Options {
 }
 
 func openDB(path string) (*bolt.DB, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("fsm: create dir: %w", err)
 	}
 	db, err := boltopen.Open(path, 0o600, boltOptions(), func(db *bolt.DB) error {
@@ -142,8 +142,20 @@ func openDB(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-// initBuckets creates what a file written by an earlier release lacks.
+// initBuckets creates what a file written by an earlier release lacks. A
+// file that lacks nothing is not written to (an offline backup reads a
+// stopped node's file through Open, and must leave it as it was).
 func initBuckets(db *bolt.DB) error {
+	complete := true
+	_ = db.View(func(tx *bolt.Tx) error {
+		for _, b := range append([][]byte{bucketTableLocs, bucketEvents}, allBuckets...) {
+			complete = complete && tx.Bucket(b) != nil
+		}
+		return nil
+	})
+	if complete {
+		return nil
+	}
 	return db.Update(func(tx *bolt.Tx) error {
 		// Before the buckets are created: a missing location index means
 		// a file written before the index existed.

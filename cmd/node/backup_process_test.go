@@ -494,8 +494,13 @@ func TestOfflineBackupAfterLosingQuorum(t *testing.T) {
 	for _, p := range c.procs {
 		p.kill(t)
 	}
+	before, err := os.ReadFile(filepath.Join(dir, "fsm.db"))
+	require.NoError(t, err)
 	code, stdout, stderr := runFloe(t, bin, "backup", "--from-data-dir", dir, "--to", file, "--json")
 	require.Equal(t, 0, code, "floe backup --from-data-dir: %s %s", stdout, stderr)
+	after, err := os.ReadFile(filepath.Join(dir, "fsm.db"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(before, after), "the backup wrote to the state it copied")
 	var summary struct {
 		ClusterID string `json:"cluster-id"`
 	}

@@ -108,3 +108,36 @@ func TestOpenRefusesACutShortFile(t *testing.T) {
 		})
 	}
 }
+
+// The data directory holds the signing keys, and raft writes snapshots
+// (whole copies of the state) with the default modes: a data directory
+// others may read is made private at start, and so is the snapshots
+// directory, so that no other user reads a snapshot.
+func TestDataDirAndSnapshotsArePrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	cfg := testConfig(t, dir, freeAddr(t))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	mustPropose(t, n, createNS("a"))
+	require.NoError(t, n.raft.Snapshot().Error())
+
+	mode := func(path string) os.FileMode {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		return fi.Mode().Perm()
+	}
+	assert.Equal(t, os.FileMode(0o700), mode(dir))
+	assert.Equal(t, os.FileMode(0o700), mode(filepath.Join(dir, snapshotsDir)))
+	for _, f := range []string{"fsm.db", "raft.db"} {
+		assert.Zero(t, mode(filepath.Join(dir, f))&0o077, f)
+	}
+
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	cfg = testConfig(t, fresh, freeAddr(t))
+	cfg.Bootstrap = true
+	mustOpen(t, cfg)
+	assert.Equal(t, os.FileMode(0o700), mode(fresh))
+	assert.Equal(t, os.FileMode(0o700), mode(filepath.Join(fresh, snapshotsDir)))
+}

@@ -365,7 +365,7 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ClusterAddr == "" {
 		return nil, errors.New("raftnode: ClusterAddr is required")
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := privateDataDir(cfg.DataDir, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftnode: create data dir: %w", err)
 	}
 
@@ -408,7 +408,7 @@ func Open(cfg Config) (*Node, error) {
 
 	// The snapshot store creates <DataDir>/snapshots.
 	removeUnfinishedSnapshots(filepath.Join(cfg.DataDir, "snapshots"), cfg.Logger)
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, hlog)
+	n.snaps, err = privateSnapshotStore(cfg.DataDir, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
@@ -1363,13 +1363,17 @@ func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.Snapsh
 // snapshot's write or install kept up to a snapshot's worth of disk. Open
 // holds raft.db's lock, so no other process writes one now. A failure is
 // logged and left: the store works beside them.
+// unfinishedSnapshotSuffix ends the name of the directory raft's file
+// snapshot store writes a snapshot into, until it renames it into place.
+const unfinishedSnapshotSuffix = ".tmp"
+
 func removeUnfinishedSnapshots(dir string, logger *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return // none yet
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), unfinishedSnapshotSuffix) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/raft"
 
@@ -97,8 +98,13 @@ func CheckNoState(dataDir string) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("raftnode: %w", err)
-	case len(entries) > 0:
-		return fmt.Errorf("%w: %s is not empty", ErrHasState, filepath.Join(dataDir, snapshotsDir))
+	}
+	for _, e := range entries {
+		// An unfinished snapshot (a killed Seed's, or a node's) is not
+		// state: the store skips it, and Seed and Open remove it.
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), unfinishedSnapshotSuffix) {
+			return fmt.Errorf("%w: %s is not empty", ErrHasState, filepath.Join(dataDir, snapshotsDir))
+		}
 	}
 	return nil
 }
@@ -153,7 +159,7 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 		}
 		_ = os.Remove(filepath.Join(cfg.DataDir, seedFile))
 	}()
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := privateDataDir(cfg.DataDir, cfg.Logger); err != nil {
 		return fmt.Errorf("raftnode: seed: create data dir: %w", err)
 	}
 	// The state goes into the snapshot as it is, or, to get a new
@@ -187,7 +193,8 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 		}
 	}
 
-	store, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, snapshotsRetained, newHCLog(cfg.Logger, "raft"))
+	removeUnfinishedSnapshots(snapPath, cfg.Logger) // a killed Seed's
+	store, err := privateSnapshotStore(cfg.DataDir, newHCLog(cfg.Logger, "raft"))
 	if err != nil {
 		return fmt.Errorf("raftnode: seed: snapshot store: %w", err)
 	}
@@ -224,7 +231,9 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 
 // stage copies state into a new file at path (replacing a leftover).
 func stage(path string, state io.Reader) error {
-	f, err := os.Create(path)
+	// 0600: the copy still holds the signing keys of the cluster it came
+	// from until WriteAsNewCluster removes them.
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("raftnode: seed: %w", err)
 	}

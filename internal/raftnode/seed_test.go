@@ -62,12 +62,26 @@ func TestSeededNodeStartsClusterWithState(t *testing.T) {
 		assert.True(t, errors.Is(statErr, fs.ErrNotExist), "nothing left behind")
 	}
 
+	// What a Seed killed while it wrote the snapshot leaves (the staged
+	// copy, raft's unfinished snapshot directory) is not state: a second
+	// Seed goes ahead and removes it.
 	dir := filepath.Join(t.TempDir(), "seeded")
+	unfinished := filepath.Join(dir, snapshotsDir, "1-9-1700000000000"+unfinishedSnapshotSuffix)
+	require.NoError(t, os.MkdirAll(unfinished, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(unfinished, snapshotStateFile), state[:100], 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, seedStateFile), state[:100], 0o644))
+	require.NoError(t, CheckNoState(dir))
 	addr := freeAddr(t)
 	const newID = "restored-cluster"
 	require.NoError(t, Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index, ClusterID: newID, Logger: testLogger(t)}, bytes.NewReader(state)))
 	_, err := os.Stat(filepath.Join(dir, seedStateFile))
 	assert.True(t, errors.Is(err, fs.ErrNotExist), "staged state left behind")
+	assert.NoDirExists(t, unfinished)
+	for _, d := range []string{dir, filepath.Join(dir, snapshotsDir)} {
+		fi, err := os.Stat(d)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "%s: it holds the state", d)
+	}
 	err = Seed(SeedConfig{DataDir: dir, NodeID: "r1", Address: addr, Index: index}, bytes.NewReader(state))
 	assert.ErrorIs(t, err, ErrHasState, "a second seed")
 
