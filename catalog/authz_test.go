@@ -148,3 +148,30 @@ func TestNamespacePagesDoNotHintAtHiddenOnes(t *testing.T) {
 	r = n.do(t, "GET", "/v1/namespaces?pageSize=4&pageToken=", nil, admin...)
 	assert.NotNil(t, r.json(t)["next-page-token"])
 }
+
+// A register with overwrite replaces the table of that name, which drops
+// it: write alone, which may not drop the table, may not replace it.
+func TestRegisterOverwriteNeedsDrop(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg, authz: grantAuthz{
+		"writer":   {"write sales", "read sales"},
+		"replacer": {"write sales", "read sales", "drop sales"},
+	}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"sales"}}, admin...).status)
+	r := n.do(t, "POST", "/v1/namespaces/sales/tables", withName("orders"), admin...)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata-location"].(string)
+	register := func(principal string) response {
+		return n.do(t, "POST", "/v1/namespaces/sales/register",
+			map[string]any{"name": "orders", "metadata-location": loc, "overwrite": true}, "X-Test-Principal", principal)
+	}
+	assert.Equal(t, 403, n.do(t, "DELETE", "/v1/namespaces/sales/tables/orders", nil, "X-Test-Principal", "writer").status)
+	r = register("writer")
+	assert.Equal(t, 403, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "may not drop")
+	r = register("replacer")
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}

@@ -605,12 +605,20 @@ type tableFiles struct {
 // holds (nor a live view as its current metadata file), read linearizably
 // just before they are deleted: a registered table's metadata log may name
 // any file inside its location, including one of a view or table that
-// shares or lies inside it. When the read fails nothing is returned, so
-// nothing is deleted: the files are left as orphans.
+// shares or lies inside it. A JSON file inside a live view's location is
+// read, and kept unless it is a table's metadata file: a view's earlier
+// metadata files are not in the index. When the read fails nothing is
+// returned, so nothing is deleted: the files are left as orphans.
 func (s *Server) ownedOnly(ctx context.Context, files []tableFiles) []string {
 	var keep []string
+	type inView struct {
+		table fsm.Ident
+		file  string
+		view  string
+	}
+	var inViews []inView
 	err := s.store.Read(ctx, func(rd *fsm.Reader) error {
-		keep = keep[:0]
+		keep, inViews = keep[:0], inViews[:0]
 		for _, tf := range files {
 			for _, f := range tf.files {
 				if owner, ok := rd.LocationOwnerExcept(f, tf.id); ok {
@@ -618,11 +626,28 @@ func (s *Server) ownedOnly(ctx context.Context, files []tableFiles) []string {
 						"table", tf.id.String(), "file", f, "owner", owner.Ident().String())
 					continue
 				}
+				if storage.MayBeViewMetadata(f) {
+					if v, ok := rd.ViewOverlapping(f); ok {
+						inViews = append(inViews, inView{table: tf.id, file: f, view: v.Ident().String()})
+						continue
+					}
+				}
 				keep = append(keep, f)
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		for _, f := range inViews {
+			raw, rerr := s.whOf(ctx).objects.Read(ctx, f.file)
+			if rerr == nil && storage.IsTableMetadata(raw) {
+				keep = append(keep, f.file)
+				continue
+			}
+			s.log.Warn("expired metadata file left in place: it lies in a live view's location and is not a table's metadata file",
+				"table", f.table.String(), "file", f.file, "view", f.view, "error", rerr)
+		}
+	}
 	if err != nil {
 		n := 0
 		for _, tf := range files {

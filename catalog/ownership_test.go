@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -562,7 +564,9 @@ func TestExpiredMetadataFilesOfOthersAreKept(t *testing.T) {
 	}
 	b, err := json.Marshal(md)
 	require.NoError(t, err)
-	require.NoError(t, n.objects.Write(ctx, own, []byte("{}")))
+	// In the view's place, only a table's metadata file is told from the
+	// view's and deleted.
+	require.NoError(t, n.objects.Write(ctx, own, b))
 	reg := shared + "/metadata/00002-00000000-0000-0000-0000-000000000002.metadata.json"
 	require.NoError(t, n.objects.Write(ctx, reg, b))
 	r = n.do(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "t", "metadata-location": reg})
@@ -600,4 +604,59 @@ func TestRegisterMetadataLocationSpelling(t *testing.T) {
 		assert.Contains(t, string(r.body), `contains \"?\"`, path)
 	}
 	assert.Equal(t, before, n.state(t))
+}
+
+// A view's place is not a table's to adopt, and a table sharing a view's
+// place does not delete the view's metadata files: a metadata log may name
+// them. Adopted, the view's place was purged with the table and covered by
+// its credentials, and no table could be created there.
+func TestViewFilesAreNoTables(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"vq"}}).status)
+	r := n.vdo(t, "POST", "/v1/namespaces/vq/views", createViewBody("sales", "select 1", "vq"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	viewFile := r.json(t)["metadata-location"].(string)
+	viewLoc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.vdo(t, "POST", "/v1/namespaces/vq/views/sales", addVersionBody("select 2", "vq"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	r = n.do(t, "POST", "/v1/floe/namespaces/vq/tables", withName("t0"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	template := r.json(t)["metadata"].(map[string]any)
+	craft := func(loc string) string {
+		m := maps.Clone(template)
+		m["location"] = loc
+		m["table-uuid"] = uuid.NewString()
+		m["metadata-log"] = []any{map[string]any{"timestamp-ms": 1, "metadata-file": viewFile}}
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		file := loc + "/metadata/00001-" + uuid.NewString() + ".metadata.json"
+		require.NoError(t, n.objects.Write(ctx, file, b))
+		return file
+	}
+
+	// At a place of its own, the table does not adopt the view's.
+	r = n.do(t, "POST", "/v1/floe/namespaces/vq/register", map[string]any{"name": "mine", "metadata-location": craft(n.warehouse + "/vq/mine")})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/vq/tables", withLocation("beside", viewLoc))
+	assert.Equal(t, 200, r.status, "the view's place is not mine's: %s", r.body)
+
+	// At the view's place, its expired metadata files go, but not the view's.
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/floe/namespaces/vq/tables/beside", nil).status)
+	own := craft(viewLoc)
+	r = n.do(t, "POST", "/v1/floe/namespaces/vq/register", map[string]any{"name": "shared", "metadata-location": own})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	for range 2 {
+		r = n.do(t, "POST", "/v1/floe/namespaces/vq/tables/shared", map[string]any{"requirements": []any{}, "updates": []any{
+			map[string]any{"action": "set-properties", "updates": map[string]string{
+				"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1", "n": uuid.NewString()}},
+		}})
+		require.Equal(t, 200, r.status, "%s", r.body)
+	}
+	_, err := n.objects.Read(ctx, viewFile)
+	assert.NoError(t, err, "the view's earlier metadata file is kept")
+	_, err = n.objects.Read(ctx, own)
+	assert.Error(t, err, "the table's own expired metadata file goes")
+	assert.Equal(t, 200, n.vdo(t, "GET", "/v1/namespaces/vq/views/sales", nil).status)
 }

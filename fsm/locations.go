@@ -195,9 +195,8 @@ func isView(id Ident) func(locHolder) bool {
 // table's location may not overlap. A table and a view may share a
 // location (Iceberg's reference catalog allows it, and clients' own
 // suites do it): a view keeps only its metadata files there, and a purge
-// never deletes a live view's current metadata file (Reader.LocationOwner).
-// Its earlier metadata files are not protected: a table's manifests
-// would have to name them, which only a crafted manifest does.
+// never deletes a live view's current metadata file (Reader.LocationOwner)
+// nor, told by their content, its earlier ones (Reader.ViewOverlapping).
 func otherTables(id Ident) func(locHolder) bool {
 	self := isTable(id)
 	return func(h locHolder) bool { return h.view != nil || self(h) }
@@ -340,6 +339,23 @@ func (r *Reader) LocationOwner(uri string) (Table, bool) {
 		}
 	}
 	return Table{}, false
+}
+
+// ViewOverlapping returns a live view whose location is equal to, inside
+// or around uri's (under any of fileKeys(uri)): for a file, the view whose
+// place holds it. LocationOwner protects only a view's current metadata
+// file, since a table may share a view's location; its earlier metadata
+// files lie in the same place, and a table's metadata log may name them.
+// Code that deletes a table's files reads those a view's place holds
+// before it deletes them (storage.IsTableMetadata), and a register does
+// not adopt a place a view holds.
+func (r *Reader) ViewOverlapping(uri string) (View, bool) {
+	for _, key := range fileKeys(uri) {
+		if h, ok := locationOwner(r.tx, key, func(h locHolder) bool { return h.table != nil }); ok {
+			return *h.view, true
+		}
+	}
+	return View{}, false
 }
 
 // fileKeys are the location keys a file is looked up under by the readers

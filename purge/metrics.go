@@ -64,7 +64,7 @@ func newMetrics() *metrics {
 		}),
 		skippedOwned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floe_purge_files_skipped_guarded_total",
-			Help: "Files a purge batch left in place at the last check before deleting: inside another live table's location (owned) or outside the allowed locations (disallowed). Non-zero only for state written before locations were owned.",
+			Help: "Files a purge batch left in place at the last check before deleting: inside another live table's location (owned), outside the allowed locations (disallowed), or a file in a live view's location that is not a table's metadata file (view).",
 		}, []string{"reason"}),
 		deleteErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_delete_errors_total", Help: "Files a delete batch could not delete.",

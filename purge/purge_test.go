@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -45,6 +46,7 @@ func TestPurge(t *testing.T) {
 			t.Run("a data file that is a directory fails the job at once", func(t *testing.T) { testDirectoryFailsAtOnce(t, c, wh) })
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
+			t.Run("a live view's files in a purged table's place are never deleted", func(t *testing.T) { testViewFilesSurvive(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
 			t.Run("no storage secret in jobs, the log or snapshots", func(t *testing.T) { testNoSecretInState(t, c) })
 		})
@@ -629,4 +631,51 @@ func TestStopDoesNotWaitForAStuckStorageCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Stop waited for a storage call that never returns")
 	}
+}
+
+// A table may share a live view's location, and a registered table's
+// metadata log may name any file: a purge of such a table deletes its own
+// metadata file there but none of the view's, earlier or current (only
+// the current one is in the location index; the earlier ones are told by
+// their content).
+func testViewFilesSurvive(t *testing.T, c *cluster) {
+	n := c.follower()
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", `{"namespace":["vshare"]}`).status)
+	view := `{"name":"v","schema":` + schemaJSON + `,"view-version":{"version-id":1,"schema-id":0,"timestamp-ms":1700000000000,` +
+		`"summary":{"engine-name":"test"},"representations":[{"type":"sql","sql":"select %d","dialect":"spark"}],"default-namespace":["vshare"]},"properties":{}}`
+	r := n.do(t, "POST", "/v1/namespaces/vshare/views", fmt.Sprintf(view, 1))
+	require.Equal(t, 200, r.status, r.body)
+	first := r.json(t)["metadata-location"].(string)
+	viewLoc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/namespaces/vshare/views/v", `{"requirements":[],"updates":[{"action":"add-view-version","view-version":`+
+		`{"version-id":2,"schema-id":0,"timestamp-ms":1700000000001,"summary":{"engine-name":"test"},`+
+		`"representations":[{"type":"sql","sql":"select 2","dialect":"spark"}],"default-namespace":["vshare"]}},`+
+		`{"action":"set-current-view-version","view-version-id":-1}]}`)
+	require.Equal(t, 200, r.status, r.body)
+	current := r.json(t)["metadata-location"].(string)
+	require.NotEqual(t, first, current)
+
+	// A table's metadata at the view's location, whose log names the
+	// view's first metadata file.
+	r = n.do(t, "POST", "/v1/namespaces/vshare/tables", `{"name":"tpl","schema":`+schemaJSON+`}`)
+	require.Equal(t, 200, r.status, r.body)
+	m := r.json(t)["metadata"].(map[string]any)
+	m["location"] = viewLoc
+	m["table-uuid"] = uuid.NewString()
+	m["metadata-log"] = []any{map[string]any{"timestamp-ms": 1, "metadata-file": first}}
+	raw, err := json.Marshal(m)
+	require.NoError(t, err)
+	crafted := viewLoc + "/metadata/00009-" + uuid.NewString() + ".metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), crafted, raw))
+	r = n.do(t, "POST", "/v1/namespaces/vshare/register", fmt.Sprintf(`{"name":"b","metadata-location":%q}`, crafted))
+	require.Equal(t, 200, r.status, r.body)
+
+	r = n.do(t, "DELETE", "/v1/namespaces/vshare/tables/b?purgeRequested=true", "")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.mustJob("vshare", "b")
+	assert.Equal(t, fsm.JobSucceeded, job.State)
+	assert.ElementsMatch(t, []string{first, current}, c.exist([]string{first, current, crafted}),
+		"the view's files stay; the table's own metadata file goes")
+	assert.Equal(t, int64(1), job.Progress.SkippedOwned, "the view's earlier file")
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/vshare/views/v", "").status)
 }

@@ -569,16 +569,19 @@ func (r *jobRun) recordPhaseAndGuard(uris []string) ([]string, error) {
 // table is no longer live) or outside the allowed locations. With
 // ownership enforced when locations are claimed it drops nothing; it
 // protects state written before that, and any path that would miss it.
-// A read that fails fails the batch (the run is retried later); it never
-// deletes unchecked.
+// A JSON file inside a live view's location (a table may share a view's
+// place, and its metadata log may name the view's earlier metadata files)
+// is read, and deleted only if it is a table's metadata file. A read of
+// the index that fails fails the batch (the run is retried later); it
+// never deletes unchecked.
 func (r *jobRun) guard(uris []string) ([]string, error) {
 	keep := uris[:0:0]
 	type skipped struct{ uri, reason, owner string }
-	var skips []skipped
+	var skips, inViews []skipped
 	ctx, cancel := context.WithTimeout(r.ctx, max(r.s.cfg.HeartbeatTimeout, time.Second))
 	defer cancel()
 	err := r.s.cfg.Store.Read(ctx, func(rd *fsm.Reader) error {
-		keep, skips = keep[:0], skips[:0]
+		keep, skips, inViews = keep[:0], skips[:0], inViews[:0]
 		// The same read fences the run: a run whose lease was lost (the
 		// job failed or released, or leased again elsewhere) deletes no
 		// further batch, even before the local replica's sweep stops it.
@@ -594,12 +597,26 @@ func (r *jobRun) guard(uris []string) ([]string, error) {
 				skips = append(skips, skipped{uri: u, reason: "owned", owner: owner.Ident().String()})
 				continue
 			}
+			if storage.MayBeViewMetadata(u) {
+				if v, ok := rd.ViewOverlapping(u); ok {
+					inViews = append(inViews, skipped{uri: u, reason: "view", owner: v.Ident().String()})
+					continue
+				}
+			}
 			keep = append(keep, u)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("checking %d files against the live tables' locations: %w", len(uris), err)
+	}
+	for _, f := range inViews {
+		raw, err := r.objs.Read(r.ctx, f.uri)
+		if err == nil && storage.IsTableMetadata(raw) {
+			keep = append(keep, f.uri)
+			continue
+		}
+		skips = append(skips, f) // a view's, unreadable (gone, or unreachable) or not metadata
 	}
 	if len(skips) > 0 {
 		r.mu.Lock()
