@@ -4,13 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// formatV1 is the only log encoding this package writes and reads.
+// formatV2 is the log encoding this package writes; it reads formatV1
+// too.
 //
 // Layout of a version 1 record (all fixed-width integers big-endian):
 //
@@ -26,10 +28,28 @@ import (
 //
 // The record must end exactly after Extensions; trailing bytes are an error.
 //
+// A version 2 record is a version 1 record (with version byte 2) followed
+// by the CRC-32C (Castagnoli) of every byte before it, 4 bytes. bbolt
+// checks no page's content: without it a byte flipped on disk in an
+// entry was read as it stood, applied by this node and sent to lagging
+// followers, which then held a state the others never had. A record
+// whose checksum does not match is ErrCorruptRecord: raft does not send
+// it, and a node that must apply it stops.
+//
 // Any change to this layout must use a new version byte and keep decoding
-// version 1, because records written by an older binary stay on disk until
-// raft compacts them away.
-const formatV1 byte = 1
+// the older versions, because records written by an older binary stay on
+// disk until raft compacts them away. (An older binary cannot read version
+// 2 records: a node is not moved back to a release before them while its
+// log holds any.)
+const (
+	formatV1 byte = 1
+	formatV2 byte = 2
+)
+
+// checksumLen is the length of a version 2 record's checksum.
+const checksumLen = 4
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 const (
 	fixedHeaderLen = 1 + 8 + 8 + 1 + 1 + 8 // version..AppendedAt
@@ -53,7 +73,7 @@ var ErrUnknownFormat = errors.New("raftlog: unknown log record format version")
 // errors.Is.
 var ErrCorruptRecord = errors.New("raftlog: corrupt log record")
 
-// encodeLog returns the version 1 encoding of l.
+// encodeLog returns the version 2 encoding of l.
 //
 // It fails only if l.AppendedAt is non-zero but outside the range that int64
 // Unix nanoseconds can represent (before 1677 or after 2262).
@@ -70,10 +90,10 @@ func encodeLog(l *raft.Log) ([]byte, error) {
 
 	size := fixedHeaderLen +
 		uvarintLen(uint64(len(l.Data))) + len(l.Data) +
-		uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions)
+		uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions) + checksumLen
 	buf := make([]byte, 0, size)
 
-	buf = append(buf, formatV1)
+	buf = append(buf, formatV2)
 	buf = binary.BigEndian.AppendUint64(buf, l.Index)
 	buf = binary.BigEndian.AppendUint64(buf, l.Term)
 	buf = append(buf, byte(l.Type))
@@ -83,6 +103,7 @@ func encodeLog(l *raft.Log) ([]byte, error) {
 	buf = append(buf, l.Data...)
 	buf = binary.AppendUvarint(buf, uint64(len(l.Extensions)))
 	buf = append(buf, l.Extensions...)
+	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	return buf, nil
 }
 
@@ -97,8 +118,19 @@ func decodeLog(buf []byte, l *raft.Log) error {
 	if len(buf) == 0 {
 		return fmt.Errorf("%w: empty record", ErrCorruptRecord)
 	}
-	if buf[0] != formatV1 {
-		return fmt.Errorf("%w: got version %d, this build understands only version %d", ErrUnknownFormat, buf[0], formatV1)
+	switch buf[0] {
+	case formatV1:
+	case formatV2:
+		if len(buf) < fixedHeaderLen+checksumLen {
+			return fmt.Errorf("%w: record is %d bytes, shorter than the %d byte header and checksum", ErrCorruptRecord, len(buf), fixedHeaderLen+checksumLen)
+		}
+		body, sum := buf[:len(buf)-checksumLen], binary.BigEndian.Uint32(buf[len(buf)-checksumLen:])
+		if crc32.Checksum(body, castagnoli) != sum {
+			return fmt.Errorf("%w: checksum mismatch (the record was changed on disk)", ErrCorruptRecord)
+		}
+		buf = body
+	default:
+		return fmt.Errorf("%w: got version %d, this build understands versions %d and %d", ErrUnknownFormat, buf[0], formatV1, formatV2)
 	}
 	if len(buf) < fixedHeaderLen {
 		return fmt.Errorf("%w: record is %d bytes, shorter than the %d byte header", ErrCorruptRecord, len(buf), fixedHeaderLen)

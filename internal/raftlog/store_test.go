@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -333,4 +334,29 @@ func TestOpenRejectsNonBoltFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("this is not a bbolt database, not even close...................."), 0o600))
 	_, err := Open(path, Options{})
 	require.Error(t, err)
+}
+
+// A byte of an entry changed in the file on disk (same length, so bbolt
+// reads the page as valid) is refused when the entry is read, not handed
+// to raft, which would apply it and send it to followers.
+func TestChangedEntryOnDiskIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "raft.db")
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	target := &raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte(`{"namespace":["rlog_target"]}`)}
+	require.NoError(t, s.StoreLogs([]*raft.Log{target, {Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte("other")}}))
+	require.NoError(t, s.Close())
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, 1, bytes.Count(raw, []byte("rlog_target")))
+	require.NoError(t, os.WriteFile(path, bytes.Replace(raw, []byte("rlog_target"), []byte("rlog_tXrget"), 1), 0o600))
+
+	s, err = Open(path, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	var out raft.Log
+	require.ErrorIs(t, s.GetLog(1, &out), ErrCorruptRecord)
+	require.NoError(t, s.GetLog(2, &out), "the other entries read as before")
+	require.Equal(t, []byte("other"), out.Data)
 }
