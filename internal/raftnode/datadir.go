@@ -1,12 +1,16 @@
 package raftnode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -150,4 +154,62 @@ func recordNodeID(path string, id raft.ServerID) error {
 		return fmt.Errorf("raftnode: record the node id: %w", err)
 	}
 	return nil
+}
+
+// ErrOtherCluster: the data directory holds the state of another cluster
+// than the one the Join nodes form. Started, the node would lead or serve
+// that other cluster's state as if it were theirs.
+var ErrOtherCluster = errors.New("raftnode: the data directory holds another cluster's state than the --join nodes")
+
+// joinProbeTimeout bounds the identity probe of each Join node at start.
+const joinProbeTimeout = time.Second
+
+// checkJoinCluster refuses a node with state whose Join nodes belong to
+// another cluster: some answer with another cluster's identity and none
+// with this state's. A data directory copied from another cluster, or
+// left from one, was otherwise started under --join as if it were this
+// cluster's member: it elected itself leader of its own configuration and
+// served and took writes the cluster never saw. Nodes that do not answer
+// (not started yet, down), or answer without an identity, are not judged,
+// nor is a node whose state has no identity.
+func (n *Node) checkJoinCluster(hasState bool) error {
+	ours := n.ClusterID()
+	if !hasState || ours == "" || len(n.cfg.Join) == 0 {
+		return nil
+	}
+	self := map[string]bool{n.cfg.ClusterAddr: true, n.cfg.AdvertiseAddr: true, string(n.trans.LocalAddr()): true}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		same   bool
+		others []string
+	)
+	for _, addr := range n.cfg.Join {
+		if self[addr] {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), joinProbeTimeout)
+			defer cancel()
+			info, err := n.probe(ctx, addr)
+			if err != nil || info.ClusterID == "" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if info.ClusterID == ours {
+				same = true
+			} else {
+				others = append(others, fmt.Sprintf("%s (cluster id %s)", addr, info.ClusterID))
+			}
+		})
+	}
+	wg.Wait()
+	if same || len(others) == 0 {
+		return nil
+	}
+	sort.Strings(others)
+	return fmt.Errorf("%w: it holds cluster %s, the --join nodes that answered belong to another: %s; "+
+		"start this node with an empty data directory to join them, or without --join to serve the cluster it holds",
+		ErrOtherCluster, ours, strings.Join(others, ", "))
 }

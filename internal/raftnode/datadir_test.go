@@ -141,3 +141,30 @@ func TestDataDirAndSnapshotsArePrivate(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o700), mode(fresh))
 	assert.Equal(t, os.FileMode(0o700), mode(filepath.Join(fresh, snapshotsDir)))
 }
+
+// A data directory of another cluster, started under --join naming this
+// one's nodes, is refused: before, the node led its own cluster of one and
+// served (and took writes to) a state the cluster never had.
+func TestOpenRefusesAnotherClustersStateUnderJoin(t *testing.T) {
+	foreign, foreignAddr := t.TempDir(), freeAddr(t)
+	startLone(t, foreign, foreignAddr, "n3", 1)
+
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.NodeID, cfg.Bootstrap = "n1", true
+	live := mustOpen(t, cfg)
+	waitLeaderOf(t, live)
+	require.Eventually(t, live.clusterIDRecorded.Load, 10*time.Second, 10*time.Millisecond)
+
+	cfg = testConfig(t, foreign, foreignAddr)
+	cfg.NodeID = "n3"
+	cfg.Join = []string{live.cfg.ClusterAddr, foreignAddr}
+	_, err := Open(cfg)
+	require.ErrorIs(t, err, ErrOtherCluster)
+	assert.Contains(t, err.Error(), live.ClusterID())
+	assert.Contains(t, err.Error(), "empty data directory")
+
+	// Without --join, or with no node answering, it is its own cluster's.
+	cfg.Join = nil
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+}

@@ -200,7 +200,9 @@ type Config struct {
 	// Join lists cluster addresses of other nodes. A node without Raft
 	// state asks them for the leader and asks the leader to add it as a
 	// voter; with BootstrapExpect it may instead form a new cluster with
-	// them. A node with state ignores both.
+	// them. A node with state ignores both, except that it refuses to start
+	// (ErrOtherCluster) when the Join nodes that answer at start all hold
+	// another cluster's identity than its state.
 	//
 	// Until the leader has answered (or the node has bootstrapped with
 	// BootstrapExpect, or sees such a cluster still forming), a node
@@ -487,6 +489,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	// After the seed record: a seeded directory is checked against it.
 	if err := n.checkNodeID(hasState, seeded); err != nil {
+		return nil, err
+	}
+	if err := n.checkJoinCluster(hasState); err != nil {
 		return nil, err
 	}
 
