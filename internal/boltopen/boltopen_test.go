@@ -1,6 +1,9 @@
 package boltopen_test
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,4 +27,43 @@ func TestLockedFileSaysItIsLocked(t *testing.T) {
 	require.ErrorIs(t, err, bolt.ErrTimeout)
 	assert.ErrorContains(t, err, "is locked by another process")
 	assert.NotErrorIs(t, err, boltopen.ErrDamaged)
+}
+
+// A leaf page whose header was overwritten passed Open, and bbolt
+// panicked on the first read that reached it (a request, or the state
+// machine's apply, in a crash loop): it is refused at Open, naming the
+// file.
+func TestDamagedPageIsRefusedAtOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	db, err := boltopen.Open(path, 0o600, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("namespaces"))
+		if err != nil {
+			return err
+		}
+		for i := range 5000 {
+			if err := b.Put(fmt.Appendf(nil, "ns_%05d", i), bytes.Repeat([]byte("v"), 100)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	pageSize := db.Info().PageSize
+	require.NoError(t, db.Close())
+
+	db, err = boltopen.Open(path, 0o600, nil, nil)
+	require.NoError(t, err, "a whole file passes the check")
+	require.NoError(t, db.Close())
+
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	at := bytes.Index(raw, []byte("ns_02500"))
+	require.Positive(t, at)
+	page := at / pageSize * pageSize
+	copy(raw[page:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // the page's id
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	_, err = boltopen.Open(path, 0o600, nil, nil)
+	require.ErrorIs(t, err, boltopen.ErrDamaged)
+	assert.ErrorContains(t, err, path)
 }
