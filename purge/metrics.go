@@ -92,7 +92,7 @@ func newMetrics() *metrics {
 			Name: "floe_purge_missing_manifests_total", Help: "Manifest lists (skipped) or manifests (the run fails) missing when a purge walked them.",
 		}),
 		notRead: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floe_purge_manifests_not_read_total", Help: "Manifest lists or manifests a purge did not read because they lie outside the allowed locations; their entries are left in place.",
+			Name: "floe_purge_manifests_not_read_total", Help: "Manifest lists or manifests a purge did not read because they lie outside the table's own locations or the allowed locations; their entries are left in place.",
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,

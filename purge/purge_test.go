@@ -47,6 +47,7 @@ func TestPurge(t *testing.T) {
 			t.Run("a stale lease is fenced off", func(t *testing.T) { testStaleLease(t, c) })
 			t.Run("files of a live table overlapping from old state are never deleted", func(t *testing.T) { testLegacyOverlap(t, c) })
 			t.Run("a live view's files in a purged table's place are never deleted", func(t *testing.T) { testViewFilesSurvive(t, c) })
+			t.Run("a purge reads only the table's own manifests", func(t *testing.T) { testPurgeReadsOnlyItsOwnManifests(t, c) })
 			t.Run("a purged table's metadata cannot be registered from a cached copy", func(t *testing.T) { testRegisterPurgedMetadata(t, c) })
 			t.Run("no storage secret in jobs, the log or snapshots", func(t *testing.T) { testNoSecretInState(t, c) })
 		})
@@ -678,4 +679,30 @@ func testViewFilesSurvive(t *testing.T, c *cluster) {
 		"the view's files stay; the table's own metadata file goes")
 	assert.Equal(t, int64(1), job.Progress.SkippedOwned, "the view's earlier file")
 	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/vshare/views/v", "").status)
+}
+
+// A snapshot may name any file as its manifest list: a purge reads only
+// the table's own, so it tells nothing of another table's file (before,
+// a synchronous drop answered 500 quoting the file's first bytes when it
+// existed, and 204 when it did not).
+func testPurgeReadsOnlyItsOwnManifests(t *testing.T, c *cluster) {
+	n := c.follower()
+	victim := c.makeTable(n, "probe", "victim", nil, 1, 1)
+	for _, name := range []string{"p1", "p2"} {
+		r := n.do(t, "POST", "/v1/namespaces/probe/tables", `{"name":"`+name+`","schema":`+schemaJSON+`}`)
+		require.Equal(t, 200, r.status, r.body)
+	}
+	snap := func(list string) string {
+		return fmt.Sprintf(`{"requirements":[],"updates":[{"action":"add-snapshot","snapshot":{"snapshot-id":7,"sequence-number":1,`+
+			`"timestamp-ms":%d,"manifest-list":%q,"summary":{"operation":"append"},"schema-id":0}},`+
+			`{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":7}]}`, time.Now().UnixMilli(), list)
+	}
+	for name, list := range map[string]string{"p1": victim.data[0], "p2": victim.tbl.Location() + "/data/nothere.parquet"} {
+		r := n.do(t, "POST", "/v1/namespaces/probe/tables/"+name, snap(list))
+		require.Equal(t, 200, r.status, r.body)
+		r = n.do(t, "DELETE", "/v1/namespaces/probe/tables/"+name+"?purgeRequested=true", "")
+		assert.Equal(t, 204, r.status, "%s: %s", name, r.body)
+		assert.Equal(t, fsm.JobSucceeded, c.mustJob("probe", name).State, name)
+	}
+	assert.ElementsMatch(t, victim.files, c.exist(victim.files), "the victim keeps every file")
 }

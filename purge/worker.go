@@ -315,10 +315,18 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 			r.log.Warn("purge: manifest missing; the files it lists cannot be found", "uri", uri)
 			return fmt.Errorf("%w: %s is missing, so the files it lists cannot be found", errMissingManifest, uri)
 		},
-		MayRead: r.s.allowed,
+		// Only the table's own files are read, as only they are deleted:
+		// a snapshot may name any path, and what a read finds (that the
+		// file exists, its first bytes in a parser's error) reaches the
+		// job's record and a synchronous drop's answer, so a principal
+		// who may write one table could otherwise probe another
+		// namespace's or warehouse's files through its purge. Entries of
+		// a manifest outside the table's locations lie outside them too,
+		// but for a table written oddly: they are left in place.
+		MayRead: func(uri string) bool { return r.s.allowed(uri) && r.inside(uri) },
 		OnNotRead: func(uri string) {
 			r.s.m.notRead.Inc()
-			r.log.Warn("purge: manifest list or manifest outside the allowed locations not read; its entries are left in place", "uri", uri)
+			r.log.Warn("purge: manifest list or manifest outside the table's locations (or the allowed locations) not read; its entries are left in place", "uri", uri)
 		},
 	}
 	err = w.Walk(ctx, meta, r.job.MetadataLocation, r.committed, func(f File) error {
