@@ -472,6 +472,30 @@ func (s *security) allowed(r *http.Request, priv string, namespace []string) (bo
 	return auth.Allowed(p, grants, priv, namespace), nil
 }
 
+// stillAdmin checks again what wrap checked when an operator API request
+// came in, for an answer that goes on long after (the change feed): that
+// its credential is still valid (a token not expired nor deleted) and its
+// principal still holds admin, with the grants read afresh. Without it a
+// stream kept sending every catalog change to a caller whose token had
+// expired or whose admin grant was revoked.
+func (s *security) stillAdmin(r *http.Request) error {
+	if !s.on {
+		return nil
+	}
+	p, err := s.authn.Authenticate(r)
+	if err != nil {
+		return fmt.Errorf("its credential is no longer accepted: %w", err)
+	}
+	grants, err := s.readGrants(r.Context(), p)
+	if err != nil {
+		return fmt.Errorf("cannot read grants: %w", err)
+	}
+	if !auth.Allowed(p, grants, auth.PrivilegeAdmin, nil) {
+		return fmt.Errorf("%s no longer holds the admin privilege", p.Name)
+	}
+	return nil
+}
+
 // grants are the grants of p and of its roles: those its token carries and
 // those the replicated state gives it.
 func (s *security) grants(ctx context.Context, p auth.Principal) ([]auth.Grant, error) {

@@ -219,7 +219,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger, Principal: sec.principal})
+	management := admin.New(node, node, admin.Config{IdempotencyLifetime: cfg.idempotencyLifetime, Logger: logger, Principal: sec.principal,
+		Reauthorize: sec.stillAdmin})
 	purgeJobs := management.PurgeJobs(node)
 	// The status page under /ui: its Retry and Release go through the
 	// operator API's purge-jobs handler.

@@ -73,6 +73,12 @@ type Config struct {
 	// Principal names the request's caller, for Idempotency-Key bindings
 	// and the records of who changed what; nil: "anonymous".
 	Principal func(*http.Request) string
+	// Reauthorize checks again, for an answer that goes on after the
+	// request was let in (the change feed), that its caller may still have
+	// it: an error (the credential expired or was deleted, the admin
+	// privilege revoked, or the check could not be made) ends the answer.
+	// nil: never checked again (authentication off).
+	Reauthorize func(*http.Request) error
 }
 
 // principal names who the request acts for.

@@ -31,6 +31,9 @@ var _ EventSource = (*fsm.FSM)(nil)
 
 // Change feed defaults and bounds.
 const (
+	// reauthorizeEvery spaces a stream's checks that its caller may still
+	// follow it (Config.Reauthorize): each is a read of the grants.
+	reauthorizeEvery = time.Second
 	// DefaultEventsHeartbeat is how often an idle stream gets a comment
 	// line, so that proxies and clients see it alive.
 	DefaultEventsHeartbeat = 15 * time.Second
@@ -254,10 +257,30 @@ func (e *eventsAPI) stream(w http.ResponseWriter, r *http.Request) error {
 	e.srv.log.Debug("change feed client connected", "remote", r.RemoteAddr, "after", cur.after)
 	defer func() { e.srv.log.Debug("change feed client gone", "remote", r.RemoteAddr, "after", cur.after) }()
 
+	// The caller was let in when the stream began; a long stream checks
+	// again, at most once a reauthorizeEvery, before it sends more.
+	var checked time.Time
+	stillAllowed := func() bool {
+		if e.srv.cfg.Reauthorize == nil || time.Since(checked) < reauthorizeEvery {
+			return true
+		}
+		if err := e.srv.cfg.Reauthorize(r); err != nil {
+			e.srv.log.Info("change feed ended: its caller may no longer follow it", "remote", r.RemoteAddr, "principal", e.srv.principal(r), "error", err)
+			_ = out.end("denied", &statusError{http.StatusForbidden, "ForbiddenException", "the change feed ended: " + err.Error()})
+			return false
+		}
+		checked = time.Now()
+		return true
+	}
+	checked = time.Now() // the request was authorized just now
+
 	heartbeat := time.NewTicker(e.cfg.Heartbeat)
 	defer heartbeat.Stop()
 	for {
 		if len(page) > 0 {
+			if !stillAllowed() {
+				return nil
+			}
 			if err := out.events(page); err != nil {
 				return nil // the client went away
 			}
@@ -268,6 +291,9 @@ func (e *eventsAPI) stream(w http.ResponseWriter, r *http.Request) error {
 			case <-changed:
 				more = true // read again; the page may still be empty
 			case <-heartbeat.C:
+				if !stillAllowed() {
+					return nil
+				}
 				if err := out.comment("heartbeat"); err != nil {
 					return nil
 				}
@@ -281,7 +307,7 @@ func (e *eventsAPI) stream(w http.ResponseWriter, r *http.Request) error {
 		page, more, cur, err = e.read(cur, limit)
 		switch {
 		case errors.Is(err, fsm.ErrEventsPruned):
-			_ = out.gone(goneError(err))
+			_ = out.end("gone", goneError(err))
 			return nil
 		case err != nil:
 			// The state machine closed (the node is stopping): the client
@@ -347,12 +373,14 @@ func (s *sseWriter) comment(text string) error {
 }
 
 // gone writes the error model as a "gone" event.
-func (s *sseWriter) gone(se *statusError) error {
+// end writes the last event of a stream, named event, holding se in the
+// Iceberg error model.
+func (s *sseWriter) end(event string, se *statusError) error {
 	raw, err := json.Marshal(map[string]any{"error": map[string]any{"message": se.msg, "type": se.typ, "code": se.status}})
 	if err != nil {
 		return err
 	}
-	s.buf = append(s.buf, "event: gone\ndata: "...)
+	s.buf = append(s.buf, "event: "+event+"\ndata: "...)
 	s.buf = append(s.buf, raw...)
 	s.buf = append(s.buf, "\n\n"...)
 	return s.flush()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -438,4 +439,45 @@ func TestFeedBoundsEachPieceNotThePage(t *testing.T) {
 	assert.Equal(t, []string{"deadline", "write", "deadline", "write", "deadline", "write", "deadline", "write", "deadline"}, rec.log)
 	assert.Equal(t, 3*sseChunk+1, rec.Body.Len())
 	assert.Empty(t, s.buf)
+}
+
+// A stream checks again, before it sends more, that its caller may still
+// follow it: once its token expired or was deleted, or its admin grant was
+// revoked, it ends with a denied event instead of sending every change on.
+func TestFeedEndsWhenItsCallerIsNoLongerAllowed(t *testing.T) {
+	f := openFSM(t)
+	var revoked atomic.Bool
+	fs := &feedServer{store: &fsmStore{f: f, i: f.AppliedIndex()}, reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	h := newServer(nil, nil, Config{Reauthorize: func(*http.Request) error {
+		if revoked.Load() {
+			return errors.New("ops no longer holds the admin privilege")
+		}
+		return nil
+	}}).Events(f, EventsConfig{Heartbeat: time.Hour, Registerer: fs.reg, Done: fs.done})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	fs.store.must(t, ns("a"))
+	fd := openFeed(t, srv.URL+"/management/v1/events", nil)
+	e, _ := fd.event()
+	assert.Equal(t, []string{"a"}, e.Namespace)
+	time.Sleep(reauthorizeEvery) // the next page is checked
+	fs.store.must(t, ns("b"))
+	e, _ = fd.event()
+	assert.Equal(t, []string{"b"}, e.Namespace, "still allowed")
+
+	revoked.Store(true)
+	time.Sleep(reauthorizeEvery)
+	fs.store.must(t, ns("secret"))
+	m := fd.next(true)
+	assert.Equal(t, "denied", m.Event)
+	assert.Contains(t, m.Data, `"code":403`)
+	assert.Contains(t, m.Data, "no longer holds the admin privilege")
+	assert.NotContains(t, m.Data, "secret")
+	select {
+	case m, ok := <-fd.msgs:
+		assert.False(t, ok, "the stream ends after denied, got %+v", m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not end")
+	}
 }
