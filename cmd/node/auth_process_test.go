@@ -493,6 +493,50 @@ func TestAuthProcesses(t *testing.T) {
 		}
 	})
 
+	t.Run("a change feed ends once its caller's admin grant is revoked", func(t *testing.T) {
+		_, out := c.call(t, n1, testRootToken, "POST", "/management/v1/auth/tokens", `{"principal":"feeder"}`)
+		var tok struct {
+			Token string `json:"token"`
+		}
+		require.NoError(t, json.Unmarshal(out, &tok), "%s", out)
+		grant := `{"grantee":"principal:feeder","privilege":"admin"}`
+		c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/grants", grant, http.StatusNoContent)
+		var cluster struct {
+			Commit uint64 `json:"commit-index"`
+		}
+		require.NoError(t, json.Unmarshal(c.mustCall(t, n1, testRootToken, "GET", "/management/v1/cluster", "", http.StatusOK), &cluster))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://%s/management/v1/events?after=%d", n2.httpAddr, cluster.Commit), nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok.Token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		lines := bufio.NewScanner(resp.Body)
+		until := func(want string) []string {
+			var seen []string
+			for lines.Scan() {
+				seen = append(seen, lines.Text())
+				if strings.Contains(lines.Text(), want) {
+					return seen
+				}
+			}
+			t.Fatalf("the stream ended before %q: %q", want, seen)
+			return nil
+		}
+		c.mustCall(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["feed_before"]}`, http.StatusOK)
+		until("feed_before")
+		c.mustCall(t, n1, testRootToken, "POST", "/management/v1/auth/grants/revoke", grant, http.StatusNoContent)
+		time.Sleep(1100 * time.Millisecond) // a stream checks at most once a second
+		c.mustCall(t, n1, testRootToken, "POST", "/v1/namespaces", `{"namespace":["feed_after"]}`, http.StatusOK)
+		seen := until("event: denied")
+		assert.NotContains(t, strings.Join(seen, "\n"), "feed_after")
+		rest, _ := io.ReadAll(resp.Body)
+		assert.NotContains(t, string(rest), "feed_after", "the stream ended")
+	})
+
 	t.Run("a deleted static token is refused by every node at once", func(t *testing.T) {
 		c.grant(t, n1, "principal:carol", []string{"sales"}, "read")
 		for i := range 5 {
