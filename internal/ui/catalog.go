@@ -76,34 +76,18 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
 			})
 		}
 	}
-	var (
-		list []fsm.Namespace
-		more bool
-	)
-	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
-		list, more = rd.Namespaces(wh.root(), after, s.cfg.PageSize)
-		return nil
-	})
+	list, more, stale, err := s.visibleChildren(r, wh.root(), after)
 	if err != nil {
 		return err
 	}
-	// Only what the principal may see, as listNamespaces does: a page may
-	// come out short.
 	for _, ns := range list {
-		ok, err := s.visible(r, ns.Levels)
-		if err != nil {
-			return err
-		}
-		if ok {
-			levels := external(ns.Levels)
-			p.Namespaces = append(p.Namespaces, link{Name: nsName(levels), Href: wh.namespaceHref(levels)})
-		}
+		levels := external(ns.Levels)
+		p.Namespaces = append(p.Namespaces, link{Name: nsName(levels), Href: wh.namespaceHref(levels)})
 	}
 	// The next page starts after the last namespace shown: a cursor never
-	// names one the principal may not see. (A page holding none it may see
-	// ends the listing.)
+	// names one the principal may not see.
 	next := ""
-	if more && len(p.Namespaces) > 0 {
+	if more {
 		next = p.Namespaces[len(p.Namespaces)-1].Name
 	}
 	p.Pager = cursorPager("/ui/catalog", wh.params(url.Values{}), "ns", page, next)
@@ -116,6 +100,50 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) error {
 }
 
 func lastLevel(levels []string) string { return levels[len(levels)-1] }
+
+// visibleChildren lists up to a page of the child namespaces of parent
+// after the child named after that the principal may see, as
+// listNamespaces does: it reads on past those it may not see (a page of
+// them used to end the listing, hiding every namespace after it), and
+// more reports whether one it may see follows the page (so that no next
+// link leads to an empty page, which would tell hidden ones exist).
+// stale is s.read's, from the last read.
+func (s *Server) visibleChildren(r *http.Request, parent []string, after string) (shown []fsm.Namespace, more bool, stale string, err error) {
+	for {
+		var (
+			list []fsm.Namespace
+			rest bool
+		)
+		stale, err = s.read(r.Context(), func(rd *fsm.Reader) error {
+			list, rest = rd.Namespaces(parent, after, max(s.cfg.PageSize, visibleChunk))
+			return nil
+		})
+		if err != nil {
+			return nil, false, "", err
+		}
+		for _, ns := range list {
+			ok, err := s.visible(r, ns.Levels)
+			if err != nil {
+				return nil, false, "", err
+			}
+			if !ok {
+				continue
+			}
+			if len(shown) == s.cfg.PageSize {
+				return shown, true, stale, nil
+			}
+			shown = append(shown, ns)
+		}
+		if !rest || len(list) == 0 {
+			return shown, false, stale, nil
+		}
+		after = lastLevel(list[len(list)-1].Levels)
+	}
+}
+
+// visibleChunk is the least number of namespaces visibleChildren reads at
+// a time: a small page among many hidden ones takes few reads.
+const visibleChunk = 100
 
 // namespacePage is one namespace: its properties, child namespaces, tables
 // and views, each listing paginated on its own.
@@ -168,13 +196,11 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 	var (
 		ns                                fsm.Namespace
 		exists, moreNS, moreTab, moreView bool
-		children                          []fsm.Namespace
 		tables                            []fsm.Table
 		views                             []fsm.View
 	)
 	stale, err := s.read(r.Context(), func(rd *fsm.Reader) error {
 		ns, exists = rd.Namespace(stored)
-		children, moreNS = rd.Namespaces(stored, childAfter, s.cfg.PageSize)
 		tables, moreTab, views, moreView = nil, false, nil, false
 		if canRead {
 			tables, moreTab = rd.Tables(stored, tableAfter, s.cfg.PageSize)
@@ -191,16 +217,17 @@ func (s *Server) namespace(w http.ResponseWriter, r *http.Request) error {
 	if canRead {
 		p.Properties, p.CreatedMs, p.UpdatedMs = sortedProps(ns.Properties), ns.CreatedMs, ns.UpdatedMs
 	}
+	children, moreNS, childStale, err := s.visibleChildren(r, stored, childAfter)
+	if err != nil {
+		return err
+	}
+	if stale == "" {
+		stale = childStale
+	}
 	lastVisibleChild := ""
 	for _, c := range children {
-		ok, err := s.visible(r, c.Levels)
-		if err != nil {
-			return err
-		}
-		if ok {
-			p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: wh.namespaceHref(external(c.Levels))})
-			lastVisibleChild = lastLevel(c.Levels)
-		}
+		p.Children = append(p.Children, link{Name: lastLevel(c.Levels), Href: wh.namespaceHref(external(c.Levels))})
+		lastVisibleChild = lastLevel(c.Levels)
 	}
 	for _, t := range tables {
 		p.Tables = append(p.Tables, link{Name: t.Name, Href: wh.tableHref(levels, t.Name)})

@@ -1031,3 +1031,42 @@ func TestTableWithGzippedMetadata(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, "unreadable metadata file "+loc)
 }
+
+// A page of namespaces the principal may not see does not end the listing:
+// the pages read on to those it may see, as listNamespaces does, and no
+// next link leads to an empty page.
+func TestListingsReadPastHiddenNamespaces(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.PageSize = 2
+		c.Authorizer = fakeAuthz{readers: map[string][]string{"zed": {"zz1", "zz2", "zz3", "par"}}}
+		c.VerifyToken = func(context.Context, string) (string, error) { return "", errors.New("unused") }
+	})
+	as := []string{"X-Test-Principal", "zed"}
+	for i := range 7 {
+		f.store.must(t, fsm.CreateNamespace{Namespace: []string{fmt.Sprintf("aa%d", i)}})
+	}
+	for _, n := range []string{"zz1", "zz2", "zz3", "par"} {
+		f.store.must(t, fsm.CreateNamespace{Namespace: []string{n}})
+	}
+	walk := func(start, re string) (seen []string) {
+		target := start
+		for page := 1; target != ""; page++ {
+			code, body := f.get(t, target, as...)
+			require.Equal(t, http.StatusOK, code, body)
+			for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(body, -1) {
+				seen = append(seen, m[1])
+			}
+			target = nextLink(body)
+			require.LessOrEqual(t, page, 4)
+		}
+		return seen
+	}
+	assert.Equal(t, []string{"par", "zz1", "zz2", "zz3"}, walk("/ui/catalog", `href="/ui/namespace\?ns=([^"]+)"`))
+
+	// Children: the grant is on par, so all of par's children are visible
+	// to zed; another principal's grant on one child only.
+	for i := range 5 {
+		f.store.must(t, fsm.CreateNamespace{Namespace: []string{"par", fmt.Sprintf("c%d", i)}})
+	}
+	assert.Equal(t, []string{"c0", "c1", "c2", "c3", "c4"}, walk("/ui/namespace?ns=par", `href="/ui/namespace\?ns=par(?:\.|%1F)([^"]+)"`))
+}
