@@ -218,6 +218,11 @@ func (p *purgeAPI) list(w http.ResponseWriter, r *http.Request) error {
 	if f.State != "" && !f.State.Valid() {
 		return fmt.Errorf("%w: state must be PENDING, RUNNING, SUCCEEDED or FAILED, got %q", ErrBadRequest, q.Get("state"))
 	}
+	if q.Has("warehouse-name") && q.Get("namespace") == "" {
+		// It names whose namespace "namespace" is; alone it was ignored,
+		// and the answer listed every warehouse's jobs.
+		return fmt.Errorf("%w: warehouse-name says which warehouse's namespace the namespace parameter names: give namespace too (to filter by warehouse, give warehouse, its location)", ErrBadRequest)
+	}
 	if ns := q.Get("namespace"); ns != "" {
 		levels := strings.FieldsFunc(ns, func(r rune) bool { return r == '.' || r == 0x1f })
 		if len(levels) == 0 {

@@ -148,7 +148,9 @@ func TestPurgeJobsAPI(t *testing.T) {
 	for _, q := range []string{"?state=DONE", "?page-size=0", "?page-size=x", "?page-size=1001", "?namespace=.",
 		"?state=FAILED&state=PENDING", "?table=a&table=b", "?page-token=", "?page-token=zzz", "?page-token=job-9",
 		// A misspelt filter or the catalog API's camelCase is not ignored.
-		"?stat=FAILED", "?pageSize=1", "?pageToken=job-0"} {
+		"?stat=FAILED", "?pageSize=1", "?pageToken=job-0",
+		// warehouse-name qualifies namespace; alone it filtered nothing.
+		"?warehouse-name=sales", "?warehouse-name=sales&table=a"} {
 		rec, body = do(t, h, "GET", "/management/v1/purge-jobs"+q, "")
 		assert.Equal(t, 400, rec.Code, q)
 		assert.Equal(t, "BadRequestException", body["error"].(map[string]any)["type"], q)
