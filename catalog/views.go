@@ -165,6 +165,14 @@ func checkNewVersions(base, meta view.Metadata) error {
 		if v.VersionID == math.MaxInt32 {
 			return badRequest("view version-id %d would leave no id for a next version", v.VersionID)
 		}
+		// A view's first versions (a create, a register) are ids a client
+		// chose, as are those a commit sends (checkRawViewVersion): kept
+		// below half the bound, they leave the view about a billion later
+		// versions. The bound alone only moved the stuck point down by one:
+		// a version at 2^31-2 made every later one refused.
+		if base == nil && v.VersionID > maxNewViewVersionID {
+			return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", v.VersionID, maxNewViewVersionID)
+		}
 		if v.DefaultNamespace == nil {
 			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
 		}
@@ -209,6 +217,17 @@ func checkViewProperties(base, meta view.Metadata) error {
 // each retry after a lost compare-and-set.
 const maxVersionsPerChange = 1000
 
+// maxSchemasPerChange bounds the schemas one change of a view or table
+// adds, for the same reason: iceberg-go compares each added schema with
+// every one the metadata has (reuse of an equal schema), so 60,000 in one
+// body took 158 CPU-seconds and left a view every later commit of which
+// took seconds. An engine adds one schema per change.
+const maxSchemasPerChange = 100
+
+// maxNewViewVersionID bounds the id of a view version a change adds (see
+// checkNewVersions).
+const maxNewViewVersionID = math.MaxInt32 / 2
+
 // viewVersionRequired are the fields of a view version Java's
 // ViewVersionParser requires and iceberg-go would silently set to 0 when
 // absent (binding the version to schema 0, or to the epoch).
@@ -226,6 +245,10 @@ func checkRawViewVersion(raw json.RawMessage) error {
 			return badRequest("view-version has no %s", k)
 		}
 	}
+	var id int64
+	if json.Unmarshal(fields["version-id"], &id) == nil && id > maxNewViewVersionID {
+		return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", id, maxNewViewVersionID)
+	}
 	return nil
 }
 
@@ -240,12 +263,17 @@ func checkRawViewUpdates(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &updates); err != nil {
 		return badRequest("invalid view commit: %v", err)
 	}
-	added := 0
+	added, schemas := 0, 0
 	for _, u := range updates {
 		if u.Action == view.UpdateAddSchema && !isJSONObject(u.Schema) {
 			// iceberg-go would take a missing or null schema as a nil
 			// one, and fail on it as on a bug.
 			return badRequest("update %q requires field \"schema\", an object", u.Action)
+		}
+		if u.Action == view.UpdateAddSchema {
+			if schemas++; schemas > maxSchemasPerChange {
+				return badRequest("a view change may add at most %d schemas", maxSchemasPerChange)
+			}
 		}
 		if u.Action != view.UpdateAddViewVersion {
 			continue
