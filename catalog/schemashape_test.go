@@ -158,6 +158,16 @@ func TestViewVersionIDsLeaveRoomAndRegisterChecksTheFile(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 	r = n.vdo(t, "POST", "/v1/namespaces/s/views/v", addVersionBody("select 3", "s"))
 	assert.Equal(t, 200, r.status, "the next version has an id: %s", r.body)
+	// The ids that follow the highest go on past the bound, as Java's
+	// builder numbers them (highest plus one); a jump far above does not.
+	body = addVersionBody("select 4", "s")
+	body["updates"].([]any)[0].(map[string]any)["view-version"].(map[string]any)["version-id"] = catalog.MaxNewViewVersionID + 2
+	r = n.vdo(t, "POST", "/v1/namespaces/s/views/v", body)
+	assert.Equal(t, 200, r.status, "a client's highest plus one: %s", r.body)
+	body = addVersionBody("select 5", "s")
+	body["updates"].([]any)[0].(map[string]any)["view-version"].(map[string]any)["version-id"] = math.MaxInt32 - 1
+	r = n.vdo(t, "POST", "/v1/namespaces/s/views/v", body)
+	assert.Equal(t, 400, r.errorStatus(t), "a jump to the bound: %s", r.body)
 
 	if !strings.HasPrefix(loc, "file://") {
 		t.Skip("the register half writes a local file")

@@ -146,9 +146,11 @@ func (s *Server) checkViewOwner(ctx context.Context, id fsm.Ident, loc string) e
 // them) without the fields the spec requires of every view version.
 func checkNewVersions(base, meta view.Metadata) error {
 	known := map[int64]bool{}
+	highest := int64(math.MinInt32)
 	if base != nil {
 		for _, v := range base.Versions() {
 			known[v.VersionID] = true
+			highest = max(highest, v.VersionID)
 		}
 	}
 	for _, v := range meta.Versions() {
@@ -165,13 +167,14 @@ func checkNewVersions(base, meta view.Metadata) error {
 		if v.VersionID == math.MaxInt32 {
 			return badRequest("view version-id %d would leave no id for a next version", v.VersionID)
 		}
-		// A view's first versions (a create, a register) are ids a client
-		// chose, as are those a commit sends (checkRawViewVersion): kept
-		// below half the bound, they leave the view about a billion later
-		// versions. The bound alone only moved the stuck point down by one:
-		// a version at 2^31-2 made every later one refused.
-		if base == nil && v.VersionID > maxNewViewVersionID {
-			return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", v.VersionID, maxNewViewVersionID)
+		// An id a client chose far above the view's highest (a create's,
+		// a register's, or a commit's jump) stays below half the bound,
+		// leaving the view about a billion later versions; the ids that
+		// follow its highest (as Java's builder and this one number them)
+		// may go on past it. The bound alone only moved the stuck point
+		// down by one: a version at 2^31-2 made every later one refused.
+		if v.VersionID > max(maxNewViewVersionID, highest+maxVersionsPerChange) {
+			return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", v.VersionID, max(maxNewViewVersionID, highest+maxVersionsPerChange))
 		}
 		if v.DefaultNamespace == nil {
 			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
@@ -244,10 +247,6 @@ func checkRawViewVersion(raw json.RawMessage) error {
 		if v, ok := fields[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
 			return badRequest("view-version has no %s", k)
 		}
-	}
-	var id int64
-	if json.Unmarshal(fields["version-id"], &id) == nil && id > maxNewViewVersionID {
-		return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", id, maxNewViewVersionID)
 	}
 	return nil
 }

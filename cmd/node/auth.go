@@ -483,12 +483,16 @@ func (s *security) stillAdmin(r *http.Request) error {
 		return nil
 	}
 	p, err := s.authn.Authenticate(r)
+	if errors.Is(err, auth.ErrUnavailable) {
+		return fmt.Errorf("%w: cannot check the credential now: %v", admin.ErrUnavailable, err)
+	}
 	if err != nil {
 		return fmt.Errorf("its credential is no longer accepted: %w", err)
 	}
 	grants, err := s.readGrants(r.Context(), p)
 	if err != nil {
-		return fmt.Errorf("cannot read grants: %w", err)
+		// No leader, say: nothing is known to have changed.
+		return fmt.Errorf("%w: cannot read grants now: %v", admin.ErrUnavailable, err)
 	}
 	if !auth.Allowed(p, grants, auth.PrivilegeAdmin, nil) {
 		return fmt.Errorf("%s no longer holds the admin privilege", p.Name)

@@ -76,8 +76,10 @@ type Config struct {
 	// Reauthorize checks again, for an answer that goes on after the
 	// request was let in (the change feed), that its caller may still have
 	// it: an error (the credential expired or was deleted, the admin
-	// privilege revoked, or the check could not be made) ends the answer.
-	// nil: never checked again (authentication off).
+	// privilege revoked) ends the answer. An error wrapping ErrUnavailable
+	// says the check could not be made now (no leader): the answer goes
+	// on, and ends only if no check succeeds for reauthorizeGrace. nil:
+	// never checked again (authentication off).
 	Reauthorize func(*http.Request) error
 }
 

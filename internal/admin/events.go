@@ -34,6 +34,9 @@ const (
 	// reauthorizeEvery spaces a stream's checks that its caller may still
 	// follow it (Config.Reauthorize): each is a read of the grants.
 	reauthorizeEvery = time.Second
+	// reauthorizeGrace is how long a stream goes on while its caller
+	// cannot be checked again (Config.Reauthorize answers ErrUnavailable).
+	reauthorizeGrace = 30 * time.Second
 	// DefaultEventsHeartbeat is how often an idle stream gets a comment
 	// line, so that proxies and clients see it alive.
 	DefaultEventsHeartbeat = 15 * time.Second
@@ -259,20 +262,33 @@ func (e *eventsAPI) stream(w http.ResponseWriter, r *http.Request) error {
 
 	// The caller was let in when the stream began; a long stream checks
 	// again, at most once a reauthorizeEvery, before it sends more.
-	var checked time.Time
+	var checked, tried time.Time
 	stillAllowed := func() bool {
-		if e.srv.cfg.Reauthorize == nil || time.Since(checked) < reauthorizeEvery {
+		if e.srv.cfg.Reauthorize == nil || time.Since(tried) < reauthorizeEvery {
 			return true
 		}
-		if err := e.srv.cfg.Reauthorize(r); err != nil {
+		tried = time.Now()
+		err := e.srv.cfg.Reauthorize(r)
+		switch {
+		case err == nil:
+			checked = tried
+			return true
+		case errors.Is(err, ErrUnavailable) && time.Since(checked) < reauthorizeGrace:
+			// Nothing is known to have changed (no leader to read the
+			// grants from, say): go on, and check again.
+			return true
+		case errors.Is(err, ErrUnavailable):
+			e.srv.log.Info("change feed ended: its caller could not be checked again", "remote", r.RemoteAddr, "principal", e.srv.principal(r), "error", err)
+			_ = out.end("unavailable", &statusError{http.StatusServiceUnavailable, "ServiceUnavailableException",
+				"the change feed ended: its caller could not be checked again for " + reauthorizeGrace.String() + " (" + err.Error() + "); reconnect with Last-Event-ID"})
+			return false
+		default:
 			e.srv.log.Info("change feed ended: its caller may no longer follow it", "remote", r.RemoteAddr, "principal", e.srv.principal(r), "error", err)
 			_ = out.end("denied", &statusError{http.StatusForbidden, "ForbiddenException", "the change feed ended: " + err.Error()})
 			return false
 		}
-		checked = time.Now()
-		return true
 	}
-	checked = time.Now() // the request was authorized just now
+	checked, tried = time.Now(), time.Now() // the request was authorized just now
 
 	heartbeat := time.NewTicker(e.cfg.Heartbeat)
 	defer heartbeat.Stop()

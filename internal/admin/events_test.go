@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -446,10 +447,13 @@ func TestFeedBoundsEachPieceNotThePage(t *testing.T) {
 // revoked, it ends with a denied event instead of sending every change on.
 func TestFeedEndsWhenItsCallerIsNoLongerAllowed(t *testing.T) {
 	f := openFSM(t)
-	var revoked atomic.Bool
+	var revoked, unchecked atomic.Bool
 	fs := &feedServer{store: &fsmStore{f: f, i: f.AppliedIndex()}, reg: prometheus.NewRegistry(), done: make(chan struct{})}
 	h := newServer(nil, nil, Config{Reauthorize: func(*http.Request) error {
-		if revoked.Load() {
+		switch {
+		case unchecked.Load():
+			return fmt.Errorf("%w: cannot read grants now: no leader", ErrUnavailable)
+		case revoked.Load():
 			return errors.New("ops no longer holds the admin privilege")
 		}
 		return nil
@@ -465,6 +469,14 @@ func TestFeedEndsWhenItsCallerIsNoLongerAllowed(t *testing.T) {
 	fs.store.must(t, ns("b"))
 	e, _ = fd.event()
 	assert.Equal(t, []string{"b"}, e.Namespace, "still allowed")
+
+	// A check that cannot be made now (no leader) is no refusal.
+	unchecked.Store(true)
+	time.Sleep(reauthorizeEvery)
+	fs.store.must(t, ns("c"))
+	e, _ = fd.event()
+	assert.Equal(t, []string{"c"}, e.Namespace, "not known to be refused")
+	unchecked.Store(false)
 
 	revoked.Store(true)
 	time.Sleep(reauthorizeEvery)

@@ -100,6 +100,15 @@ func refusedContent(err error) bool {
 // Pages neither reachable nor free (space a crash leaked) are not damage.
 // It returns the first problem found.
 func checkPages(db *bolt.DB) error {
+	// bbolt's check runs in a goroutine of its own, where a page id past
+	// the mapping faults beyond the caller's SetPanicOnFault and ends the
+	// process: first every page is reached here, through the buckets'
+	// cursors, in this goroutine, where such a fault is recovered.
+	if err := db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) })
+	}); err != nil {
+		return err
+	}
 	var first error
 	_ = db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
@@ -117,4 +126,18 @@ func checkPages(db *bolt.DB) error {
 		msg = msg[:300] + "..."
 	}
 	return fmt.Errorf("a page fails bbolt's check: %s", msg)
+}
+
+// walkBucket visits every key of b and of the buckets nested in it, so
+// that bbolt reads each of their pages.
+func walkBucket(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return nil
+		}
+		if child := b.Bucket(k); child != nil {
+			return walkBucket(child)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package boltopen_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,9 +62,27 @@ func TestDamagedPageIsRefusedAtOpen(t *testing.T) {
 	at := bytes.Index(raw, []byte("ns_02500"))
 	require.Positive(t, at)
 	page := at / pageSize * pageSize
-	copy(raw[page:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // the page's id
-	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	damaged := append([]byte(nil), raw...)
+	copy(damaged[page:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // the page's id
+	require.NoError(t, os.WriteFile(path, damaged, 0o600))
 	_, err = boltopen.Open(path, 0o600, nil, nil)
 	require.ErrorIs(t, err, boltopen.ErrDamaged)
 	assert.ErrorContains(t, err, path)
+
+	// A branch entry naming a page past the file's mapping: read in a
+	// goroutine of bbolt's own, it faulted beyond recovery and ended the
+	// process.
+	damaged = append([]byte(nil), raw...)
+	found := false
+	for off := 2 * pageSize; off+pageSize <= len(damaged); off += pageSize {
+		if binary.LittleEndian.Uint16(damaged[off+8:]) == 0x01 { // a branch page's flags
+			binary.LittleEndian.PutUint64(damaged[off+16+8:], 100000) // its first element's page id
+			found = true
+			break
+		}
+	}
+	require.True(t, found, "a branch page")
+	require.NoError(t, os.WriteFile(path, damaged, 0o600))
+	_, err = boltopen.Open(path, 0o600, nil, nil)
+	require.ErrorIs(t, err, boltopen.ErrDamaged)
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -165,29 +166,37 @@ var ErrOtherCluster = errors.New("raftnode: the data directory holds another clu
 const joinProbeTimeout = time.Second
 
 // checkJoinCluster refuses a node with state whose Join nodes belong to
-// another cluster: some answer with another cluster's identity and none
-// with this state's. A data directory copied from another cluster, or
-// left from one, was otherwise started under --join as if it were this
-// cluster's member: it elected itself leader of its own configuration and
-// served and took writes the cluster never saw. Nodes that do not answer
-// (not started yet, down), or answer without an identity, are not judged,
-// nor is a node whose state has no identity.
+// another cluster: more than half of them (itself left out) answer with
+// one other cluster's identity, and none with this state's. A data
+// directory copied from another cluster, or left from one, was otherwise
+// started under --join as if it were this cluster's member: it elected
+// itself leader of its own configuration and served and took writes the
+// cluster never saw. A majority, because the check cannot tell which side
+// is the stray one: members restarted together answer only once they
+// run, and a lone member that lost its data and was started alone answers
+// with a cluster of its own; one such answer must not keep the real
+// members from starting. Nodes that do not answer (not started yet, down),
+// or answer without an identity, are not judged, nor is a node whose state
+// has no identity.
 func (n *Node) checkJoinCluster(hasState bool) error {
 	ours := n.ClusterID()
 	if !hasState || ours == "" || len(n.cfg.Join) == 0 {
 		return nil
 	}
 	self := map[string]bool{n.cfg.ClusterAddr: true, n.cfg.AdvertiseAddr: true, string(n.trans.LocalAddr()): true}
+	var peers []string
+	for _, addr := range n.cfg.Join {
+		if !self[addr] && !slices.Contains(peers, addr) {
+			peers = append(peers, addr)
+		}
+	}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
 		same   bool
-		others []string
+		others = map[string][]string{} // cluster id -> the peers holding it
 	)
-	for _, addr := range n.cfg.Join {
-		if self[addr] {
-			continue
-		}
+	for _, addr := range peers {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), joinProbeTimeout)
 			defer cancel()
@@ -200,16 +209,23 @@ func (n *Node) checkJoinCluster(hasState bool) error {
 			if info.ClusterID == ours {
 				same = true
 			} else {
-				others = append(others, fmt.Sprintf("%s (cluster id %s)", addr, info.ClusterID))
+				others[info.ClusterID] = append(others[info.ClusterID], addr)
 			}
 		})
 	}
 	wg.Wait()
-	if same || len(others) == 0 {
+	if same {
 		return nil
 	}
-	sort.Strings(others)
-	return fmt.Errorf("%w: it holds cluster %s, the --join nodes that answered belong to another: %s; "+
-		"start this node with an empty data directory to join them, or without --join to serve the cluster it holds",
-		ErrOtherCluster, ours, strings.Join(others, ", "))
+	for id, addrs := range others {
+		if 2*len(addrs) <= len(peers) {
+			continue
+		}
+		sort.Strings(addrs)
+		return fmt.Errorf("%w: it holds cluster %s, while most of the --join nodes (%s) hold cluster %s. "+
+			"If this directory is a copy from another cluster, or a member removed from theirs, start it with an empty data directory to join them; "+
+			"if it holds the state to keep, check --join: it names nodes of another cluster",
+			ErrOtherCluster, ours, strings.Join(addrs, ", "), id)
+	}
+	return nil
 }

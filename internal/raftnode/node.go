@@ -201,8 +201,8 @@ type Config struct {
 	// state asks them for the leader and asks the leader to add it as a
 	// voter; with BootstrapExpect it may instead form a new cluster with
 	// them. A node with state ignores both, except that it refuses to start
-	// (ErrOtherCluster) when the Join nodes that answer at start all hold
-	// another cluster's identity than its state.
+	// (ErrOtherCluster) when more than half of the Join nodes hold one
+	// other cluster's identity at start and none holds its state's.
 	//
 	// Until the leader has answered (or the node has bootstrapped with
 	// BootstrapExpect, or sees such a cluster still forming), a node
@@ -410,7 +410,7 @@ func Open(cfg Config) (*Node, error) {
 
 	// The snapshot store creates <DataDir>/snapshots.
 	removeUnfinishedSnapshots(filepath.Join(cfg.DataDir, "snapshots"), cfg.Logger)
-	n.snaps, err = privateSnapshotStore(cfg.DataDir, hlog)
+	n.snaps, err = privateSnapshotStore(cfg.DataDir, hlog, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
@@ -1361,6 +1361,10 @@ func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.Snapsh
 	return raft.NewRaft(rc, f, logs, logs, snaps, trans)
 }
 
+// unfinishedSnapshotSuffix ends the name of the directory raft's file
+// snapshot store writes a snapshot into, until it renames it into place.
+const unfinishedSnapshotSuffix = ".tmp"
+
 // removeUnfinishedSnapshots removes the snapshots a killed process left
 // half-written (directories ending in ".tmp", which the snapshot store
 // renames only once a snapshot is whole): the store skips them with a
@@ -1368,10 +1372,6 @@ func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.Snapsh
 // snapshot's write or install kept up to a snapshot's worth of disk. Open
 // holds raft.db's lock, so no other process writes one now. A failure is
 // logged and left: the store works beside them.
-// unfinishedSnapshotSuffix ends the name of the directory raft's file
-// snapshot store writes a snapshot into, until it renames it into place.
-const unfinishedSnapshotSuffix = ".tmp"
-
 func removeUnfinishedSnapshots(dir string, logger *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

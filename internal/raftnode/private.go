@@ -37,7 +37,7 @@ func privateDataDir(dir string, logger *slog.Logger) error {
 		return nil
 	}
 	if err := os.Chmod(dir, fi.Mode().Perm()&0o700); err != nil {
-		logger.Warn("the data directory is open to other users and its mode cannot be changed; its state files are 0600 and its snapshots private",
+		logger.Warn("the data directory is open to other users and its mode cannot be changed (the process does not own it): the users it is open to may read the state it holds, signing keys included",
 			"path", dir, "mode", fi.Mode().Perm().String(), "error", err)
 		return nil
 	}
@@ -49,14 +49,20 @@ func privateDataDir(dir string, logger *slog.Logger) error {
 // privateSnapshotStore is raft's file snapshot store under dataDir, with
 // its directory (<dataDir>/snapshots, which raft creates 0755) made 0700,
 // so that no snapshot raft writes there, whatever its own mode, can be
-// read by another user. It fails if that mode cannot be set.
-func privateSnapshotStore(dataDir string, logger hclog.Logger) (*raft.FileSnapshotStore, error) {
-	store, err := raft.NewFileSnapshotStoreWithLogger(dataDir, snapshotsRetained, logger)
+// read by another user. A directory whose mode the process may not change
+// (another user's, on a volume shared through a group) is logged and
+// used as it is, as the data directory is (privateDataDir).
+func privateSnapshotStore(dataDir string, hlog hclog.Logger, logger *slog.Logger) (*raft.FileSnapshotStore, error) {
+	store, err := raft.NewFileSnapshotStoreWithLogger(dataDir, snapshotsRetained, hlog)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(filepath.Join(dataDir, snapshotsDir), 0o700); err != nil {
-		return nil, fmt.Errorf("keep snapshots private: %w", err)
+	dir := filepath.Join(dataDir, snapshotsDir)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			logger.Warn("the snapshots directory is open to other users and its mode cannot be changed (the process does not own it): the users it is open to may read the snapshots, signing keys included",
+				"path", dir, "mode", fi.Mode().Perm().String(), "error", err)
+		}
 	}
 	return store, nil
 }

@@ -194,7 +194,7 @@ func Seed(cfg SeedConfig, state io.Reader) (err error) {
 	}
 
 	removeUnfinishedSnapshots(snapPath, cfg.Logger) // a killed Seed's
-	store, err := privateSnapshotStore(cfg.DataDir, newHCLog(cfg.Logger, "raft"))
+	store, err := privateSnapshotStore(cfg.DataDir, newHCLog(cfg.Logger, "raft"), cfg.Logger)
 	if err != nil {
 		return fmt.Errorf("raftnode: seed: snapshot store: %w", err)
 	}
