@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
@@ -95,23 +96,71 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 		return tm, nil
 	}
 	s.metrics.cacheMisses.Inc()
-	tm, err := s.readMetadataFile(ctx, loc)
-	if err != nil {
-		return nil, err
+	// Loads of one location that miss the cache at once share one read
+	// and parse: a document too large to cache (a table of 128 MiB of
+	// metadata) took 550 MB of a node's memory per concurrent load. The
+	// warehouse is part of the key: the same URI may name a file of two
+	// warehouses' storage.
+	// The shared read does not end with the request that started it (the
+	// others wait for it), only at sharedLoadTimeout; each waiting request
+	// may leave at its own deadline.
+	wh := s.whOf(ctx)
+	ch := s.loads.DoChan(wh.location+"\x00"+loc, func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedLoadTimeout)
+		defer cancel()
+		tm, err := s.readMetadataFile(lctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		s.cache.add(tm)
+		return tm, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*tableMetadata), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read metadata %s: %w", loc, ctx.Err())
 	}
-	s.cache.add(tm)
-	return tm, nil
 }
+
+// sharedLoadTimeout bounds a metadata read that concurrent loads share.
+const sharedLoadTimeout = 2 * time.Minute
+
+// bigMetadataBytes is the size (inflated) above which a metadata document
+// is inflated and parsed only in one of bigMetadataSlots at a time: the
+// parse takes several times the document's size, and without a bound each
+// concurrent request for a document near the 128 MiB limit (or a small
+// gzip file that inflates to it) took 250-550 MB.
+const (
+	bigMetadataBytes = 16 << 20
+	bigMetadataSlots = 2
+)
 
 // readMetadataFile reads and parses the metadata file at loc from
 // storage, and does not cache it: for a file that is not yet known to be
-// a table's (a register's, until it is accepted).
+// a table's (a register's, until it is accepted). A document larger than
+// bigMetadataBytes waits for one of the node's bigMetadataSlots (or ctx).
 func (s *Server) readMetadataFile(ctx context.Context, loc string) (*tableMetadata, error) {
 	raw, err := s.whOf(ctx).objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("read metadata %s: %w", loc, err)
 	}
-	if raw, err = storage.Ungzipped(raw); err != nil {
+	// A gzip stream is inflated up to bigMetadataBytes first; only one
+	// that goes beyond takes a slot, and is inflated whole in it.
+	inflated, err := storage.UngzippedUpTo(raw, bigMetadataBytes)
+	big := len(raw) > bigMetadataBytes || errors.Is(err, storage.ErrTooLarge)
+	if big {
+		if err := s.bigDocs.Acquire(ctx, 1); err != nil {
+			return nil, fmt.Errorf("read metadata %s: waiting to parse a large document: %w", loc, err)
+		}
+		defer s.bigDocs.Release(1)
+		inflated, err = storage.Ungzipped(raw)
+	}
+	raw = inflated
+	if err != nil {
 		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
 	}
 	meta, err := table.ParseMetadataBytes(raw)

@@ -30,6 +30,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
@@ -192,6 +194,11 @@ type Server struct {
 	objects Objects
 	log     *slog.Logger
 	cache   *metadataCache
+	// loads shares one read of a metadata file among concurrent loads
+	// that miss the cache (readMetadata); bigDocs bounds the large
+	// documents parsed at once (readMetadataFile).
+	loads   singleflight.Group
+	bigDocs *semaphore.Weighted
 	metrics *metrics
 	commits commitLocks
 	router  *mux.Router
@@ -256,6 +263,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 		objects:    objects,
 		log:        cfg.Logger,
 		cache:      newMetadataCache(cfg.MetadataCacheSize, cfg.MetadataCacheBytes),
+		bigDocs:    semaphore.NewWeighted(bigMetadataSlots),
 		metrics:    newMetrics(cfg.Registerer),
 		purgerSvc:  cfg.Purger,
 		warehouses: warehouses,

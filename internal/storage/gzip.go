@@ -30,6 +30,12 @@ func Ungzipped(raw []byte) ([]byte, error) {
 	return ungzipped(raw, MaxUngzippedBytes)
 }
 
+// UngzippedUpTo is Ungzipped with limit in place of MaxUngzippedBytes: a
+// stream that inflates beyond it is an error wrapping ErrTooLarge.
+func UngzippedUpTo(raw []byte, limit int64) ([]byte, error) {
+	return ungzipped(raw, limit)
+}
+
 func ungzipped(raw []byte, limit int64) ([]byte, error) {
 	if len(raw) < 2 || raw[0] != 0x1f || raw[1] != 0x8b {
 		return raw, nil
@@ -43,7 +49,7 @@ func ungzipped(raw []byte, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(out)) > limit {
-		return nil, fmt.Errorf("gzip stream inflates beyond %d bytes", limit)
+		return nil, fmt.Errorf("%w: gzip stream inflates beyond %d bytes", ErrTooLarge, limit)
 	}
 	return out, nil
 }

@@ -1,0 +1,98 @@
+package catalog
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countingObjects serves one metadata document at every location, and
+// counts the reads; a read waits for gate to close.
+type countingObjects struct {
+	doc   []byte
+	gate  chan struct{}
+	reads atomic.Int64
+}
+
+func (o *countingObjects) Read(ctx context.Context, uri string) ([]byte, error) {
+	o.reads.Add(1)
+	<-o.gate
+	return o.doc, nil
+}
+func (o *countingObjects) Write(context.Context, string, []byte) error   { return nil }
+func (o *countingObjects) Delete(context.Context, []string) (int, error) { return 0, nil }
+func (o *countingObjects) ClientConfig(string) map[string]string         { return nil }
+
+// metadataDoc is a table's metadata file, with a property of pad bytes,
+// gzipped when zip.
+func metadataDoc(t *testing.T, pad int, zip bool) []byte {
+	t.Helper()
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	meta, err := table.NewMetadata(sc, iceberg.UnpartitionedSpec, table.UnsortedSortOrder, "file:///wh/ns/t",
+		iceberg.Properties{"pad": strings.Repeat("x", pad)})
+	require.NoError(t, err)
+	raw, err := json.Marshal(meta)
+	require.NoError(t, err)
+	if !zip {
+		return raw
+	}
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	_, err = w.Write(raw)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	return b.Bytes()
+}
+
+// Loads of one location that miss the cache at once share one read and
+// parse: each used to read and parse the document on its own, and a
+// document of 128 MiB took 550 MB of memory per concurrent load.
+func TestConcurrentLoadsShareOneRead(t *testing.T) {
+	objs := &countingObjects{doc: metadataDoc(t, 10, false), gate: make(chan struct{})}
+	s, err := New(Config{Warehouse: "file:///wh", Registerer: prometheus.NewRegistry(), MetadataCacheBytes: 1}, nil, objs)
+	require.NoError(t, err)
+	defer s.Close()
+	const loads = 16
+	var wg sync.WaitGroup
+	for range loads {
+		wg.Go(func() {
+			tm, err := s.readMetadata(context.Background(), "file:///wh/ns/t/metadata/00000-a.metadata.json")
+			if assert.NoError(t, err) {
+				assert.Equal(t, "file:///wh/ns/t", tm.meta.Location())
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return objs.reads.Load() >= 1 }, 5*time.Second, time.Millisecond)
+	close(objs.gate)
+	wg.Wait()
+	assert.Less(t, objs.reads.Load(), int64(loads), "loads waiting at once share a read")
+}
+
+// A document larger than bigMetadataBytes, however small its gzip file, is
+// parsed in one of the node's few slots, which are given back.
+func TestLargeDocumentsTakeAndReturnASlot(t *testing.T) {
+	objs := &countingObjects{doc: metadataDoc(t, bigMetadataBytes+1, true), gate: make(chan struct{})}
+	close(objs.gate)
+	require.Less(t, len(objs.doc), 1<<20, "a small file that inflates past the bound")
+	s, err := New(Config{Warehouse: "file:///wh", Registerer: prometheus.NewRegistry()}, nil, objs)
+	require.NoError(t, err)
+	defer s.Close()
+	for range bigMetadataSlots + 2 {
+		tm, err := s.readMetadataFile(context.Background(), "file:///wh/ns/t/metadata/00000-a.gz.metadata.json")
+		require.NoError(t, err)
+		assert.Len(t, tm.meta.Properties()["pad"], bigMetadataBytes+1)
+	}
+	assert.True(t, s.bigDocs.TryAcquire(bigMetadataSlots), "every slot given back")
+}
