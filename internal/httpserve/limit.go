@@ -66,9 +66,9 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-l.slots
 	}()
 	if r.Body != nil && r.Body != http.NoBody {
-		b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now()}
+		b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w)}
 		if l.readTimeout > 0 {
-			b.limit = b.start.Add(l.readTimeout)
+			b.limit = time.Now().Add(l.readTimeout)
 		}
 		// On a copy: net/http looks at the body of the request it passed
 		// in once the handler returns, by its type, to tell whether a
@@ -153,12 +153,13 @@ var (
 // body to the moment the bytes received so far stop being enough. The
 // whole-request ReadTimeout still applies: the deadline is not moved past
 // it (counted from when the request got its slot, a little after the
-// server's own count began). Once the body has been read to its end, net/http lifts the
+// server's own count began). The grace and the rate count from the
+// handler's first read. Once the body has been read to its end, net/http lifts the
 // read deadline itself.
 type rateBody struct {
 	io.ReadCloser
 	rc       *http.ResponseController
-	start    time.Time
+	start    time.Time // the handler's first read
 	limit    time.Time // the ReadTimeout's deadline; zero: none
 	set      time.Time // the deadline last set
 	received int64
@@ -176,6 +177,16 @@ type rateBody struct {
 func (b *rateBody) Read(p []byte) (int, error) {
 	if b.done {
 		return b.ReadCloser.Read(p)
+	}
+	if b.start.IsZero() {
+		// The grace runs from the handler's first read, not from the
+		// slot: what the server does before it reads (a linearizable read
+		// on a follower catching up, which waits as long as its log moves)
+		// is not the client's time. Counted from the slot, a follower that
+		// waited past the grace failed the first read at once and answered
+		// 400 "the body did not arrive in time" to a client that had sent
+		// it promptly.
+		b.start = time.Now()
 	}
 	due := b.start.Add(bodyGrace + time.Duration(float64(b.received+1)/float64(minBodyRate)*float64(time.Second)))
 	if !b.limit.IsZero() && due.After(b.limit) {

@@ -264,6 +264,44 @@ func TestTricklingBodyGivesUpItsSlot(t *testing.T) {
 	assert.NoError(t, <-reads)
 }
 
+// The grace runs from the handler's first read: a handler that works
+// longer than the grace before it reads (a follower catching up before
+// its linearizable read) still reads a body its client sent promptly.
+// Counted from the slot, the first read failed at once and the client got
+// 400 "the body did not arrive in time".
+func TestServerWaitBeforeReadingIsNotTheClients(t *testing.T) {
+	oldRate, oldGrace := minBodyRate, bodyGrace
+	minBodyRate, bodyGrace = 100, 300*time.Millisecond
+	t.Cleanup(func() { minBodyRate, bodyGrace = oldRate, oldGrace })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(4 * bodyGrace) // the server's own wait
+		if _, err := io.ReadAll(r.Body); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	s, err := New(h, Config{MaxInFlight: 4, ReadTimeout: time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+
+	// Headers first, the body a moment later (as a client waiting for
+	// "100 Continue" does): not yet buffered when the handler reads.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n")
+	require.NoError(t, err)
+	time.Sleep(2 * bodyGrace)
+	_, err = io.WriteString(conn, `{"a":1}`)
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+}
+
 // Once the body has ended, reading it again (as a handler replaying it
 // through a MultiReader does) sets no deadline: net/http reads on in the
 // background then, and a deadline firing there would cancel the request's
