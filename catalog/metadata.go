@@ -98,7 +98,7 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	s.metrics.cacheMisses.Inc()
 	// Loads of one location that miss the cache at once share one read
 	// and parse: a document too large to cache (a table of 128 MiB of
-	// metadata) took 550 MB of a node's memory per concurrent load. The
+	// metadata) took several times its size per concurrent load. The
 	// warehouse is part of the key: the same URI may name a file of two
 	// warehouses' storage.
 	// The shared read does not end with the request that started it (the
@@ -133,7 +133,7 @@ const sharedLoadTimeout = 2 * time.Minute
 // is inflated and parsed only in one of bigMetadataSlots at a time: the
 // parse takes several times the document's size, and without a bound each
 // concurrent request for a document near the 128 MiB limit (or a small
-// gzip file that inflates to it) took 250-550 MB.
+// gzip file that inflates to it) took several hundred MB.
 const (
 	bigMetadataBytes = 16 << 20
 	bigMetadataSlots = 2

@@ -173,8 +173,8 @@ func checkNewVersions(base, meta view.Metadata) error {
 		// follow its highest (as Java's builder and this one number them)
 		// may go on past it. The bound alone only moved the stuck point
 		// down by one: a version at 2^31-2 made every later one refused.
-		if v.VersionID > max(maxNewViewVersionID, highest+maxVersionsPerChange) {
-			return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", v.VersionID, max(maxNewViewVersionID, highest+maxVersionsPerChange))
+		if bound := max(maxNewViewVersionID, highest+maxVersionsPerChange); v.VersionID > bound {
+			return badRequest("view version-id %d is above %d: a view's later versions take ids above its highest, and 32-bit readers must have room for them", v.VersionID, bound)
 		}
 		if v.DefaultNamespace == nil {
 			return badRequest("view version %d has no default-namespace (use [] for none)", v.VersionID)
@@ -219,13 +219,6 @@ func checkViewProperties(base, meta view.Metadata) error {
 // version), so 20,000 versions in one body took 34 s of CPU, and again on
 // each retry after a lost compare-and-set.
 const maxVersionsPerChange = 1000
-
-// maxSchemasPerChange bounds the schemas one change of a view or table
-// adds, for the same reason: iceberg-go compares each added schema with
-// every one the metadata has (reuse of an equal schema), so 60,000 in one
-// body took 158 CPU-seconds and left a view every later commit of which
-// took seconds. An engine adds one schema per change.
-const maxSchemasPerChange = 100
 
 // maxNewViewVersionID bounds the id of a view version a change adds (see
 // checkNewVersions).

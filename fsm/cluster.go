@@ -96,7 +96,9 @@ func AppliedIndexOf(path string) (uint64, error) {
 // own bytes, written as Reader.WriteTo does, would still hold the removed
 // private keys, and the seeded node keeps them in its snapshot. The state
 // is copied key by key into a new file beside path (path + ".compact",
-// removed on return), which never held a key, and that file is written. The file must be a copy no FSM has open, such as
+// removed on return), which never held a key, and that file is written.
+//
+// The file must be a copy no FSM has open, such as
 // a backup's state staged on its way to seeding a new cluster: a restored
 // cluster is another cluster, and a node of the one the backup came from
 // must be refused by it. This is not a command and no replica applies it:

@@ -388,7 +388,6 @@ func (s *sseWriter) comment(text string) error {
 	return s.flush()
 }
 
-// gone writes the error model as a "gone" event.
 // end writes the last event of a stream, named event, holding se in the
 // Iceberg error model.
 func (s *sseWriter) end(event string, se *statusError) error {

@@ -96,7 +96,7 @@ func refusedContent(err error) bool {
 // page it reads, so a damaged branch or leaf page (its header overwritten)
 // otherwise passed Open and panicked on the first read that reached it, in
 // a request or in the state machine's apply, long after the node started.
-// It reads the whole file once: about 0.6 ms per MiB from the page cache.
+// It reads the whole file (twice: the walk below, then bbolt's check).
 // Pages neither reachable nor free (space a crash leaked) are not damage.
 // It returns the first problem found.
 func checkPages(db *bolt.DB) error {
