@@ -53,12 +53,15 @@ func New() *Network {
 // it (off): Raft traffic and RPC in both directions fail while it is
 // isolated. Turning it on also closes the node's open Raft connections.
 func (n *Network) Isolate(on bool) {
+	// The flag is set under mu, as track checks it under mu: a connection
+	// accepted or dialled while Isolate runs is either closed here or
+	// refused by track, never left open.
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.isolated.Store(on)
 	if !on {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for c := range n.conns {
 		c.Conn.Close()
 	}
@@ -129,11 +132,9 @@ func (l *layer) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.net.isolated.Load() {
-			c.Close()
-			continue
+		if tc, ok := l.net.track(c); ok {
+			return tc, nil
 		}
-		return l.net.track(c), nil
 	}
 }
 
@@ -156,15 +157,25 @@ func (l *layer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	return l.net.track(c), nil
+	tc, ok := l.net.track(c)
+	if !ok {
+		return nil, ErrIsolated
+	}
+	return tc, nil
 }
 
-func (n *Network) track(c net.Conn) net.Conn {
-	tc := &trackedConn{Conn: c, net: n, closed: make(chan struct{})}
+// track registers c so that Isolate can close it. It closes c and reports
+// false when the node is isolated.
+func (n *Network) track(c net.Conn) (net.Conn, bool) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.isolated.Load() {
+		c.Close()
+		return nil, false
+	}
+	tc := &trackedConn{Conn: c, net: n, closed: make(chan struct{})}
 	n.conns[tc] = struct{}{}
-	n.mu.Unlock()
-	return tc
+	return tc, true
 }
 
 // trackedConn is a Raft connection Isolate can close and Pause can hold.
