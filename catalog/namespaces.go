@@ -430,10 +430,11 @@ func escapedVar(r *http.Request, name string) (string, error) {
 // parent in the query unencoded, a "+" of a name included. When the
 // namespace so decoded does not exist and the one with each raw "+" kept
 // does, that one is meant. One read as consistent as the listing's (a stale
-// one when asked for), only for a raw "+".
+// one when asked for), only for a raw "+", and never for the Java client,
+// whose "+" is always a space (javaClient).
 func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, error) {
 	raw, ok := rawQueryValue(r.URL.RawQuery, "parent")
-	if !ok || !strings.Contains(raw, "+") {
+	if !ok || !strings.Contains(raw, "+") || javaClient(r) {
 		return decoded, nil
 	}
 	literal, err := url.PathUnescape(raw)

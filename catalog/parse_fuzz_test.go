@@ -15,8 +15,9 @@ import (
 
 // FuzzParseIdentifier checks namespace and name parsing against an
 // independent statement of the rules: a {namespace} path segment is
-// accepted exactly when it percent-decodes and every level between "." or
-// %1F separators is a valid name; a name is valid exactly when it is 1 to
+// accepted exactly when it percent-decodes and every level between %1F
+// separators (or, when it holds no %1F, "." separators) is a valid name
+// without a "."; a name is valid exactly when it is 1 to
 // 255 bytes without control characters. Accepted levels survive being
 // joined with either separator, escaped and parsed again; refusals are 400
 // in the Iceberg error model. Nothing panics.
@@ -25,6 +26,8 @@ func FuzzParseIdentifier(f *testing.F) {
 		{"db", "t"},
 		{"a.b.c", "events"},
 		{"a%1Fb%1Fc", "events"},
+		{"a%1Fb.c", "events"},
+		{"a.b%1Fc", "events"},
 		{"a%2Eb", "t"},
 		{"a%1F", "t"},
 		{".a", "t"},
@@ -93,13 +96,13 @@ func expectedLevels(raw string) ([]string, bool) {
 	if err != nil {
 		return nil, false
 	}
-	levels := strings.FieldsFunc(decoded, func(r rune) bool { return r == '.' || r == 0x1f })
-	pieces := len(strings.Split(strings.ReplaceAll(decoded, "\x1f", "."), "."))
-	if len(levels) == 0 || len(levels) != pieces {
-		return nil, false // an empty level
+	sep := "."
+	if strings.ContainsRune(decoded, 0x1f) {
+		sep = "\x1f"
 	}
+	levels := strings.Split(decoded, sep)
 	for _, l := range levels {
-		if !validName(l) {
+		if !validName(l) || strings.Contains(l, ".") {
 			return nil, false
 		}
 	}

@@ -23,6 +23,11 @@ import (
 // else as written (so a create, or a 404, names what the client wrote).
 // When both exist, the name as written wins.
 //
+// A request from the Java client (its X-Client-Version header, which
+// RESTSessionCatalog sets on every request, starts "Apache Iceberg ") is
+// not guessed at: its raw "+" is always a space, whatever exists, since
+// that client writes a "+" of a name as "%2B".
+//
 // The lookup is one read, paid only by requests with a raw "+" in those
 // variables: as consistent as the request's own (a GET or HEAD asking for
 // a stale read, with no leader, is answered from the local replica, as the
@@ -40,11 +45,14 @@ func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 	if !strings.Contains(rawNS, "+") && !strings.Contains(rawName, "+") {
 		return r, nil
 	}
+	spaced := func(raw string) string { return strings.ReplaceAll(raw, "+", "%20") }
+	if javaClient(r) {
+		return withResolved(r, vars, nameVar, spaced(rawNS), spaced(rawName)), nil
+	}
 	read := s.store.Read
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		read = func(_ context.Context, fn func(*fsm.Reader) error) error { return s.read(r, fn) }
 	}
-	spaced := func(raw string) string { return strings.ReplaceAll(raw, "+", "%20") }
 	ns, name := rawNS, rawName
 	err := read(r.Context(), func(rd *fsm.Reader) error {
 		exists := func(raw string) bool {
@@ -84,8 +92,26 @@ func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 	if err != nil {
 		return r, err
 	}
-	if ns == rawNS && name == rawName {
-		return r, nil
+	return withResolved(r, vars, nameVar, ns, name), nil
+}
+
+// javaClientVersion starts the X-Client-Version header of every request the
+// Java client sends (IcebergBuild.fullVersion: "Apache Iceberg 1.9.2 (commit
+// ...)"); engines built on it (Spark, Flink, Trino) send it too.
+const javaClientVersion = "Apache Iceberg "
+
+// javaClient reports whether r comes from the Java client, which encodes
+// path segments and query values with java.net.URLEncoder.
+func javaClient(r *http.Request) bool {
+	return strings.HasPrefix(r.Header.Get("X-Client-Version"), javaClientVersion)
+}
+
+// withResolved returns r with its namespace and name variables set to ns
+// and name (escaped, as route variables are), keeping those the client
+// wrote for varsAsWritten; r itself when nothing changed.
+func withResolved(r *http.Request, vars map[string]string, nameVar, ns, name string) *http.Request {
+	if ns == vars["namespace"] && name == vars[nameVar] {
+		return r
 	}
 	out := maps.Clone(vars)
 	out["namespace"] = ns
@@ -93,7 +119,7 @@ func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 		out[nameVar] = name
 	}
 	r = mux.SetURLVars(r, out)
-	return r.WithContext(context.WithValue(r.Context(), asWrittenKey{}, vars)), nil
+	return r.WithContext(context.WithValue(r.Context(), asWrittenKey{}, vars))
 }
 
 // asWrittenKey carries a request's route variables as the client wrote

@@ -82,3 +82,54 @@ func TestPlusInTheParentParameter(t *testing.T) {
 	}
 	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces?parent=no+such", nil).status)
 }
+
+// The Java client (X-Client-Version "Apache Iceberg ...") writes a space
+// as "+" and a "+" as "%2B": its raw "+" is a space even where the name
+// as written exists, in paths and in the parent parameter.
+func TestPlusFromTheJavaClient(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	java := []string{"X-Client-Version", "Apache Iceberg 1.9.2 (commit 0123456789abcdef0123456789abcdef01234567)"}
+	for _, ns := range [][]string{{"x y"}, {"x+y"}, {"x+y", "kid"}, {"only+plus"}} {
+		r := n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": ns})
+		require.Equal(t, 200, r.status, string(r.body))
+	}
+	for _, ns := range []string{"x%20y", "x%2By"} {
+		r := n.do(t, "POST", "/v1/namespaces/"+ns+"/tables", withName("k"))
+		require.Equal(t, 200, r.status, string(r.body))
+	}
+	r := n.do(t, "GET", "/v1/namespaces/x+y/tables/k", nil, java...)
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Contains(t, r.json(t)["metadata"].(map[string]any)["location"], "/x y/k")
+	r = n.do(t, "GET", "/v1/namespaces/x%2By/tables/k", nil, java...)
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Contains(t, r.json(t)["metadata"].(map[string]any)["location"], "/x+y/k")
+	// A Java client asking for "only plus" is not given "only+plus".
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/only+plus", nil, java...).status)
+	// parent: "+" a space, even where none is and the "+" spelling is.
+	r = n.do(t, "GET", "/v1/namespaces?parent=x+y", nil, java...)
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Empty(t, r.json(t)["namespaces"])
+	// Without the header, as before: the name as written wins.
+	r = n.do(t, "GET", "/v1/namespaces/x+y/tables/k", nil)
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Contains(t, r.json(t)["metadata"].(map[string]any)["location"], "/x+y/k")
+}
+
+// A namespace segment holding %1F is split at %1F alone, as Java's
+// reference server splits it: "a%1Fb.c" names the levels a and "b.c",
+// which no namespace has (400), never a.b.c.
+func TestUnitSeparatorSplitsAlone(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	for _, ns := range [][]string{{"a"}, {"a", "b"}, {"a", "b", "c"}} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": ns}).status)
+	}
+	for _, path := range []string{"/v1/namespaces/a%1Fb%1Fc", "/v1/namespaces/a.b.c", "/v1/namespaces/a%2Eb%2Ec"} {
+		r := n.do(t, "GET", path, nil)
+		require.Equal(t, 200, r.status, "%s: %s", path, r.body)
+		assert.Equal(t, []any{"a", "b", "c"}, r.json(t)["namespace"], path)
+	}
+	for _, path := range []string{"/v1/namespaces/a%1Fb.c", "/v1/namespaces/a.b%1Fc"} {
+		assert.Equal(t, 400, n.do(t, "DELETE", path, nil).status, path)
+	}
+	assert.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/a.b.c", nil).status, "not dropped")
+}

@@ -144,9 +144,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// nsSeparator is the namespace separator floe advertises. Path segments are
-// also split at the unit separator (%1F), the spec's default, so clients that
-// ignore the advertisement work too. Namespace names may contain neither.
+// nsSeparator is the namespace separator floe advertises. A path segment
+// holding the unit separator (%1F), the spec's default, is split at it
+// alone, so clients that ignore the advertisement work too. Namespace
+// names may contain neither.
 const (
 	nsSeparator        = "."
 	nsSeparatorEncoded = "%2E"
@@ -773,7 +774,7 @@ func jsonDepthOver(body []byte, limit int) bool {
 }
 
 // parseNamespace decodes a {namespace} path segment: levels separated by
-// %1F or by the advertised separator.
+// %1F, or by the advertised separator when it holds no %1F.
 func parseNamespace(raw string) ([]string, error) {
 	decoded, err := url.PathUnescape(raw)
 	if err != nil {
@@ -782,9 +783,18 @@ func parseNamespace(raw string) ([]string, error) {
 	return splitNamespace(decoded)
 }
 
+// splitNamespace splits a decoded namespace into its levels, as the Java
+// reference server does: at the unit separator when there is one (a client
+// that sends it names each level whole, so "a\x1fb.c" is the levels a and
+// "b.c", which no namespace here has, refused with 400), else at the
+// advertised separator.
 func splitNamespace(decoded string) ([]string, error) {
-	levels := strings.FieldsFunc(decoded, func(r rune) bool { return string(r) == unitSeparator || string(r) == nsSeparator })
-	if len(levels) == 0 || strings.Count(decoded, unitSeparator)+strings.Count(decoded, nsSeparator) != len(levels)-1 {
+	sep := nsSeparator
+	if strings.Contains(decoded, unitSeparator) {
+		sep = unitSeparator
+	}
+	levels := strings.Split(decoded, sep)
+	if slices.Contains(levels, "") {
 		return nil, badRequest("malformed namespace %q: empty level", decoded)
 	}
 	if err := validateNamespace(levels); err != nil {
