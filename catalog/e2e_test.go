@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -462,4 +463,41 @@ func TestStaleReadOptIn(t *testing.T) {
 		r := f.do(t, "POST", "/v1/namespaces/"+spelling+"/metrics", report)
 		assert.Equal(t, 204, r.status, "%s: %s", spelling, r.body)
 	}
+}
+
+// A pointer read a moment before names a file a concurrent purge or a
+// commit's cleanup deleted: the table is read again, and the answer is
+// its newer file, or 404 once it is gone, never the storage error (a 500
+// that Java clients take for a commit in an unknown state).
+func TestMetadataFileGoneUnderTheReader(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", withName("t"))
+	require.Equal(t, 200, r.status, string(r.body))
+	first := r.json(t)["metadata-location"].(string)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", setProp("k", "v"))
+	require.Equal(t, 200, r.status, string(r.body))
+	second := r.json(t)["metadata-location"].(string)
+	require.NoError(t, os.Remove(strings.TrimPrefix(first, "file://")))
+	n.srv.ForgetMetadata(first)
+
+	ctx := context.Background()
+	got, err := n.srv.ReadTableMetadata(ctx, []string{"a"}, "t", first)
+	require.NoError(t, err)
+	assert.Equal(t, second, got, "the table's file now")
+
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/a/tables/t", nil).status)
+	_, err = n.srv.ReadTableMetadata(ctx, []string{"a"}, "t", first)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "table does not exist")
+
+	// The file a live table names is missing: the storage error stands.
+	r = n.do(t, "POST", "/v1/namespaces/a/tables", withName("u"))
+	require.Equal(t, 200, r.status, string(r.body))
+	cur := r.json(t)["metadata-location"].(string)
+	require.NoError(t, os.Remove(strings.TrimPrefix(cur, "file://")))
+	n.srv.ForgetMetadata(cur)
+	_, err = n.srv.ReadTableMetadata(ctx, []string{"a"}, "u", cur)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "table does not exist")
 }

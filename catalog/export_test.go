@@ -1,5 +1,11 @@
 package catalog
 
+import (
+	"context"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
 // SetReencodeMetadata turns the commit path's earlier encoding on or off
 // (see reencodeMetadata), for BenchmarkCommitPath.
 func SetReencodeMetadata(on bool) { reencodeMetadata.Store(on) }
@@ -13,3 +19,17 @@ const (
 	MaxNewViewVersionID = maxNewViewVersionID
 	MaxSchemasPerChange = maxSchemasPerChange
 )
+
+// ReadTableMetadata is readTableMetadata for the default warehouse's table
+// ns.name, given the metadata location read a moment before; it returns
+// the location of the file it read.
+func (s *Server) ReadTableMetadata(ctx context.Context, ns []string, name, metadataLocation string) (string, error) {
+	_, tm, err := s.readTableMetadata(ctx, fsm.Ident{Namespace: ns, Name: name}, fsm.Table{MetadataLocation: metadataLocation})
+	if err != nil {
+		return "", err
+	}
+	return tm.location, nil
+}
+
+// ForgetMetadata drops the metadata file at loc from the node's cache.
+func (s *Server) ForgetMetadata(loc string) { s.cache.remove(loc) }

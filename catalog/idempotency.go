@@ -37,6 +37,21 @@ func (k keyedStore) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 	return idempotency.Propose(ctx, k.Store, cmd)
 }
 
+// recordUnchanged stores, under a keyed request's Idempotency-Key, the
+// success of a request that changes nothing (a rename onto its own name),
+// by proposing a no-op in its name: without a record, a retry would run
+// again, and the key could be used for another request. Outside a keyed
+// request it does nothing. Errors are those of a proposal: a replay (the
+// key's stored answer is then given), a key bound to another request
+// (422), or no known outcome.
+func (s *Server) recordUnchanged(ctx context.Context) error {
+	if !idempotency.InRun(ctx) {
+		return nil
+	}
+	_, err := s.apply(ctx, fsm.Noop{})
+	return err
+}
+
 // keyed runs h for a request that may carry an Idempotency-Key: it
 // validates the key (400), binds it to this request and runs it through
 // idempotency.Keys.Run, which answers a retry from the stored outcome (or

@@ -126,6 +126,44 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	}
 }
 
+// readTableMetadata reads the metadata file of t, the entry of table id as
+// read a moment before. A purge after a concurrent drop, or a concurrent
+// commit's cleanup of expired metadata files, can delete that file in
+// between: on a file not found it reads the table again, linearizably,
+// and answers from what it holds now: 404 when the table is gone, its
+// newer file when it moved on (returned with the entry it read). Only a
+// file missing while the table still names it is the storage error, as is
+// any error of the second read.
+func (s *Server) readTableMetadata(ctx context.Context, id fsm.Ident, t fsm.Table) (fsm.Table, *tableMetadata, error) {
+	for moves := 0; ; moves++ {
+		tm, err := s.readMetadata(ctx, t.MetadataLocation)
+		if err == nil || !errors.Is(err, storage.ErrNotFound) || moves == maxMetadataMoves {
+			return t, tm, err
+		}
+		var (
+			now fsm.Table
+			ok  bool
+		)
+		if rerr := s.store.Read(ctx, func(rd *fsm.Reader) error {
+			now, ok = rd.Table(id)
+			return nil
+		}); rerr != nil {
+			return t, nil, err
+		}
+		switch {
+		case !ok:
+			return t, nil, notFoundTable("table does not exist: %s", id)
+		case now.MetadataLocation == t.MetadataLocation:
+			return t, nil, err
+		}
+		t = now
+	}
+}
+
+// maxMetadataMoves bounds how many times readTableMetadata follows a table
+// that moved on while its file was being read.
+const maxMetadataMoves = 3
+
 // sharedLoadTimeout bounds a metadata read that concurrent loads share.
 const sharedLoadTimeout = 2 * time.Minute
 

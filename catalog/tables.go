@@ -347,9 +347,12 @@ func (s *Server) loadTable(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	tm, err := s.readMetadata(r.Context(), t.MetadataLocation)
+	moved, tm, err := s.readTableMetadata(r.Context(), id, t)
 	if err != nil {
 		return err
+	}
+	if moved.MetadataLocation != t.MetadataLocation {
+		w.Header()[etagHeader] = []string{etagFor(moved.MetadataLocation, mode)}
 	}
 	res, err := s.loadResult(w, r, id, tm, false)
 	if err != nil {
@@ -1303,7 +1306,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		}
 		builder, err = table.NewMetadataBuilder(stagedFormatVersion(p.req.Updates))
 	default:
-		if before, err = s.readMetadata(ctx, cur.MetadataLocation); err != nil {
+		if *cur, before, err = s.readTableMetadata(ctx, p.id, *cur); err != nil {
 			return prepared{}, err
 		}
 		base = before.meta
@@ -1827,6 +1830,9 @@ func (s *Server) renameTable(w http.ResponseWriter, r *http.Request) error {
 		// Renaming a table onto its own name changes nothing, as in Java's
 		// reference catalog; only a missing table is an error.
 		if _, err := s.lookupTable(r, from); err != nil {
+			return err
+		}
+		if err := s.recordUnchanged(r.Context()); err != nil {
 			return err
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -823,6 +823,9 @@ func (s *Server) renameView(w http.ResponseWriter, r *http.Request) error {
 		if _, err := s.lookupView(r, from); err != nil {
 			return err
 		}
+		if err := s.recordUnchanged(r.Context()); err != nil {
+			return err
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
