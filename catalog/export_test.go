@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"time"
 
 	"github.com/floe-catalog/floe/fsm"
 )
@@ -33,3 +34,11 @@ func (s *Server) ReadTableMetadata(ctx context.Context, ns []string, name, metad
 
 // ForgetMetadata drops the metadata file at loc from the node's cache.
 func (s *Server) ForgetMetadata(loc string) { s.cache.remove(loc) }
+
+// SetAwaitReadFailures sets how long a synchronous purge's reads of its job
+// may fail in a row before it answers, and returns a func restoring it.
+func SetAwaitReadFailures(d time.Duration) (restore func()) {
+	old := awaitReadFailures
+	awaitReadFailures = d
+	return func() { awaitReadFailures = old }
+}

@@ -74,15 +74,19 @@ type node struct {
 	// noClientKeys: the client brings no storage credentials of its own.
 	noClientKeys bool
 	// logger is the catalog's logger; nil: quietLogger.
-	logger  *slog.Logger
-	raft    *raftnode.Node
-	net     *raftfault.Network // cuts raft off from the cluster (Isolate)
-	srv     *catalog.Server
-	metrics *prometheus.Registry
-	objects *storage.Mux
-	http    *httptest.Server
-	URL     string
-	client  *http.Client
+	logger *slog.Logger
+	// purger and stopping are the catalog's Config.Purger and
+	// Config.Stopping; nil: their defaults.
+	purger   catalog.Purger
+	stopping chan struct{}
+	raft     *raftnode.Node
+	net      *raftfault.Network // cuts raft off from the cluster (Isolate)
+	srv      *catalog.Server
+	metrics  *prometheus.Registry
+	objects  *storage.Mux
+	http     *httptest.Server
+	URL      string
+	client   *http.Client
 }
 
 func freeAddr(t *testing.T) string {
@@ -169,6 +173,7 @@ func (n *node) start() {
 	srv, err := catalog.New(catalog.Config{
 		Warehouse: n.warehouse, Prefix: "floe", Registerer: n.metrics, MaxBodyBytes: 1 << 20, Logger: logger,
 		Now: n.now, Vendor: n.vendor, Warehouses: n.named, Authorizer: n.authz,
+		Purger: n.purger, Stopping: n.stopping,
 	}, rn, objects)
 	require.NoError(t, err)
 	n.raft, n.net, n.objects, n.srv = rn, faults, objects, srv

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path"
@@ -178,6 +179,7 @@ func asyncPurgeRequested(r *http.Request) bool {
 func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped fsm.Table) error {
 	done := p.Run(jobID)
 	wait := 10 * time.Millisecond
+	var failingSince time.Time // of the reads failing in a row
 	for {
 		var (
 			job   fsm.PurgeJob
@@ -198,9 +200,21 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 			}
 			return nil
 		})
+		if err == nil {
+			failingSince = time.Time{}
+		} else if failingSince.IsZero() {
+			failingSince = time.Now()
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return purgeUnfinished(jobID, ctx.Err())
+		case err != nil && time.Since(failingSince) >= awaitReadFailures:
+			// This node cannot read the job (it lost its leader, or was
+			// removed from the cluster while the job moved to another
+			// node): answer rather than hold the client until it gives up.
+			s.log.Warn("waiting for purge job: reads keep failing; answering", "job_id", jobID,
+				"failing_for", time.Since(failingSince).Round(time.Millisecond), "error", err)
+			return purgeUnfinished(jobID, err)
 		case err != nil:
 			s.log.Debug("waiting for purge job: read failed; retrying", "job_id", jobID, "error", err)
 		case !found && jobID == "":
@@ -228,9 +242,20 @@ func (s *Server) awaitPurge(ctx context.Context, p Purger, jobID string, dropped
 			wait = min(2*wait, 250*time.Millisecond)
 		case <-ctx.Done():
 			return purgeUnfinished(jobID, ctx.Err())
+		case <-s.cfg.Stopping:
+			return purgeUnfinished(jobID, errStopping)
 		}
 	}
 }
+
+// awaitReadFailures is how long a synchronous purge waits for its job
+// while every read of it fails before it answers (500: the job goes on).
+// A variable for tests.
+var awaitReadFailures = 30 * time.Second
+
+// errStopping is why a synchronous purge stopped waiting when its node
+// began to stop.
+var errStopping = errors.New("this node is stopping")
 
 // purgeUnfinished answers a synchronous purge whose wait ended: the drop
 // took effect, so the answer is a 500, not a 503 a client would resend by

@@ -137,7 +137,12 @@ type Config struct {
 	Auditor Auditor
 	// Purger runs the purge jobs of synchronous drops taken by this
 	// server; nil: a purge service private to the server (see purger).
-	Purger     Purger
+	Purger Purger
+	// Stopping is closed when the process begins to stop: synchronous
+	// purges still waiting for their jobs are answered then (500: the
+	// job continues elsewhere), before the HTTP server's graceful wait
+	// would cut them off unanswered. Nil: never.
+	Stopping   <-chan struct{}
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Now returns the time stamped into commands. Default time.Now.

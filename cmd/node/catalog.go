@@ -15,7 +15,7 @@ import (
 // newCatalogHandler builds the Iceberg REST catalog served under /v1/. The
 // Raft node is its store (Propose and linearizable Read); objects holds the
 // table files; purger runs the purge jobs of synchronous drops taken here.
-func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, named []namedWarehouse, purger catalog.Purger, sec *security) (http.Handler, error) {
+func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registerer, node *raftnode.Node, objects *storage.Mux, named []namedWarehouse, purger catalog.Purger, sec *security, stopping <-chan struct{}) (http.Handler, error) {
 	// One vendor per warehouse, over the warehouse's own storage settings;
 	// their metrics carry the warehouse's prefix.
 	newVendor := func(name string, m *storage.Mux) (*vending.Vendor, error) {
@@ -50,6 +50,7 @@ func newCatalogHandler(cfg config, logger *slog.Logger, reg prometheus.Registere
 		IdempotencyLifetime: cfg.idempotencyLifetime,
 		IdempotencyDisabled: !cfg.Idempotency,
 		Purger:              purger,
+		Stopping:            stopping,
 		Auditor:             sec,
 	}
 	if cfg.MetadataCacheBytes == 0 {

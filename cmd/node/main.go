@@ -214,7 +214,13 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if sec.on {
 		node.OnLeadership(sec.lead)
 	}
-	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, warehouses, purger, sec)
+	// stopping ends with the process, whatever its reason: the change-feed
+	// streams, which never end on their own, and synchronous purges still
+	// waiting for their jobs end before the HTTP server waits for its
+	// requests.
+	stopping, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	catalogHandler, err := newCatalogHandler(cfg, logger, reg, node, objects, warehouses, purger, sec, stopping.Done())
 	if err != nil {
 		return err
 	}
@@ -238,11 +244,6 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	// stopping ends with the process, whatever its reason: the change-feed
-	// streams, which never end on their own, close before the HTTP server
-	// waits for its requests.
-	stopping, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
 	handler := withStatusPage(statusPage.Handler(), routes(catalogHandler, managementRoutes(management.Handler(), purgeJobs,
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
 		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done(),
