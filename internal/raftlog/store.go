@@ -3,12 +3,12 @@
 //
 // # Why this exists
 //
-// The usual choice, github.com/hashicorp/raft-boltdb/v2, does not build
-// together with github.com/hashicorp/raft v1.8.0: raft v1.8.0 requires
-// github.com/hashicorp/go-metrics v0.7.0, which dropped the "compat" package
-// that raft-boltdb's metrics dependency chain still needs. We keep raft v1.8.0
-// and implement the two small interfaces raft needs (raft.LogStore and
-// raft.StableStore) directly on go.etcd.io/bbolt.
+// The usual choice, github.com/hashicorp/raft-boltdb/v2, ties the build to
+// the go-metrics versions its chain imports (github.com/hashicorp/go-metrics
+// v0.7.0 dropped the "compat" package it needs, and later raft releases
+// require v0.7.0), and brings msgpack for its records. We implement the two
+// small interfaces raft needs (raft.LogStore and raft.StableStore) directly
+// on go.etcd.io/bbolt, so the raft release we build with is our choice alone.
 //
 // The design follows raft-boltdb: one bbolt file with a "logs" bucket keyed by
 // the big-endian uint64 log index and a "conf" bucket for the stable store.

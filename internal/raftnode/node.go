@@ -101,7 +101,7 @@ const (
 // a 10 s I/O deadline, and no pipelined replication (MaxRPCsInFlight 1:
 // each AppendEntries to a follower waits for its answer before the next).
 //
-// hashicorp/raft's pipeline (v1.8.0) can deadlock: when its decoder stops,
+// hashicorp/raft's pipeline (v1.7.2, as v1.8.0) can deadlock: when its decoder stops,
 // on a follower's Success=false (a log mismatch after a restart; a failed
 // read looks the same) or an answer from a newer term, a send under way,
 // or one started after (a select may still pick another ready case), blocks
