@@ -175,3 +175,39 @@ func TestRegisterOverwriteNeedsDrop(t *testing.T) {
 	r = register("replacer")
 	assert.Equal(t, 200, r.status, "%s", r.body)
 }
+
+// Which spelling a raw '+' names never depends on a namespace hidden from
+// the caller: a hidden "pq rs" neither takes the caller's "pq+rs" (path
+// and parent) nor is told by the answer changing.
+func TestPlusNeverReadsAHiddenNamespace(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg,
+		authz: grantAuthz{"alice": {"read pq+rs", "read kid"}}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	alice := []string{"X-Test-Principal", "alice"}
+	for _, ns := range [][]string{{"pq+rs"}, {"pq+rs", "kid"}} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": ns}, admin...).status)
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/pq%2Brs/tables", withName("t1"), admin...).status)
+	answers := func() []string {
+		var out []string
+		for _, path := range []string{"/v1/namespaces?parent=pq+rs", "/v1/namespaces/pq+rs/tables", "/v1/namespaces/pq+rs"} {
+			r := n.do(t, "GET", path, nil, alice...)
+			out = append(out, string(rune('0'+r.status/100))+" "+string(r.body))
+		}
+		return out
+	}
+	before := answers()
+	for _, a := range before {
+		assert.True(t, strings.HasPrefix(a, "2 "), a)
+	}
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"pq rs"}}, admin...).status)
+	assert.Equal(t, before, answers(), "a namespace alice may not see changed her answers")
+	// The admin, who sees both, gets the space where both exist only
+	// through the spelling as written: unchanged rule.
+	r := n.do(t, "GET", "/v1/namespaces/pq+rs", nil, admin...)
+	require.Equal(t, 200, r.status)
+	assert.Equal(t, []any{"pq+rs"}, r.json(t)["namespace"])
+}

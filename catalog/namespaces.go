@@ -447,8 +447,19 @@ func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, e
 	}
 	wh := s.whOf(r.Context())
 	alt := wh.levels(levels)
+	// A spelling the caller may not see counts as missing (as in
+	// resolvePlus).
+	var seen [2]bool
+	for i, l := range [][]string{decoded, alt} {
+		if seen[i], err = s.visible(r, l); err != nil {
+			return decoded, err
+		}
+	}
+	if !seen[1] {
+		return decoded, nil
+	}
 	err = s.read(r, func(rd *fsm.Reader) error {
-		if _, ok := rd.Namespace(decoded); ok {
+		if _, ok := rd.Namespace(decoded); ok && seen[0] {
 			return nil
 		}
 		if _, ok := rd.Namespace(alt); ok {

@@ -21,7 +21,8 @@ import (
 // view variable holding a raw "+" is read as written when that names
 // something that exists, else with every "+" as a space when that does,
 // else as written (so a create, or a 404, names what the client wrote).
-// When both exist, the name as written wins.
+// When both exist, the name as written wins. A namespace the caller may
+// not see counts as missing.
 //
 // A request from the Java client (its X-Client-Version header, which
 // RESTSessionCatalog sets on every request, starts "Apache Iceberg ") is
@@ -53,11 +54,29 @@ func (s *Server) resolvePlus(r *http.Request) (*http.Request, error) {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		read = func(_ context.Context, fn func(*fsm.Reader) error) error { return s.read(r, fn) }
 	}
+	// A namespace spelling the caller may not see counts as missing, so
+	// that which one is read never depends on, nor tells of, a namespace
+	// hidden from the caller. Judged before the read: the authorizer may
+	// read the grants itself.
+	seen := map[string]bool{}
+	if strings.Contains(rawNS, "+") {
+		for _, raw := range []string{rawNS, spaced(rawNS)} {
+			levels, err := parseNamespace(raw)
+			if err != nil {
+				continue
+			}
+			ok, err := s.visible(r, levelsIn(r.Context(), levels))
+			if err != nil {
+				return r, err
+			}
+			seen[raw] = ok
+		}
+	}
 	ns, name := rawNS, rawName
 	err := read(r.Context(), func(rd *fsm.Reader) error {
 		exists := func(raw string) bool {
 			levels, err := parseNamespace(raw)
-			if err != nil {
+			if err != nil || !seen[raw] {
 				return false
 			}
 			_, ok := rd.Namespace(levelsIn(r.Context(), levels))
