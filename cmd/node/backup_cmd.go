@@ -154,9 +154,31 @@ Flags:
 		fmt.Fprintf(stderr, "floe backup: --to %s exists and is not a floe backup; refusing to replace it: give a new path, or remove the file first\nRun 'floe backup --help' for usage.\n", to)
 		return backupExitUsage
 	}
-	if fi, err := os.Stat(filepath.Dir(to)); err != nil || !fi.IsDir() {
-		fmt.Fprintf(stderr, "floe backup: cannot write %s: %s is not a directory\n", to, filepath.Dir(to))
+	switch fi, err := os.Stat(filepath.Dir(to)); {
+	case errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(stderr, "floe backup: cannot write %s: directory %s does not exist; create it first\nRun 'floe backup --help' for usage.\n", to, filepath.Dir(to))
+		return backupExitUsage
+	case err == nil && !fi.IsDir():
+		fmt.Fprintf(stderr, "floe backup: cannot write %s: %s is not a directory\nRun 'floe backup --help' for usage.\n", to, filepath.Dir(to))
+		return backupExitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "floe backup: cannot write %s: %v\n", to, err)
 		return backupExitFailed
+	}
+	if fromDataDir != "" {
+		// An offline backup asks no node: flags that name one would be
+		// silently ignored.
+		var given []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "node" || f.Name == "token" || f.Name == "ca" {
+				given = append(given, "--"+f.Name)
+			}
+		})
+		if len(given) > 0 {
+			fmt.Fprintf(stderr, "floe backup: --from-data-dir reads a stopped node's directory and asks no node; %s cannot be used with it\nRun 'floe backup --help' for usage.\n",
+				strings.Join(given, ", "))
+			return backupExitUsage
+		}
 	}
 	if node == "" {
 		node = os.Getenv("FLOE_NODE")

@@ -452,8 +452,19 @@ func TestBackupCommandUsage(t *testing.T) {
 		assert.Equal(t, "state machine", string(kept))
 	}
 	code, _, stderr := runFloe(t, bin, "backup", "--to", filepath.Join(t.TempDir(), "missing", "x.backup"))
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "does not exist")
+	notDir := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(notDir, nil, 0o600))
+	code, _, stderr = runFloe(t, bin, "backup", "--to", filepath.Join(notDir, "x.backup"))
+	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "is not a directory")
+	// An offline backup asks no node: a flag naming one is refused, not
+	// ignored.
+	code, _, stderr = runFloe(t, bin, "backup", "--to", filepath.Join(t.TempDir(), "x.backup"), "--from-data-dir", t.TempDir(),
+		"--node", "http://"+freeAddr(t))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--node cannot be used with it")
 	code, stdout, _ := runFloe(t, bin, "backup", "--help")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stdout, "--to")

@@ -699,11 +699,17 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	// Another member holding addr is removed below: only once addr answers
 	// as id, which proves that member is no longer there. A voter is asked
 	// in any case (see checkAnswersAs).
-	taken := slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool {
+	holder := slices.IndexFunc(cf.Configuration().Servers, func(s raft.Server) bool {
 		return string(s.ID) != id && string(s.Address) == addr
 	})
+	taken := holder >= 0
 	if (voter || taken) && (raft.ServerID(id) != n.id || addr != n.Addr()) {
-		if err := n.checkAnswersAs(ctx, id, addr); err != nil {
+		advice := "start it there first, or add it as a non-voter"
+		if taken {
+			advice = fmt.Sprintf("member %q holds that address: start %q there first (it then replaces %q), or remove %q",
+				cf.Configuration().Servers[holder].ID, id, cf.Configuration().Servers[holder].ID, cf.Configuration().Servers[holder].ID)
+		}
+		if err := n.checkAnswersAs(ctx, id, addr, advice); err != nil {
 			return err
 		}
 	} else if raft.ServerID(id) != n.id || addr != n.Addr() {
@@ -758,13 +764,14 @@ const voterProbeTimeout = 3 * time.Second
 // quorum, without a leader, and the change could then not be undone. A
 // non-voter needs no such check: it never counts.
 // It also refuses a node of another cluster (checkSameCluster).
-func (n *Node) checkAnswersAs(ctx context.Context, id, addr string) error {
+// advice ends the error when nothing answers: what the operator can do.
+func (n *Node) checkAnswersAs(ctx context.Context, id, addr, advice string) error {
 	info, err := n.probe(ctx, addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: no floe node answers at %s (%v); start it there first, or add it as a non-voter", ErrInvalidMember, addr, err)
+		return fmt.Errorf("%w: no floe node answers at %s (%v); %s", ErrInvalidMember, addr, err, advice)
 	}
 	if info.ID != id {
 		return fmt.Errorf("%w: the node at %s is %q, not %q", ErrInvalidMember, addr, info.ID, id)
@@ -960,7 +967,7 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 		// That member is removed below: only once the address answers
 		// as the joining node (it answers RPCs while its Raft port is
 		// still shut), which proves the member is no longer there.
-		if err := n.checkAnswersAs(ctx, req.ID, req.Addr); err != nil {
+		if err := n.checkAnswersAs(ctx, req.ID, req.Addr, "start it there first, or add it as a non-voter"); err != nil {
 			return admitResponse{}, err
 		}
 	}
@@ -1314,6 +1321,10 @@ func (n *Node) askAll(ctx context.Context, servers []raft.Server, timeout time.D
 	return infos, errs
 }
 
+// joinSilenceWarn is how many join rounds (about a second each) pass
+// between warnings that no join address answers.
+const joinSilenceWarn = 10
+
 // formCluster runs at start. A node with Raft state is already a member:
 // it only makes sure its recorded address is current (readdress).
 // Otherwise, given Join addresses, until it is a member (it has known a
@@ -1362,6 +1373,7 @@ func (n *Node) formCluster() {
 		}
 		peers := map[string]nodeInfo{}
 		var leader string
+		unreachable := map[string]string{}
 		for _, addr := range n.cfg.Join {
 			if addr == n.Addr() {
 				continue
@@ -1372,6 +1384,7 @@ func (n *Node) formCluster() {
 			cancel()
 			if err != nil {
 				log.Debug("join address not reachable", "address", addr, "error", err)
+				unreachable[addr] = err.Error()
 				continue
 			}
 			if info.ID == string(n.id) {
@@ -1381,6 +1394,13 @@ func (n *Node) formCluster() {
 			if info.LeaderID != "" {
 				leader = addr
 			}
+		}
+		// Said at Warn every joinSilenceWarn rounds while no join address
+		// answers (a mistyped --join, the others not started yet): the
+		// operator otherwise sees only "no leader".
+		if len(peers) == 0 && len(unreachable) > 0 && attempt%joinSilenceWarn == joinSilenceWarn-1 {
+			log.Warn("no --join address answers; check the addresses and that those nodes run",
+				"unreachable", unreachable, "waited", time.Duration(attempt+1)*time.Second)
 		}
 		if leader != "" {
 			if n.hold.held.Load() {

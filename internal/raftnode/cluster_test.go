@@ -899,3 +899,31 @@ func TestHandOverBeforeStopping(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, res.Err())
 }
+
+// A node removed from the cluster says so in Ready (wrapping ErrNoLeader
+// and ErrNotMember, with the way back), also after a restart on its data
+// directory, rather than only "no leader".
+func TestRemovedNodeSaysSo(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	var gone *Node
+	var cfg Config
+	for i, n := range nodes {
+		if n != leader {
+			gone, cfg = n, cfgs[i]
+			break
+		}
+	}
+	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
+	require.Eventually(t, func() bool { return errors.Is(gone.Ready(), ErrNotMember) }, 20*time.Second, 20*time.Millisecond)
+	err := gone.Ready()
+	require.ErrorIs(t, err, ErrNoLeader)
+	assert.Contains(t, err.Error(), "floe members add-voter "+gone.ID())
+	require.NoError(t, gone.Shutdown())
+
+	again := mustOpen(t, cfg)
+	require.Eventually(t, func() bool { return errors.Is(again.Ready(), ErrNotMember) }, 20*time.Second, 20*time.Millisecond)
+	for _, n := range others(nodes, gone) {
+		assert.NoError(t, n.Ready(), n.ID())
+	}
+}

@@ -71,6 +71,9 @@ var (
 	// local state machine has not yet applied what the leader had committed
 	// when this node first heard from it.
 	ErrCatchingUp = errors.New("raftnode: catching up")
+	// ErrNotMember is wrapped, with ErrNoLeader, by Ready while the latest
+	// membership this node knows does not hold it (it was removed).
+	ErrNotMember = errors.New("raftnode: not a member of the cluster")
 	// ErrRejoinRefused: this node has no Raft state, asked to join, and the
 	// leader's configuration already holds its ID as a voter (it lost its
 	// data directory, or another node uses its ID). It did not join and
@@ -952,6 +955,9 @@ func (n *Node) Ready() error {
 		return ErrShutdown
 	}
 	if _, id := n.raft.LeaderWithID(); id == "" {
+		if err := n.notMember(); err != nil {
+			return err
+		}
 		return ErrNoLeader
 	}
 	if err := n.updateReadiness(); err != nil {
@@ -964,6 +970,34 @@ func (n *Node) Ready() error {
 		n.behindAt.CompareAndSwap(at, 0)
 	}
 	return nil
+}
+
+// notMemberWarnEvery spaces the monitor's warnings that this node is not
+// in the membership it last knew.
+const notMemberWarnEvery = 30 * time.Second
+
+// notMember returns an error wrapping ErrNoLeader and ErrNotMember when the
+// latest membership this node knows (from its own log or snapshot) does not
+// hold it: it was removed, and restarting it, with --join or without,
+// does not bring it back. Nil otherwise, also while it knows no membership
+// (a node still joining).
+func (n *Node) notMember() error {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	servers := f.Configuration().Servers
+	if len(servers) == 0 {
+		return nil
+	}
+	for _, s := range servers {
+		if s.ID == n.id {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w: node %s was removed from the cluster (the membership it last knew lists %d other nodes); "+
+		"to bring it back, run `floe members add-voter %s %s` against a member, or empty its data directory and start it with --join",
+		ErrNoLeader, ErrNotMember, n.id, len(servers), n.id, n.Addr())
 }
 
 // updateReadiness is called by Ready and by the monitor loop.
@@ -1146,6 +1180,7 @@ func (n *Node) monitor() {
 	defer n.wg.Done()
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
+	var lastNotMember time.Time
 	for {
 		n.metrics.setState(n.raft.State())
 		n.metrics.term.Set(float64(n.raft.CurrentTerm()))
@@ -1176,6 +1211,10 @@ func (n *Node) monitor() {
 		}
 		if !n.caughtUp.Load() {
 			_ = n.updateReadiness()
+		}
+		if err := n.notMember(); err != nil && time.Since(lastNotMember) >= notMemberWarnEvery {
+			lastNotMember = time.Now()
+			n.logger.Warn("this node is not in the cluster's membership", "error", err)
 		}
 		select {
 		case <-n.ctx.Done():
