@@ -161,6 +161,8 @@ type PurgeNode struct {
 	AtMs  int64  `json:"at-ms"`
 	// Features are the PurgeFeature* bits the node's binary has.
 	Features uint64 `json:"features,omitempty"`
+	// Settings fingerprints the node's storage settings (PurgeHeartbeat).
+	Settings string `json:"settings,omitempty"`
 }
 
 // MaxPurgeFirstPhase bounds a purge job's first phase (PurgeJobSpec's
@@ -308,6 +310,13 @@ type PurgeHeartbeat struct {
 	ExpiresMs int64      `json:"expires-ms"`
 	// Features are the PurgeFeature* bits this node's binary has.
 	Features uint64 `json:"features,omitempty"`
+	// Settings is an opaque fingerprint of the node's storage settings
+	// (its warehouses and allowed locations), which every node of a
+	// cluster must share: the nodes compare theirs with the others'
+	// outside Apply. Stored as sent; empty from older binaries (which,
+	// replaying a heartbeat that carries it, store it without: nothing
+	// in Apply reads it).
+	Settings string `json:"settings,omitempty"`
 }
 
 // RetryPurgeJob puts a FAILED, unreleased job back to PENDING with its
@@ -683,7 +692,7 @@ func applyFinishPurgeJob(t *txn, c Command) Result {
 
 func applyPurgeHeartbeat(t *txn, c Command) Result {
 	cmd := c.(PurgeHeartbeat)
-	t.put(bucketPurgeNodes, []byte(cmd.Node), PurgeNode{Node: cmd.Node, Slots: cmd.Slots, Index: t.index, AtMs: cmd.AtMs, Features: cmd.Features})
+	t.put(bucketPurgeNodes, []byte(cmd.Node), PurgeNode{Node: cmd.Node, Slots: cmd.Slots, Index: t.index, AtMs: cmd.AtMs, Features: cmd.Features, Settings: cmd.Settings})
 	for _, l := range cmd.Leases {
 		j, ok := t.purgeJob(l.JobID)
 		if !ok || j.State != JobRunning || j.Lease == nil || j.Lease.Token != l.Token || j.Lease.Node != cmd.Node {

@@ -52,6 +52,10 @@ type Config struct {
 	// NodeID names this node in leases and heartbeats: the Raft server ID.
 	NodeID string
 	Store  Store
+	// Settings is an opaque fingerprint of this node's storage settings,
+	// carried by its heartbeats (fsm.PurgeHeartbeat) for the nodes to
+	// compare. Empty: none sent.
+	Settings string
 	// Storage returns the Objects to use for a job, given its table's
 	// warehouse ("" for the default one) and the FileIO properties
 	// captured when the table was dropped.
@@ -454,7 +458,7 @@ func (s *Service) heartbeatLoop() {
 		ctx, cancel := context.WithTimeout(s.ctx, interval)
 		leases := s.leases()
 		_, err := s.cfg.Store.Propose(ctx, fsm.PurgeHeartbeat{
-			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: leases, Features: fsm.PurgeFeaturesOfThisBinary,
+			Node: s.cfg.NodeID, Slots: s.cfg.WorkerThreads, Leases: leases, Features: fsm.PurgeFeaturesOfThisBinary, Settings: s.cfg.Settings,
 			AtMs: now.UnixMilli(), ExpiresMs: now.Add(s.cfg.HeartbeatTimeout).UnixMilli(),
 		})
 		cancel()

@@ -178,8 +178,12 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 
 	// Purge workers run on every node; the scheduler runs on the leader
 	// only, switched on and off with leadership.
+	// The storage settings every node must share (settingscheck.go):
+	// announced in the purge heartbeats, compared with the others'.
+	settings := newSettingsCheck(cfg, node.ID(), node.StaleRead, logger, reg)
 	purger, err := purge.New(purge.Config{
 		NodeID:           node.ID(),
+		Settings:         settings.mine,
 		Store:            node,
 		Storage:          purge.StorageFor(purgeBases(cfg, objects, warehouses), cfg.PurgeDeleteBatchSize),
 		AllowedLocations: cfg.allowedEverywhere(),
@@ -244,11 +248,12 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	handler := withStatusPage(statusPage.Handler(), routes(catalogHandler, managementRoutes(management.Handler(), purgeJobs,
+	go settings.run(stopping)
+	handler := withStatusPage(statusPage.Handler(), routes(settings.guard(catalogHandler), managementRoutes(management.Handler(), purgeJobs,
 		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
 		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done(),
 			Linearize: func(ctx context.Context) error { return node.Read(ctx, func(*fsm.Reader) error { return nil }) }}),
-		management.Backup(node, reg)), sec.tokens, node, reg))
+		management.Backup(node, reg)), sec.tokens, settings.readiness(node), reg))
 	srv, err := httpserve.New(refuseDotSegments(collapseLeadingSlashes(sec.wrap(handler))), httpserve.Config{
 		CertFile:          cfg.HTTPTLSCert,
 		KeyFile:           cfg.HTTPTLSKey,
