@@ -214,7 +214,8 @@ func writeAPIError(w http.ResponseWriter, r *http.Request, ae *apiError) {
 
 // unreadableMetadataLocation is the answer to a register whose
 // metadata-location could not be read: 503, which clients resend, when
-// storage stalled, could not be reached or throttled (nothing was applied;
+// storage stalled, could not be reached, throttled or failed the request
+// itself (nothing was applied;
 // the file may well be there), else 400: the caller named a file that is
 // not there, not readable or not metadata.
 func unreadableMetadataLocation(loc string, err error) error {
@@ -225,7 +226,9 @@ func unreadableMetadataLocation(loc string, err error) error {
 }
 
 // storageUnavailable reports whether err is object storage stalling, out of
-// reach or throttling: a failure of the moment, answered 503.
+// reach, throttling or failing a request itself (5xx, a body cut short): a
+// failure of the moment, answered 503.
 func storageUnavailable(err error) bool {
-	return errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) || errors.Is(err, storage.ErrThrottled)
+	return errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) ||
+		errors.Is(err, storage.ErrThrottled) || errors.Is(err, storage.ErrServerFailed)
 }

@@ -40,6 +40,8 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"a register's metadata-location, storage stalled", unreadableMetadataLocation("s3://b/m.json", &storage.ObjectError{Op: "read", URI: "s3://b/m.json", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"a register's metadata-location, storage unreachable", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrUnreachable)), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"a register's metadata-location, storage throttling", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrThrottled)), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"object storage failed a read before proposing, commit", fmt.Errorf("read metadata: %w", storage.ErrServerFailed), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"a register's metadata-location, storage failed the read", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrServerFailed)), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"a register's metadata-location, not there", unreadableMetadataLocation("s3://b/m.json", fmt.Errorf("read: %w", storage.ErrNotFound)), opOther, http.StatusBadRequest, "BadRequestException"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

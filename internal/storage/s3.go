@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // S3 objects through aws-sdk-go-v2.
@@ -101,8 +102,26 @@ func (s *s3Storage) timedOut(cctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	case throttled(err):
 		return fmt.Errorf("%w: %w", ErrThrottled, err)
+	case serverFailed(err):
+		return fmt.Errorf("%w: %w", ErrServerFailed, err)
 	}
 	return err
+}
+
+// serverFailed reports whether err is the server failing the call itself
+// after the SDK's own retries: a 5xx answer (InternalError, 500, 502, 504;
+// not 501 NotImplemented, which a retry does not change), or a response
+// body cut short.
+func serverFailed(err error) bool {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		code := re.HTTPStatusCode()
+		return code >= 500 && code != http.StatusNotImplemented
+	}
+	return false
 }
 
 // throttled reports whether err is the server's refusal to take more

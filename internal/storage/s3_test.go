@@ -451,3 +451,44 @@ func TestS3ThrottledServer(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, storage.ErrThrottled)
 }
+
+// A server that fails requests itself (InternalError 500, a body cut
+// short) fails the call with ErrServerFailed once the SDK's retries are
+// spent, which the catalog answers 503 (nothing was done); a 501 or a 4xx
+// is not such a failure.
+func TestS3ServerFailure(t *testing.T) {
+	var mode atomic.Value
+	mode.Store("500")
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch m := mode.Load().(string); m {
+		case "short":
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte("only some"))
+		default:
+			status := map[string]int{"500": 500, "501": 501, "403": 403}[m]
+			code := map[string]string{"500": "InternalError", "501": "NotImplemented", "403": "AccessDenied"}[m]
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>m</Message></Error>`, code)
+		}
+	}))
+	t.Cleanup(ts.Close)
+	m, err := storage.New(storage.Config{
+		S3Endpoint: ts.URL, S3Region: "us-east-1", S3AccessKeyID: "key", S3SecretAccessKey: "secret", S3PathStyle: true,
+	})
+	require.NoError(t, err)
+	err = m.Write(context.Background(), "s3://bucket/x", []byte("x"))
+	assert.ErrorIs(t, err, storage.ErrServerFailed)
+	_, err = m.Read(context.Background(), "s3://bucket/x")
+	assert.ErrorIs(t, err, storage.ErrServerFailed)
+	mode.Store("short")
+	_, err = m.Read(context.Background(), "s3://bucket/x")
+	assert.ErrorIs(t, err, storage.ErrServerFailed)
+	for _, m2 := range []string{"501", "403"} {
+		mode.Store(m2)
+		_, err = m.Read(context.Background(), "s3://bucket/x")
+		require.Error(t, err, m2)
+		assert.NotErrorIs(t, err, storage.ErrServerFailed, m2)
+	}
+}

@@ -63,6 +63,11 @@ var (
 	// too many (SlowDown, 503) after the SDK's own retries: nothing was
 	// done, and a later try may succeed.
 	ErrThrottled = errors.New("object storage is refusing requests for now (throttled)")
+	// ErrServerFailed is wrapped by errors of S3 calls the server failed
+	// itself (a 5xx answer such as InternalError, or a response body cut
+	// short) after the SDK's own retries: a later try may succeed. A write
+	// so failed may have landed; nothing refers to it.
+	ErrServerFailed = errors.New("object storage failed the request (server error)")
 	// ErrTooLarge is wrapped by errors of Read for an object larger than
 	// MaxReadBytes.
 	ErrTooLarge = errors.New("object too large to read whole")
