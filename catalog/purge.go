@@ -260,9 +260,14 @@ var errStopping = errors.New("this node is stopping")
 // purgeUnfinished answers a synchronous purge whose wait ended: the drop
 // took effect, so the answer is a 500, not a 503 a client would resend by
 // itself into a 404.
+// A replay that found its job by the table has no id to name (jobID "").
 func purgeUnfinished(jobID string, cause error) error {
+	job := "its purge job"
+	if jobID != "" {
+		job = "purge job " + jobID
+	}
 	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: fmt.Sprintf(
-		"the table was dropped; purge job %s had not finished when the request ended (%v) and continues in the background", jobID, cause)}
+		"the table was dropped; %s had not finished when the request ended (%v) and continues in the background", job, cause)}
 }
 
 // nodesWithout lists the nodes whose purge heartbeat arrived within

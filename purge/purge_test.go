@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http/httptrace"
 	"os"
 	"path"
 	"path/filepath"
@@ -41,6 +42,7 @@ func TestPurge(t *testing.T) {
 			t.Run("corrupt metadata fails at once and release frees the name", func(t *testing.T) { testCorruptMetadata(t, c) })
 			t.Run("refused deletes retry, fail, and retry through the operator API", func(t *testing.T) { testDeleteFailures(t, c) })
 			t.Run("a missing manifest fails the job, and no manifest is deleted", func(t *testing.T) { testMissingManifest(t, c) })
+			t.Run("a delete that fails on its own past the fence is not sent again", func(t *testing.T) { testFailedPastFence(t, c) })
 			t.Run("a local file written at its decoded path goes too", func(t *testing.T) { testEscapedLocalPaths(t, c, wh) })
 			t.Run("a path through a symbolic link fails the job at once", func(t *testing.T) { testSymlinkFailsAtOnce(t, c, wh) })
 			t.Run("a data file that is a directory fails the job at once", func(t *testing.T) { testDirectoryFailsAtOnce(t, c, wh) })
@@ -349,6 +351,38 @@ func testDeleteFailures(t *testing.T, c *cluster) {
 	require.Equal(t, 200, r.status, r.body)
 	c.waitJob("refused", "t", 30*time.Second, isState(fsm.JobSucceeded))
 	assert.Empty(t, c.list(tt.tbl.Location()))
+}
+
+// A delete request written whole before the fence's deadline is left to
+// finish; when it then fails on its own (storage's own timeout, a server
+// error), the batch fails and the job takes its retry path: it is not sent
+// again as if the fence had cut it off (four sends of a stalled request
+// per attempt).
+func testFailedPastFence(t *testing.T, c *cluster) {
+	n := c.live()[0]
+	c.makeTable(n, "pastfence", "t", nil, 1, 3)
+	var sends atomic.Int32
+	c.setHook(func(ctx context.Context, _ []string) error {
+		sends.Add(1)
+		trace := httptrace.ContextClientTrace(ctx)
+		if trace != nil && trace.WroteRequest != nil {
+			trace.WroteRequest(httptrace.WroteRequestInfo{}) // written whole, awaiting its answer
+		}
+		time.Sleep(time.Second) // past the fence's deadline (3/4 of the 1 s heartbeat timeout)
+		if trace != nil && trace.GotFirstResponseByte != nil {
+			trace.GotFirstResponseByte()
+		}
+		return errors.New("storage: object storage did not answer in time")
+	})
+	defer c.setHook(nil)
+	r := n.do(t, "DELETE", "/v1/namespaces/pastfence/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.waitJob("pastfence", "t", 60*time.Second, isState(fsm.JobFailed))
+	assert.Equal(t, int32(job.Attempts), sends.Load(), "one send per attempt")
+	c.setHook(nil)
+	r = n.do(t, "POST", "/management/v1/purge-jobs/"+job.ID+"/retry", "")
+	require.Equal(t, 200, r.status, r.body)
+	c.waitJob("pastfence", "t", 30*time.Second, isState(fsm.JobSucceeded))
 }
 
 // A manifest is the only record of the data files it lists: a purge that

@@ -520,7 +520,11 @@ func (r *jobRun) flush() {
 				return
 			}
 			n, err = r.objs.Delete(fctx, uris)
-			expired := err != nil && fctx.cutOff() && r.ctx.Err() == nil
+			// Cut off only when the fence cancelled the request: one it
+			// let finish past the deadline (written whole, awaiting its
+			// answer) and that then failed on its own (storage's own
+			// timeout, a server error) failed, and is not sent again.
+			expired := err != nil && fctx.cutOff() && fctx.Err() != nil && r.ctx.Err() == nil
 			cancel()
 			if !expired {
 				break
