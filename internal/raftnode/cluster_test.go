@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
+	"github.com/floe-catalog/floe/internal/testenv"
 	"github.com/floe-catalog/floe/transport"
 )
 
@@ -926,4 +928,19 @@ func TestRemovedNodeSaysSo(t *testing.T) {
 	for _, n := range others(nodes, gone) {
 		assert.NoError(t, n.Ready(), n.ID())
 	}
+}
+
+// A node whose --join addresses never answer (mistyped, or the others not
+// started) says so at Warn, naming them, instead of only "no leader".
+func TestJoinNobodyAnswersIsWarned(t *testing.T) {
+	logs := &testenv.LogBuffer{}
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.NodeID = "lonely"
+	nobody := freeAddr(t)
+	cfg.Join = []string{nobody}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	mustOpen(t, cfg)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "no --join address answers") && strings.Contains(logs.String(), nobody)
+	}, 30*time.Second, 100*time.Millisecond, "logs: %s", logs.String())
 }
