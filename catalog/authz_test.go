@@ -205,9 +205,20 @@ func TestPlusNeverReadsAHiddenNamespace(t *testing.T) {
 	}
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"pq rs"}}, admin...).status)
 	assert.Equal(t, before, answers(), "a namespace alice may not see changed her answers")
+	// Path: alice's visible "ab cd", reached as "ab+cd", stays hers when a
+	// hidden "ab+cd" appears (the name as written would win if it counted).
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ab cd"}}, admin...).status)
+	n.authz.(grantAuthz)["alice"] = append(n.authz.(grantAuthz)["alice"], "read ab cd")
+	r := n.do(t, "GET", "/v1/namespaces/ab+cd", nil, alice...)
+	require.Equal(t, 200, r.status, string(r.body))
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ab+cd"}}, admin...).status)
+	r = n.do(t, "GET", "/v1/namespaces/ab+cd", nil, alice...)
+	require.Equal(t, 200, r.status, string(r.body))
+	assert.Equal(t, []any{"ab cd"}, r.json(t)["namespace"])
+
 	// The admin, who sees both, gets the space where both exist only
 	// through the spelling as written: unchanged rule.
-	r := n.do(t, "GET", "/v1/namespaces/pq+rs", nil, admin...)
+	r = n.do(t, "GET", "/v1/namespaces/pq+rs", nil, admin...)
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, []any{"pq+rs"}, r.json(t)["namespace"])
 }

@@ -311,8 +311,7 @@ type PurgeHeartbeat struct {
 	// Features are the PurgeFeature* bits this node's binary has.
 	Features uint64 `json:"features,omitempty"`
 	// Settings is an opaque fingerprint of the node's storage settings
-	// (its warehouses and allowed locations), which every node of a
-	// cluster must share: the nodes compare theirs with the others'
+	// (its default warehouse), which every node of a cluster must share: the nodes compare theirs with the others'
 	// outside Apply. Stored as sent; empty from older binaries (which,
 	// replaying a heartbeat that carries it, store it without: nothing
 	// in Apply reads it).

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -17,62 +16,46 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 )
 
-// Every node of a cluster must have the same storage settings: the
-// catalog's prefix, its default warehouse and allowed locations, and the
-// named warehouses with theirs. A node started without them (the add-node
-// example copied without the storage flags) or with others would create
-// tables in its own warehouse and refuse commits to everyone else's, while
-// reporting ready. Each node therefore carries a fingerprint of its
-// settings in its purge heartbeats (fsm.PurgeHeartbeat.Settings), and
-// settingsCheck compares its own with those of the other live nodes: when
-// more than half of them agree on other settings, this node is the odd
-// one out. It is then not ready (/readyz 503) and answers every catalog
-// request 503, naming the fix, until it is restarted with the cluster's
-// settings. When the nodes disagree among themselves without such a
-// majority (each node on its own default file:// warehouse, or half of a
-// rolling change done) nothing is refused.
+// Every node of a cluster must serve the same default warehouse: the
+// catalog's prefix and its --warehouse location. A node started without
+// them (the add-node example copied without the storage flags) or with
+// others would create tables in a warehouse of its own and refuse commits
+// to everyone else's, while reporting ready. Each node therefore carries a
+// fingerprint of the two in its purge heartbeats
+// (fsm.PurgeHeartbeat.Settings), and settingsCheck counts the live nodes'
+// fingerprints, its own included: when more than half of all live nodes
+// share one other than this node's, this node is the odd one out. It is
+// then not ready (/readyz 503) and answers every catalog request 503,
+// naming the fix, until it is restarted with the cluster's settings.
+// Without such a majority (nodes split evenly, each node on its own default
+// file:// warehouse) nothing is refused, so a cluster never refuses on
+// every node at once.
+//
+// Named warehouses and allowed locations are left out: they are added,
+// widened and retired by a rolling restart (docs/operations.md), during
+// which the nodes differ by design. Changing --warehouse or --prefix of a
+// running cluster is not a rolling change: the first nodes restarted with
+// the new value are refused until most nodes have it.
 
-// storageFingerprint returns the fingerprint of the storage settings in
-// cfg: a hash, so that heartbeats stay small and carry nothing secret
-// (credentials and endpoints are not part of it: a node may reach the same
-// bucket through its own endpoint).
+// storageFingerprint returns the fingerprint of the default warehouse in
+// cfg: a hash, so that heartbeats stay small (credentials and endpoints
+// are not part of it: a node may reach the same bucket through its own
+// endpoint).
 func storageFingerprint(cfg config) string {
-	type wh struct {
-		Name     string   `json:"name"`
-		Location string   `json:"location"`
-		Allowed  []string `json:"allowed"`
-	}
-	sorted := func(l []string) []string {
-		l = slices.Clone(l)
-		slices.Sort(l)
-		return l
-	}
-	all := []wh{{Name: cfg.Prefix, Location: cfg.Warehouse, Allowed: sorted(cfg.allowedLocations())}}
-	named := make([]wh, 0, len(cfg.warehouses))
-	for _, w := range cfg.warehouses {
-		named = append(named, wh{Name: w.Name, Location: w.Location, Allowed: sorted(w.AllowedLocations)})
-	}
-	slices.SortFunc(named, func(a, b wh) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	b, _ := json.Marshal(append(all, named...))
+	b, _ := json.Marshal([]string{cfg.Prefix, cfg.Warehouse})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
 
-// settingsOutlier reports whether mine differs from the settings more than
-// half of the other live nodes announce: nodes other than self whose last
-// heartbeat is at most window old at nowMs and that sent a fingerprint.
-// live is how many such nodes there are, agree how many of them share the
-// most common fingerprint.
+// settingsOutlier reports whether more than half of all live nodes, this
+// one (self, with mine) included, share a fingerprint other than mine. A
+// node other than self is live when its last heartbeat is at most window
+// old at nowMs and it sent a fingerprint (older binaries send none). live
+// counts the live nodes, self included; agree how many share the most
+// common fingerprint.
 func settingsOutlier(mine, self string, nodes []fsm.PurgeNode, nowMs int64, window time.Duration) (outlier bool, agree, live int) {
-	counts := map[string]int{}
+	counts := map[string]int{mine: 1}
+	live = 1
 	for _, n := range nodes {
 		if n.Node == self || n.Settings == "" || nowMs-n.AtMs > window.Milliseconds() {
 			continue
@@ -86,7 +69,7 @@ func settingsOutlier(mine, self string, nodes []fsm.PurgeNode, nowMs int64, wind
 			common, agree = s, c
 		}
 	}
-	return live > 0 && common != mine && 2*agree > live, agree, live
+	return common != mine && 2*agree > live, agree, live
 }
 
 // settingsCheck runs the comparison every settingsCheckEvery.
@@ -116,7 +99,7 @@ func newSettingsCheck(cfg config, self string, read func(fn func(*fsm.Reader) er
 		window: 2 * cfg.PurgeHeartbeatTimeout,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floe_storage_settings_mismatch",
-			Help: "1 while this node's storage settings (prefix, warehouses, allowed locations) differ from those more than half of the other live nodes share; it then refuses catalog requests.",
+			Help: "1 while this node's default warehouse (prefix, location) differs from the one more than half of the live nodes share; it then refuses catalog requests.",
 		}),
 	}
 	reg.MustRegister(c.gauge)
@@ -133,8 +116,8 @@ func (c *settingsCheck) run(ctx context.Context) {
 		if err := c.read(func(r *fsm.Reader) error { nodes = r.PurgeNodes(); return nil }); err == nil {
 			outlier, agree, live := settingsOutlier(c.mine, c.self, nodes, time.Now().UnixMilli(), c.window)
 			if outlier {
-				msg := fmt.Sprintf("this node's storage settings (--prefix, --warehouse, --allowed-locations, --warehouses) "+
-					"differ from those %d of the %d other live nodes share; restart it with the cluster's settings", agree, live)
+				msg := fmt.Sprintf("this node's default warehouse (--prefix, --warehouse) differs from the one %d of the %d live nodes "+
+					"share; restart it with the cluster's settings", agree, live)
 				if c.outlier.Swap(&msg) == nil || time.Since(warned) >= settingsWarnEvery {
 					warned = time.Now()
 					c.log.Error("storage settings differ from the cluster's; refusing catalog requests", "agree", agree, "live", live,

@@ -14,21 +14,17 @@ import (
 )
 
 func TestStorageFingerprint(t *testing.T) {
-	base := config{Prefix: "floe", Warehouse: "s3://lake/wh", AllowedLocations: "s3://lake/wh,s3://lake/ext",
-		warehouses: []warehouseSpec{{Name: "a", Location: "s3://a/wh"}, {Name: "b", Location: "s3://b/wh", AllowedLocations: []string{"s3://b/wh", "s3://b/x"}}}}
+	base := config{Prefix: "floe", Warehouse: "s3://lake/wh", AllowedLocations: "s3://lake/wh",
+		warehouses: []warehouseSpec{{Name: "a", Location: "s3://a/wh"}}}
 	same := base
-	same.AllowedLocations = "s3://lake/ext, s3://lake/wh"
-	same.warehouses = []warehouseSpec{base.warehouses[1], base.warehouses[0]}
-	same.warehouses[0].S3SecretAccessKey, same.S3Endpoint = "another secret", "http://elsewhere:9000"
-	assert.Equal(t, storageFingerprint(base), storageFingerprint(same), "order, credentials and endpoints do not count")
+	same.AllowedLocations = "s3://lake/wh,s3://lake/ext"
+	same.warehouses = nil
+	same.S3Endpoint, same.S3SecretAccessKey = "http://elsewhere:9000", "another secret"
+	assert.Equal(t, storageFingerprint(base), storageFingerprint(same),
+		"named warehouses and allowed locations change by rolling restart; endpoints and credentials are per node")
 	for name, change := range map[string]func(c *config){
 		"prefix":    func(c *config) { c.Prefix = "other" },
 		"warehouse": func(c *config) { c.Warehouse = "s3://other/wh" },
-		"allowed":   func(c *config) { c.AllowedLocations = "s3://lake/wh" },
-		"named": func(c *config) {
-			c.warehouses = []warehouseSpec{base.warehouses[0], {Name: "b", Location: "s3://b/elsewhere"}}
-		},
-		"one fewer": func(c *config) { c.warehouses = base.warehouses[:1] },
 	} {
 		c := base
 		change(&c)
@@ -42,6 +38,7 @@ func TestSettingsOutlier(t *testing.T) {
 	node := func(id, settings string, ageMs int64) fsm.PurgeNode {
 		return fsm.PurgeNode{Node: id, Settings: settings, AtMs: now - ageMs}
 	}
+	// This node ("me") has "x"; nodes lists the others.
 	for _, tc := range []struct {
 		name  string
 		nodes []fsm.PurgeNode
@@ -50,13 +47,15 @@ func TestSettingsOutlier(t *testing.T) {
 		{"alone", []fsm.PurgeNode{node("me", "x", 0)}, false},
 		{"all agree", []fsm.PurgeNode{node("me", "x", 0), node("b", "x", 0), node("c", "x", 0)}, false},
 		{"the odd one of three", []fsm.PurgeNode{node("me", "x", 0), node("b", "y", 0), node("c", "y", 0)}, true},
-		{"one of two others differs", []fsm.PurgeNode{node("b", "y", 0), node("c", "x", 0)}, false},
+		{"one of three differs, seen by the others", []fsm.PurgeNode{node("b", "y", 0), node("c", "x", 0)}, false},
 		{"all differ", []fsm.PurgeNode{node("b", "y", 0), node("c", "z", 0)}, false},
+		{"two nodes that differ", []fsm.PurgeNode{node("b", "y", 0)}, false},
+		{"two against two", []fsm.PurgeNode{node("b", "x", 0), node("c", "y", 0), node("d", "y", 0)}, false},
 		{"two bad of five, seen by a bad one", []fsm.PurgeNode{node("b", "x", 0), node("c", "y", 0), node("d", "y", 0), node("e", "y", 0)}, true},
 		{"two bad of five, seen by a good one", []fsm.PurgeNode{node("b", "y", 0), node("c", "y", 0), node("d", "x", 0), node("e", "x", 0)}, false},
 		{"silent nodes do not count", []fsm.PurgeNode{node("b", "y", 20_000), node("c", "y", 20_000)}, false},
 		{"older binaries do not count", []fsm.PurgeNode{node("b", "", 0), node("c", "", 0)}, false},
-		{"one live other", []fsm.PurgeNode{node("b", "y", 0)}, true},
+		{"a third node down: one against one", []fsm.PurgeNode{node("b", "y", 0), node("c", "y", 20_000)}, false},
 	} {
 		got, _, _ := settingsOutlier("x", "me", tc.nodes, now, window)
 		assert.Equal(t, tc.want, got, tc.name)
@@ -81,7 +80,7 @@ func TestNodeWithOtherStorageSettingsRefuses(t *testing.T) {
 	odd := c.byID("node3")
 	require.Eventually(t, func() bool {
 		code, body, err := c.do(odd, http.MethodGet, "/readyz", "")
-		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(string(body), "storage settings")
+		return err == nil && code == http.StatusServiceUnavailable && strings.Contains(string(body), "default warehouse")
 	}, 60*time.Second, 100*time.Millisecond)
 	code, body, err := c.do(odd, http.MethodGet, "/v1/namespaces", "")
 	require.NoError(t, err)

@@ -973,8 +973,12 @@ func (n *Node) Ready() error {
 }
 
 // notMemberWarnEvery spaces the monitor's warnings that this node is not
-// in the membership it last knew.
-const notMemberWarnEvery = 30 * time.Second
+// in the membership it last knew; notMemberSettle is how long that must
+// last, without a leader, before the first.
+const (
+	notMemberWarnEvery = 30 * time.Second
+	notMemberSettle    = 5 * time.Second
+)
 
 // notMember returns an error wrapping ErrNoLeader and ErrNotMember when the
 // latest membership this node knows (from its own log or snapshot) does not
@@ -1180,7 +1184,7 @@ func (n *Node) monitor() {
 	defer n.wg.Done()
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
-	var lastNotMember time.Time
+	var lastNotMember, notMemberSince time.Time
 	for {
 		n.metrics.setState(n.raft.State())
 		n.metrics.term.Set(float64(n.raft.CurrentTerm()))
@@ -1212,9 +1216,16 @@ func (n *Node) monitor() {
 		if !n.caughtUp.Load() {
 			_ = n.updateReadiness()
 		}
-		if err := n.notMember(); err != nil && time.Since(lastNotMember) >= notMemberWarnEvery {
+		// Only without a leader, and only once it has lasted: a node
+		// joining replays the configurations that predate its own
+		// addition, with a leader known, for a moment.
+		if _, id := n.raft.LeaderWithID(); id != "" || n.notMember() == nil {
+			notMemberSince = time.Time{}
+		} else if notMemberSince.IsZero() {
+			notMemberSince = time.Now()
+		} else if time.Since(notMemberSince) >= notMemberSettle && time.Since(lastNotMember) >= notMemberWarnEvery {
 			lastNotMember = time.Now()
-			n.logger.Warn("this node is not in the cluster's membership", "error", err)
+			n.logger.Warn("this node is not in the cluster's membership", "error", n.notMember())
 		}
 		select {
 		case <-n.ctx.Done():
