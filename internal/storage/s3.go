@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -296,12 +298,17 @@ func isNoSuchKey(err error) bool {
 
 // delete groups the keys by bucket and removes them with DeleteObjects in
 // batches of s.batchSize, in quiet mode so that the response lists only the
-// failures. Duplicate keys are sent once and share their result.
+// failures. Duplicate keys are sent once and share their result. A key that
+// an XML document cannot carry unchanged (see xmlSafe) is deleted on its
+// own with DeleteObject, which names it in the request's path: in a
+// DeleteObjects body the SDK would silently write U+FFFD in its place and
+// so name, and delete, another object.
 func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) []error {
 	errs := make([]error, len(uris))
 	type bucketKeys struct {
 		keys []string         // unique, in first-seen order
 		idx  map[string][]int // key -> indexes into uris
+		lone []string         // unique keys that are not xmlSafe
 	}
 	var buckets []string
 	byBucket := map[string]*bucketKeys{}
@@ -320,12 +327,23 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 			buckets = append(buckets, l.bucket)
 		}
 		if _, seen := bk.idx[l.key]; !seen {
-			bk.keys = append(bk.keys, l.key)
+			if xmlSafe(l.key) {
+				bk.keys = append(bk.keys, l.key)
+			} else {
+				bk.lone = append(bk.lone, l.key)
+			}
 		}
 		bk.idx[l.key] = append(bk.idx[l.key], i)
 	}
 	for _, bucket := range buckets {
 		bk := byBucket[bucket]
+		for _, key := range bk.lone {
+			if err := s.deleteOne(ctx, bucket, key); err != nil {
+				for _, i := range bk.idx[key] {
+					errs[i] = objErr("delete", uris[i], err)
+				}
+			}
+		}
 		for start := 0; start < len(bk.keys); start += s.batchSize {
 			batch := bk.keys[start:min(start+s.batchSize, len(bk.keys))]
 			for key, err := range s.deleteBatch(ctx, bucket, batch) {
@@ -336,6 +354,40 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 		}
 	}
 	return errs
+}
+
+// xmlSafe reports whether key is valid UTF-8 made only of characters an
+// XML 1.0 document can hold (its Char production), so that it reaches the
+// server unchanged in a DeleteObjects body.
+func xmlSafe(key string) bool {
+	if !utf8.ValidString(key) {
+		return false
+	}
+	for _, r := range key {
+		ok := r == 0x09 || r == 0x0A || r == 0x0D ||
+			r >= 0x20 && r <= 0xD7FF ||
+			r >= 0xE000 && r <= 0xFFFD ||
+			r >= 0x10000 && r <= 0x10FFFF
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteOne deletes key from bucket with DeleteObject; a key already gone
+// is no failure.
+func (s *s3Storage) deleteOne(ctx context.Context, bucket, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cctx, cancel := s.bounded(ctx)
+	defer cancel()
+	_, err := s.client.DeleteObject(cctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err = s.timedOut(cctx, err); err != nil && !isNoSuchKey(err) {
+		return err
+	}
+	return nil
 }
 
 // deleteBatch deletes keys from bucket with one DeleteObjects request and
@@ -409,7 +461,14 @@ func (s *s3Storage) list(ctx context.Context, prefix string, l location, fn func
 			return objErr("list", prefix, err)
 		}
 		for _, obj := range page.Contents {
-			if err := fn(l.uriFor(aws.ToString(obj.Key))); err != nil {
+			key := aws.ToString(obj.Key)
+			if !strings.HasPrefix(key, l.key) {
+				// The key came back changed: the listing's XML could
+				// not carry it (see xmlSafe). Passing it on would name
+				// another object.
+				return objErr("list", prefix, fmt.Errorf("the server listed key %q, which is outside the prefix %q", key, l.key))
+			}
+			if err := fn(l.uriFor(key)); err != nil {
 				return err
 			}
 		}

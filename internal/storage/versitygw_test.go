@@ -196,6 +196,30 @@ func TestVersitygw(t *testing.T) {
 			assert.False(t, ok, u)
 		}
 	})
+
+	// A key XML cannot carry (U+FFFF, U+FFFE, a control character) must
+	// not reach the server as U+FFFD in a DeleteObjects body, which names
+	// another object: here a live table's file.
+	t.Run("KeysXMLCannotCarry", func(t *testing.T) {
+		victim := wh + "/xml/v\uFFFD/data/a.parquet"
+		drop := []string{
+			wh + "/xml/v\uFFFF/data/a.parquet",
+			wh + "/xml/v\uFFFE/data/a.parquet",
+			wh + "/xml/v\x01/data/a.parquet",
+		}
+		writeAll(t, m, append([]string{victim, wh + "/xml/ok.parquet"}, drop...))
+		n, err := m.Delete(ctx, append([]string{wh + "/xml/ok.parquet"}, drop...))
+		require.NoError(t, err)
+		assert.Equal(t, len(drop)+1, n)
+		for _, u := range append([]string{wh + "/xml/ok.parquet"}, drop...) {
+			ok, err := m.Exists(ctx, u)
+			require.NoError(t, err)
+			assert.False(t, ok, "%q was not deleted", u)
+		}
+		ok, err := m.Exists(ctx, victim)
+		require.NoError(t, err)
+		assert.True(t, ok, "deleting keys XML cannot carry deleted %q", victim)
+	})
 }
 
 // TestVersitygwSmallBatches checks that per-batch results map back to the
