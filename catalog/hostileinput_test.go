@@ -366,6 +366,30 @@ func TestNewNamesWithPercentEscapesAreRefused(t *testing.T) {
 	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a%252Eb", nil).status)
 }
 
+// A new name or location holding a character XML cannot carry (U+FFFF,
+// U+FFFE) is refused: S3's DeleteObjects body would carry U+FFFD in its
+// place, so a purge of "v\uFFFF" deleted the table "v\uFFFD"'s files.
+func TestNamesAndLocationsXMLCannotCarryAreRefused(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	schema := json.RawMessage(`{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}`)
+	wh := strings.TrimSuffix(n.warehouse, "/")
+	for name, r := range map[string]response{
+		"table":           n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "v\uFFFF", "schema": schema}),
+		"namespace level": n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"z\uFFFE"}}),
+		"view":            n.do(t, "POST", "/v1/namespaces/a/views", createViewBody("w\uFFFF", "select 1", "a")),
+		"location": n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "t", "schema": schema,
+			"location": wh + "/a/v\uFFFE"}),
+	} {
+		assert.Equal(t, 400, r.status, "%s: %s", name, r.body)
+		assert.Contains(t, string(r.body), "XML requests cannot carry", name)
+	}
+	list := n.do(t, "GET", "/v1/namespaces/a/tables", nil)
+	require.Equal(t, 200, list.status)
+	assert.Empty(t, list.json(t)["identifiers"], "nothing created")
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces", nil).status)
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/z%EF%BF%BE", nil).status)
+}
+
 // A query parameter given twice is a 400 that changes nothing: its readers
 // (authorization, the Idempotency-Key binding, the handler) would not all
 // read the same value, and "purgeRequested=true&purgeRequested=false"

@@ -866,6 +866,12 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if err := checkNewLocationSpelling(req.MetadataLocation); err != nil {
 		return err
 	}
+	// Once the view moves on, only its file's name tells a purge in the
+	// view's place that the file may be the view's (storage.MayBeViewMetadata):
+	// a file named otherwise would be deleted as a table's.
+	if !storage.MayBeViewMetadata(req.MetadataLocation) {
+		return badRequest("metadata-location %q: a view's metadata file name must contain \".json\" (<version>-<uuid>.metadata.json, as clients write them)", req.MetadataLocation)
+	}
 	if err := s.checkLocation(r.Context(), req.MetadataLocation); err != nil {
 		return err
 	}

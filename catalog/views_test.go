@@ -720,6 +720,16 @@ func testRegisterView(t *testing.T, f *node) {
 	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "h", "metadata-location": bad})
 	assert.Equal(t, 400, r.status, "%s", r.body)
 
+	// A file not named *.json is refused though it holds a view's
+	// metadata: once the view moved on, a purge in its place would take
+	// it for a table's file.
+	plain := dir + "/view.meta"
+	require.NoError(t, f.objects.Write(context.Background(), plain, raw))
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "p", "metadata-location": plain})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), `must contain \".json\"`)
+	assert.Equal(t, 404, f.vdo(t, "GET", "/v1/namespaces/rg/views/p", nil).status)
+
 	r = f.vdo(t, "POST", "/v1/namespaces/nope/register-view", map[string]any{"name": "c", "metadata-location": loc})
 	assert.Equal(t, 404, r.status, "%s", r.body)
 	assert.Equal(t, "NoSuchNamespaceException", r.errorType(t))
