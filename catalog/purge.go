@@ -144,6 +144,28 @@ func (s *Server) stampFirstPhase(spec *fsm.PurgeJobSpec, id fsm.Ident) {
 	}
 }
 
+// dropJobEvent reports whether every node's purge heartbeat announces
+// fsm.PurgeFeatureDropJobEvent, so that a purging drop may be written as
+// DropTable body version 2 (its table-dropped event carries the job's
+// state): replicas on an older binary would record another event under the
+// same index. It reads the local replica at most once a second, since every
+// drop asks.
+func (s *Server) dropJobEvent() bool {
+	s.featMu.Lock()
+	defer s.featMu.Unlock()
+	now := s.cfg.Now()
+	if now.Before(s.featNext) {
+		return s.featOK
+	}
+	ok := false
+	_ = s.store.StaleRead(func(r *fsm.Reader) error {
+		ok = fsm.PurgeFeaturesEverywhere(r.PurgeNodes(), fsm.PurgeFeatureDropJobEvent)
+		return nil
+	})
+	s.featOK, s.featNext = ok, now.Add(time.Second)
+	return ok
+}
+
 // olderBinaryWindow is how recent a node's purge heartbeat must be for
 // checkMovesEverywhere to count the node: a node removed from the cluster
 // (its row stays until the purge retention passes) stops counting after

@@ -1502,7 +1502,7 @@ func (s *Server) dropTable(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		s.stampFirstPhase(cmd.Job, id)
-		cmd.Purge = true
+		cmd.Purge, cmd.JobInEvent = true, s.dropJobEvent()
 	}
 	res, err := s.store.Propose(r.Context(), cmd)
 	if err != nil {

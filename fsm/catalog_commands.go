@@ -261,6 +261,36 @@ type DropTable struct {
 	Purge bool          `json:"purge,omitempty"`
 	Job   *PurgeJobSpec `json:"job,omitempty"`
 	AtMs  int64         `json:"at-ms"`
+	// JobInEvent, body version 2, makes a purging drop's table-dropped
+	// event carry its job's state as the drop added it; a version 1
+	// entry's event carries the job's id alone, as older binaries record
+	// it. Events are stored as each replica applies the entry, so the
+	// catalog sets it only once every node announces
+	// PurgeFeatureDropJobEvent: replicas on two binaries would otherwise
+	// serve different events under one index.
+	JobInEvent bool `json:"-"`
+}
+
+// bodyVersion is 2 for a drop whose event carries its job (JobInEvent),
+// which an older binary stops at; 1 otherwise.
+func (c DropTable) bodyVersion() uint8 {
+	if c.JobInEvent {
+		return dropTableVersion
+	}
+	return 1
+}
+
+// dropTableVersion is the newest DropTable body version.
+const dropTableVersion = 2
+
+func decodeDropTable(v uint8, body []byte) (Command, error) {
+	c, err := jsonCodec[DropTable](dropTableVersion)(v, body)
+	if err != nil {
+		return nil, err
+	}
+	d := c.(DropTable)
+	d.JobInEvent = v >= 2
+	return d, nil
 }
 
 // RenameTable moves a table to a new identifier, possibly in another namespace.
@@ -290,7 +320,7 @@ func init() {
 	register(TypeDropNamespace, registration{1, jsonCodec[DropNamespace](1), applyDropNamespace})
 	register(TypeUpdateNamespace, registration{1, jsonCodec[UpdateNamespace](1), applyUpdateNamespace})
 	register(TypeCommitTables, registration{commitTablesVersion, decodeCommitTables, applyCommitTables})
-	register(TypeDropTable, registration{1, jsonCodec[DropTable](1), applyDropTable})
+	register(TypeDropTable, registration{dropTableVersion, decodeDropTable, applyDropTable})
 	register(TypeRenameTable, registration{1, jsonCodec[RenameTable](1), applyRenameTable})
 	register(TypeNoop, registration{1, jsonCodec[Noop](1), func(*txn, Command) Result { return Result{} }})
 }

@@ -193,9 +193,14 @@ func tableDropped(t *txn, c Command, res Result) []Event {
 		// The drop's event carries it too, so a reader of table-dropped
 		// alone sees the job's state (PENDING, or RUNNING for a drop that
 		// leases its own job) rather than an empty one.
+		// A version 1 entry's event carries the id alone, as binaries
+		// from before version 2 record it (DropTable.JobInEvent).
 		je := jobEvent(newPurgeJob(tb, *cmd.Job, cmd.AtMs, t.index), cmd.AtMs)
-		job := *je.PurgeJob
-		out[0].PurgeJob = &job
+		out[0].PurgeJob = &PurgeJobEvent{ID: cmd.Job.ID}
+		if cmd.JobInEvent {
+			job := *je.PurgeJob
+			out[0].PurgeJob = &job
+		}
 		out = append(out, je)
 	}
 	return out

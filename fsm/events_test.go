@@ -76,8 +76,8 @@ func feedScript(t *testing.T) []Command {
 			{Kind: ChangeCreate, Ident: Ident{Namespace: nsA, Name: "t3"}, MetadataLocation: "s3://b/wh/a/t3/metadata/00000.metadata.json", Location: "s3://b/wh/a/t3", UUID: "u-t3"},
 		}},
 		RenameTable{From: Ident{Namespace: nsA, Name: "t3"}, To: Ident{Namespace: nsA, Name: "t4"}, AtMs: 17}, // 8
-		DropTable{Ident: t2, AtMs: 18}, // 9
-		purgeDrop("t1", "job-1"),       // 10: the drop and its job
+		DropTable{Ident: t2, AtMs: 18},                                                             // 9
+		dropWithJobEvent(purgeDrop("t1", "job-1")),                                                 // 10: the drop and its job
 		AssignPurgeLease{JobID: "job-1", Node: "n1", AtMs: 20, ExpiresMs: 99},                      // 11
 		ReportPurgeProgress{JobID: "job-1", Token: 11, AtMs: 21},                                   // 12: no event
 		FinishPurgeJob{JobID: "job-1", Token: 11, Outcome: OutcomeFailed, Error: "boom", AtMs: 22}, // 13
@@ -99,6 +99,12 @@ func feedScript(t *testing.T) []Command {
 		AssignPurgeLease{JobID: "job-2", Node: "n1", AtMs: 40, ExpiresMs: 99},          // 28
 		FinishPurgeJob{JobID: "job-2", Token: 28, Outcome: OutcomeSucceeded, AtMs: 41}, // 29
 	}
+}
+
+// dropWithJobEvent is d written as body version 2 (DropTable.JobInEvent).
+func dropWithJobEvent(d DropTable) DropTable {
+	d.JobInEvent = true
+	return d
 }
 
 func applyScript(t *testing.T, f *FSM, script []Command) {
@@ -169,6 +175,11 @@ func TestEventsForEachCommandKind(t *testing.T) {
 	require.NotNil(t, drop.PurgeJob)
 	assert.Equal(t, "job-1", drop.PurgeJob.ID)
 	assert.Equal(t, JobPending, drop.PurgeJob.State, "the drop's event shows the job as the drop added it")
+	// A version 1 drop's event (entry 27) carries the job's id alone, as
+	// binaries from before version 2 record it: a replica on either binary
+	// stores the same event.
+	require.Equal(t, EventTableDropped, byIndex[27].Type)
+	assert.Equal(t, &PurgeJobEvent{ID: "job-2"}, byIndex[27].PurgeJob)
 	assert.Equal(t, "n1", byIndex[11].PurgeJob.Node)
 	assert.Equal(t, "boom", byIndex[13].PurgeJob.LastError)
 	assert.Equal(t, 1, byIndex[13].PurgeJob.Attempts)

@@ -195,9 +195,14 @@ const (
 	// was seen silent). Until every node announces it, the scheduler
 	// reassigns without the check.
 	PurgeFeatureSilentCheck uint64 = 1 << 3
+	// PurgeFeatureDropJobEvent: the node applies DropTable body version 2
+	// (the table-dropped event carries its job's state). Until every node
+	// announces it, the catalog writes version 1.
+	PurgeFeatureDropJobEvent uint64 = 1 << 4
 
 	// PurgeFeaturesOfThisBinary are the bits this binary announces.
-	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves | PurgeFeatureAdopts | PurgeFeatureSilentCheck
+	PurgeFeaturesOfThisBinary = PurgeFeatureFirstPhase | PurgeFeatureMoves | PurgeFeatureAdopts | PurgeFeatureSilentCheck |
+		PurgeFeatureDropJobEvent
 )
 
 // PurgeFeaturesEverywhere reports whether every node with a heartbeat row
