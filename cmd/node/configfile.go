@@ -139,7 +139,9 @@ func readConfigFile(path string) (*configFile, error) {
 		return f, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, usagef("config file %s, line %d: want a mapping of flag names to values (data-dir: /var/lib/floe), got %s", path, root.Line, describe(root))
+		// Not the value itself: a file given by mistake (an environment
+		// file, a private key) is often all secrets.
+		return nil, usagef("config file %s, line %d: want a mapping of flag names to values (data-dir: /var/lib/floe), got %s", path, root.Line, describeKind(root))
 	}
 
 	var scratch config
@@ -258,6 +260,14 @@ func flagText(fl *flag.Flag, v *yaml.Node) (string, error) {
 		return "", fmt.Errorf("want %s, got %s", want, describe(v))
 	}
 	return v.Value, nil
+}
+
+// describeKind names a YAML value's kind and size, never its content.
+func describeKind(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return fmt.Sprintf("a single value of %d bytes (its content is not shown)", len(n.Value))
+	}
+	return describe(n)
 }
 
 // describe names a YAML value for an error message.

@@ -177,6 +177,18 @@ func TestConfigFileRejects(t *testing.T) {
 		})
 	}
 
+	// A file that is no mapping (an environment file or a private key
+	// given by mistake) is not repeated in the error: it is often all
+	// secrets.
+	for _, content := range []string{
+		"FLOE_AUTH=on\nFLOE_AUTH_ROOT_TOKEN=SECRETXYZ123ROOTTOKEN\n",
+		"-----BEGIN PRIVATE KEY-----\nSECRETXYZ123KEYBYTES\n-----END PRIVATE KEY-----\n",
+	} {
+		_, err := parseConfig([]string{"--config", writeConfig(t, content)}, nil, io.Discard)
+		require.ErrorContains(t, err, "want a mapping of flag names to values (data-dir: /var/lib/floe), got a single value of")
+		assert.NotContains(t, err.Error(), "SECRETXYZ123")
+	}
+
 	_, err := parseConfig([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}, nil, io.Discard)
 	assert.ErrorContains(t, err, "missing.yaml: no such file or directory")
 	assert.Equal(t, 2, exitCode(err, io.Discard))
