@@ -610,7 +610,7 @@ func checkNewLocationSpelling(loc string) error {
 	if i := strings.IndexFunc(loc, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
 		return badRequest("location %q contains the control character %U: some clients delete it", loc, loc[i])
 	}
-	if i := strings.IndexFunc(loc, notXMLChar); i >= 0 {
+	if i := strings.IndexFunc(loc, storage.NotXMLChar); i >= 0 {
 		return badRequest("location %q contains %U, which object stores' XML requests cannot carry", loc, []rune(loc[i:])[0])
 	}
 	if strings.TrimSpace(loc) != loc {

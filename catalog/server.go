@@ -36,6 +36,7 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
 	"github.com/floe-catalog/floe/internal/muxallow"
+	"github.com/floe-catalog/floe/internal/storage"
 	"github.com/floe-catalog/floe/purge"
 )
 
@@ -877,21 +878,10 @@ func validateNewName(what, name string) error {
 		// drop of "t%41" dropped "tA".
 		return badRequest("%s %q contains a percent-escape (%%XX): clients that do not escape names in paths would reach another object", what, name)
 	}
-	if i := strings.IndexFunc(name, notXMLChar); i >= 0 {
+	if i := strings.IndexFunc(name, storage.NotXMLChar); i >= 0 {
 		return badRequest("%s %q contains %U, which object stores' XML requests cannot carry: names become parts of default locations", what, name, []rune(name[i:])[0])
 	}
 	return nil
-}
-
-// notXMLChar reports whether r is outside XML 1.0's Char production. S3's
-// XML requests and listings cannot carry such a character in an object's
-// key (aws-sdk-go-v2 writes U+FFFD in its place), so a location holding one
-// would name another table's objects there.
-func notXMLChar(r rune) bool {
-	return !(r == 0x09 || r == 0x0A || r == 0x0D ||
-		r >= 0x20 && r <= 0xD7FF ||
-		r >= 0xE000 && r <= 0xFFFD ||
-		r >= 0x10000 && r <= 0x10FFFF)
 }
 
 // percentEscapeRE matches a percent-escape: '%' and two hex digits.

@@ -357,22 +357,20 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 }
 
 // xmlSafe reports whether key is valid UTF-8 made only of characters an
-// XML 1.0 document can hold (its Char production), so that it reaches the
-// server unchanged in a DeleteObjects body.
+// XML 1.0 document can hold, so that it reaches the server unchanged in a
+// DeleteObjects body.
 func xmlSafe(key string) bool {
-	if !utf8.ValidString(key) {
-		return false
-	}
-	for _, r := range key {
-		ok := r == 0x09 || r == 0x0A || r == 0x0D ||
-			r >= 0x20 && r <= 0xD7FF ||
-			r >= 0xE000 && r <= 0xFFFD ||
-			r >= 0x10000 && r <= 0x10FFFF
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return utf8.ValidString(key) && !strings.ContainsFunc(key, NotXMLChar)
+}
+
+// NotXMLChar reports whether r is outside XML 1.0's Char production. S3's
+// XML requests and listings cannot carry such a character in an object's
+// key: aws-sdk-go-v2 writes U+FFFD in its place, naming another object.
+func NotXMLChar(r rune) bool {
+	return !(r == 0x09 || r == 0x0A || r == 0x0D ||
+		r >= 0x20 && r <= 0xD7FF ||
+		r >= 0xE000 && r <= 0xFFFD ||
+		r >= 0x10000 && r <= 0x10FFFF)
 }
 
 // deleteOne deletes key from bucket with DeleteObject; a key already gone
