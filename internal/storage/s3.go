@@ -337,13 +337,22 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 	}
 	for _, bucket := range buckets {
 		bk := byBucket[bucket]
+		// One request each, loneDeletes at a time: a batch of them must
+		// finish within the purge fence's window as a DeleteObjects would.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, loneDeletes)
 		for _, key := range bk.lone {
-			if err := s.deleteOne(ctx, bucket, key); err != nil {
-				for _, i := range bk.idx[key] {
-					errs[i] = objErr("delete", uris[i], err)
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := s.deleteOne(ctx, bucket, key); err != nil {
+					for _, i := range bk.idx[key] { // each index belongs to one key
+						errs[i] = objErr("delete", uris[i], err)
+					}
 				}
-			}
+			})
 		}
+		wg.Wait()
 		for start := 0; start < len(bk.keys); start += s.batchSize {
 			batch := bk.keys[start:min(start+s.batchSize, len(bk.keys))]
 			for key, err := range s.deleteBatch(ctx, bucket, batch) {
@@ -355,6 +364,10 @@ func (s *s3Storage) delete(ctx context.Context, uris []string, locs []location) 
 	}
 	return errs
 }
+
+// loneDeletes bounds the DeleteObject calls one delete has in flight for
+// keys XML cannot carry.
+const loneDeletes = 32
 
 // xmlSafe reports whether key is valid UTF-8 made only of characters an
 // XML 1.0 document can hold, so that it reaches the server unchanged in a
@@ -460,11 +473,14 @@ func (s *s3Storage) list(ctx context.Context, prefix string, l location, fn func
 		}
 		for _, obj := range page.Contents {
 			key := aws.ToString(obj.Key)
-			if !strings.HasPrefix(key, l.key) {
-				// The key came back changed: the listing's XML could
-				// not carry it (see xmlSafe). Passing it on would name
-				// another object.
-				return objErr("list", prefix, fmt.Errorf("the server listed key %q, which is outside the prefix %q", key, l.key))
+			// A key the listing's XML could not carry comes back with
+			// U+FFFD in place of what it held (see xmlSafe), naming
+			// another object, or none: refuse the listing rather than
+			// pass such a key on. (A key that truly holds U+FFFD is
+			// refused too; S3's url encoding-type, which would carry
+			// it, is decoded differently by S3-compatible servers.)
+			if !strings.HasPrefix(key, l.key) || strings.ContainsRune(key, utf8.RuneError) {
+				return objErr("list", prefix, fmt.Errorf("the server listed the key %q, which may not be the object's key: a character in it may have been replaced by U+FFFD", key))
 			}
 			if err := fn(l.uriFor(key)); err != nil {
 				return err

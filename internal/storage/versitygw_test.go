@@ -208,6 +208,10 @@ func TestVersitygw(t *testing.T) {
 			wh + "/xml/v\x01/data/a.parquet",
 		}
 		writeAll(t, m, append([]string{victim, wh + "/xml/ok.parquet"}, drop...))
+		// A listing gets them back with U+FFFD in place: refused, not
+		// passed on as the victim's key.
+		err := m.List(ctx, wh+"/xml/", func(string) error { return nil })
+		require.ErrorContains(t, err, "replaced by U+FFFD")
 		n, err := m.Delete(ctx, append([]string{wh + "/xml/ok.parquet"}, drop...))
 		require.NoError(t, err)
 		assert.Equal(t, len(drop)+1, n)
