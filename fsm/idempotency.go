@@ -115,6 +115,12 @@ func (b Binding) Describe(other Binding) string {
 	return strings.Join(diffs, ", ")
 }
 
+// OtherPrincipal reports whether b's principal is not the one r was
+// first used by.
+func (r IdempotencyRecord) OtherPrincipal(b Binding) bool {
+	return r.Digest.Principal != b.Digest().Principal
+}
+
 // IdempotencyRecord is a stored key: the operation and the digest of the
 // binding it was first used with, the outcome to replay (the Result Apply
 // stored, whole: Outcome) and its times.
@@ -456,6 +462,11 @@ func (t *txn) checkKey(key string, b Binding, atMs int64) (Result, bool) {
 		return Result{}, false
 	}
 	if !rec.Binds(b) {
+		if rec.OtherPrincipal(b) {
+			// Nothing about another principal's request: not even
+			// its operation.
+			return fail(StatusKeyReused, "Idempotency-Key %s was first used by another principal", key), true
+		}
 		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s; this request differs (%s)",
 			key, rec.Operation, rec.Describe(b)), true
 	}

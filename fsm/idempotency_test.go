@@ -376,6 +376,13 @@ func TestLegacyIdempotencyRecords(t *testing.T) {
 	reused := apply(keyed(t, key, other, 2000, create(tbl1, "m0")))
 	assert.ErrorIs(t, reused.Err(), ErrKeyReused)
 	assert.Equal(t, "Idempotency-Key "+key+" was first used for updateTable; this request differs (a different request body)", reused.Message)
+	// Another principal learns nothing of the first request, not even
+	// its operation.
+	stranger := other
+	stranger.Principal = "mallory"
+	reused = apply(keyed(t, key, stranger, 2000, create(tbl1, "m0")))
+	assert.ErrorIs(t, reused.Err(), ErrKeyReused)
+	assert.Equal(t, "Idempotency-Key "+key+" was first used by another principal", reused.Message)
 	assert.Equal(t, map[string]int64{key: 5000}, storedKeys(t, f))
 
 	// Once expired, the key is new: the compact record replaces the

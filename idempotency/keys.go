@@ -303,6 +303,11 @@ func reused(key string, first fsm.IdempotencyRecord, now fsm.Binding) error {
 }
 
 func (e *reusedError) Error() string {
+	if e.first.OtherPrincipal(e.now) {
+		// Nothing about another principal's request: not even its
+		// operation.
+		return fmt.Sprintf("Idempotency-Key %s was already used by another principal", e.key)
+	}
 	return fmt.Sprintf("Idempotency-Key %s was already used for %s on another request (%s)", e.key, e.first.Operation, e.first.Describe(e.now))
 }
 

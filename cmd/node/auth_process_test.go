@@ -334,6 +334,8 @@ func TestAuthProcesses(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%s", b)
 		code, b = c.call(t, n2, testRootToken, "POST", "/v1/namespaces", body, "Idempotency-Key", key)
 		assert.Equal(t, http.StatusUnprocessableEntity, code, "another principal's key: %s", b)
+		assert.Contains(t, string(b), "by another principal")
+		assert.NotContains(t, string(b), "createNamespace", "nothing of the first request")
 	})
 
 	t.Run("rotation keeps unexpired tokens valid", func(t *testing.T) {
