@@ -124,7 +124,7 @@ func freeAddr(t *testing.T) string {
 
 // newCluster starts size nodes on one warehouse and waits until all are
 // ready. Purge timings are short: heartbeat timeout 1s, max attempts 3.
-func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
+func newCluster(t *testing.T, wh warehouse, size, batch int, opts ...func(*purge.Config)) *cluster {
 	t.Helper()
 	uri, scfg := wh.uri(t)
 	c := &cluster{t: t, warehouse: uri, batch: batch, scfg: scfg}
@@ -145,14 +145,18 @@ func newCluster(t *testing.T, wh warehouse, size, batch int) *cluster {
 		mux, err := storage.New(scfg)
 		require.NoError(t, err)
 		n := &tnode{raft: rn, objects: mux, store: &hooked{Mux: mux}, reg: prometheus.NewRegistry(), dataDir: dataDir}
-		n.svc, err = purge.New(purge.Config{
+		pcfg := purge.Config{
 			NodeID: rn.ID(), Store: rn,
 			Storage:       func(string, map[string]string) (purge.Objects, error) { return n.store, nil },
 			WorkerThreads: 2, DeleteThreads: 2, DeleteBatchSize: batch,
 			HeartbeatTimeout: time.Second, MaxAttempts: 3, RetryBackoff: 50 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond,
 			CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, StopTimeout: 2 * time.Second,
 			Logger: quietLogger(), Registerer: n.reg,
-		})
+		}
+		for _, o := range opts {
+			o(&pcfg)
+		}
+		n.svc, err = purge.New(pcfg)
 		require.NoError(t, err)
 		rn.OnLeadership(n.svc.Lead)
 		rn.FSM().OnPurgeWork(n.svc.Wake) // as cmd/node wires it

@@ -740,3 +740,22 @@ func testPurgeReadsOnlyItsOwnManifests(t *testing.T, c *cluster) {
 	}
 	assert.ElementsMatch(t, victim.files, c.exist(victim.files), "the victim keeps every file")
 }
+
+// A node whose allowed locations lack the job's location (it has not got
+// its warehouse's definition yet, or no longer) fails the job rather than
+// skip every file and succeed having deleted nothing, which would free
+// the table's name and location over its files.
+func TestJobOutsideThisNodesAllowedLocationsFails(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 1, 5, func(cfg *purge.Config) {
+		cfg.AllowedLocations = []string{"file:///nowhere/else"}
+	})
+	n := c.nodes[0]
+	tb := c.makeTable(n, "gone", "t", nil, 2, 3)
+	r := n.do(t, "DELETE", "/v1/namespaces/gone/tables/t?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+	require.Equal(t, 204, r.status, r.body)
+	job := c.waitJob("gone", "t", 30*time.Second, isState(fsm.JobFailed))
+	assert.Contains(t, job.LastError, "outside this node's allowed locations")
+	assert.Zero(t, job.Progress.Deleted)
+	assert.ElementsMatch(t, tb.files, c.exist(tb.files), "no file deleted")
+	assert.True(t, job.HoldsTombstones(), "the name and location stay taken")
+}

@@ -267,6 +267,15 @@ func (r *jobRun) run(ctx context.Context, root openedJob) error {
 	if root.err != nil {
 		return root.err
 	}
+	// A node without the job's warehouse (during a rolling addition, or
+	// after its retirement) allows none of its files: the run would skip
+	// them all and succeed having deleted nothing, freeing the name and
+	// location over them. The attempt fails instead; the job is retried,
+	// then FAILED, until the node has the definition.
+	if !r.s.allowed(r.job.Location) {
+		wh, _ := fsm.SplitWarehouse(r.job.Ident.Namespace)
+		return fmt.Errorf("the table's location %s lies outside this node's allowed locations: define its warehouse (%q; \"\" is the default one) or location on every node, then retry the job", r.job.Location, wh)
+	}
 	r.objs, r.ctx = root.objs, ctx
 	meta, err := root.meta, root.metaErr
 	switch {
