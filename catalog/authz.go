@@ -2,8 +2,10 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -249,9 +251,17 @@ func (s *Server) audit(r *http.Request, op string, status int) {
 	s.cfg.Auditor.Audit(r, op, target, status, denied)
 }
 
-// scopeKey carries, in a request's context, whether its principal may
-// place tables anywhere the catalog allows (write on the whole catalog).
+// scopeKey carries, in a request's context, the *scopeGrants checkScope
+// answers from.
 type scopeKey struct{}
+
+// scopeGrants are the questions checkScope asks about a request's
+// principal: whether it may place tables anywhere the catalog allows
+// (write on the whole warehouse), and whether it may write in a namespace.
+type scopeGrants struct {
+	wide   func() (bool, error)
+	writes func(namespace []string) (bool, error)
+}
 
 // withScope records how to answer checkScope for r's principal; the
 // grants are read only if a location is checked.
@@ -261,8 +271,11 @@ func (s *Server) withScope(r *http.Request) *http.Request {
 	}
 	// Write on the whole warehouse (on the catalog, for the default one).
 	root := s.whOf(r.Context()).root()
-	wide := func() (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, root) }
-	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, wide))
+	g := &scopeGrants{
+		wide:   func() (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, root) },
+		writes: func(ns []string) (bool, error) { return s.cfg.Authorizer.Allowed(r, PrivWrite, ns) },
+	}
+	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, g))
 }
 
 // checkScope refuses (403) a table or view location, or a registered
@@ -277,8 +290,9 @@ func (s *Server) checkScope(ctx context.Context, namespace []string, loc string)
 	if s.cfg.Authorizer == nil {
 		return nil
 	}
-	if wide, ok := ctx.Value(scopeKey{}).(func() (bool, error)); ok {
-		allowed, err := wide()
+	g, _ := ctx.Value(scopeKey{}).(*scopeGrants)
+	if g != nil {
+		allowed, err := g.wide()
 		if err != nil {
 			return err
 		}
@@ -287,9 +301,92 @@ func (s *Server) checkScope(ctx context.Context, namespace []string, loc string)
 		}
 	}
 	scope := strings.TrimRight(s.whOf(ctx).location, "/") + "/" + strings.Join(external(namespace), "/")
-	if location.IsWithin(scope, loc) {
+	if !location.IsWithin(scope, loc) {
+		return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
+			msg: fmt.Sprintf("location %s lies outside %s, the location of namespace %s: only a principal with write on the whole catalog places tables and views elsewhere", loc, scope, nsString(namespace))}
+	}
+	return s.checkShadowedTable(ctx, g, namespace, loc)
+}
+
+// lister is storage that can list the objects under a prefix
+// (storage.Mux).
+type lister interface {
+	List(ctx context.Context, prefix string, fn func(uri string) error) error
+}
+
+// checkShadowedTable refuses (403) loc, inside the location of the nested
+// namespace a.b(.c…), when an ancestor's directory (<warehouse>/a/b) is
+// also a table's: the default location of table b of namespace a is the
+// directory of namespace a.b. Once that table is dropped without purge,
+// its files stay there, and a principal who may write only in a.b could
+// register its metadata, or place a table over its data directory, and
+// so read and change another namespace's table. A directory holds a
+// table when a metadata file lies directly in its metadata/ directory
+// (a live table's, too, which the ownership index also refuses). A
+// principal with write on the table's namespace passes. A listing that
+// fails refuses the location (503): the check cannot be skipped.
+func (s *Server) checkShadowedTable(ctx context.Context, g *scopeGrants, namespace []string, loc string) error {
+	ext := external(namespace)
+	if g == nil || len(ext) < 2 {
 		return nil
 	}
-	return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
-		msg: fmt.Sprintf("location %s lies outside %s, the location of namespace %s: only a principal with write on the whole catalog places tables and views elsewhere", loc, scope, nsString(namespace))}
+	ls, ok := s.whOf(ctx).objects.(lister)
+	if !ok {
+		return nil
+	}
+	mark := len(namespace) - len(ext) // the warehouse's level, for a named one
+	root := strings.TrimRight(s.whOf(ctx).location, "/")
+	for j := 2; j <= len(ext); j++ {
+		dir := root + "/" + strings.Join(ext[:j], "/")
+		held, err := holdsTableMetadata(ctx, ls, dir)
+		if err != nil {
+			return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", retryAfter: "1",
+				msg: fmt.Sprintf("cannot check whether %s holds a table's files: %v; nothing was applied", dir, err)}
+		}
+		if !held {
+			continue
+		}
+		owner := namespace[:mark+j-1]
+		if ok, err := g.writes(owner); err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
+			msg: fmt.Sprintf("location %s lies in %s, which holds the files of table %s (live, or dropped without purge): only a principal with write on namespace %s, or on the whole catalog, places tables and views there",
+				loc, dir, nsString(append(slices.Clone(owner), ext[j-1])), nsString(owner))}
+	}
+	return nil
+}
+
+// maxShadowListed bounds the objects holdsTableMetadata reads under one
+// metadata/ directory before it gives up (and answers false): a table's
+// metadata files sort first there, before the subdirectories of a table
+// named "metadata" of the nested namespace.
+const maxShadowListed = 1000
+
+// errListStop ends a listing early.
+var errListStop = errors.New("stop listing")
+
+// holdsTableMetadata reports whether a metadata file (*.metadata.json,
+// gzipped or not) lies directly in dir's metadata/ directory.
+func holdsTableMetadata(ctx context.Context, ls lister, dir string) (bool, error) {
+	prefix := dir + "/metadata/"
+	found, n := false, 0
+	err := ls.List(ctx, prefix, func(uri string) error {
+		n++
+		name, ok := strings.CutPrefix(uri, prefix)
+		if ok && !strings.Contains(name, "/") && strings.Contains(strings.ToLower(name), ".json") {
+			found = true
+			return errListStop
+		}
+		if n >= maxShadowListed {
+			return errListStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errListStop) {
+		return false, err
+	}
+	return found, nil
 }

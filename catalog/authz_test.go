@@ -222,3 +222,43 @@ func TestPlusNeverReadsAHiddenNamespace(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, []any{"pq+rs"}, r.json(t)["namespace"])
 }
+
+// The directory of namespace secret.inner is also the default location of
+// table inner of namespace secret. Once that table is dropped without
+// purge, its files stay there: a principal who may write only in
+// secret.inner may neither register its metadata nor place a table over
+// its data directory, which would let it read and change another
+// namespace's table. A writer on secret may; a nested namespace whose
+// directory no table holds is unaffected.
+func TestNestedNamespaceWriterCannotTakeADroppedParentTable(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg, authz: grantAuthz{
+		"carol":  {"write inner", "read inner"},
+		"parent": {"write secret", "read secret"},
+	}}
+	n.start()
+	t.Cleanup(n.stop)
+	admin := []string{"X-Test-Principal", "admin"}
+	carol := []string{"X-Test-Principal", "carol"}
+	for _, ns := range [][]string{{"secret"}, {"secret", "inner"}, {"open"}, {"open", "inner"}} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": ns}, admin...).status, "%v", ns)
+	}
+	r := n.do(t, "POST", "/v1/namespaces/secret/tables", withName("inner"), admin...)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	meta := r.json(t)["metadata-location"].(string)
+	require.Equal(t, strings.TrimSuffix(uri, "/")+"/secret/inner", r.json(t)["metadata"].(map[string]any)["location"])
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/secret/tables/inner", nil, admin...).status)
+
+	r = n.do(t, "POST", "/v1/namespaces/secret%1Finner/register", map[string]any{"name": "stolen", "metadata-location": meta}, carol...)
+	assert.Equal(t, 403, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "dropped without purge")
+	r = n.do(t, "POST", "/v1/namespaces/secret%1Finner/tables", withName("data"), carol...)
+	assert.Equal(t, 403, r.status, "a table over the dropped table's data directory: %s", r.body)
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/secret%1Finner/tables/stolen", nil, admin...).status, "nothing registered")
+
+	r = n.do(t, "POST", "/v1/namespaces/open%1Finner/tables", withName("fine"), carol...)
+	assert.Equal(t, 200, r.status, "no table holds open/inner: %s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/secret%1Finner/register", map[string]any{"name": "restored", "metadata-location": meta},
+		"X-Test-Principal", "parent")
+	assert.Equal(t, 200, r.status, "a writer on secret may: %s", r.body)
+}
