@@ -287,6 +287,13 @@ func (s *Server) withScope(r *http.Request) *http.Request {
 // tables anywhere the allowed locations permit. Without an Authorizer
 // nothing is checked.
 func (s *Server) checkScope(ctx context.Context, namespace []string, loc string) error {
+	return s.checkScopeOf(ctx, namespace, loc, true)
+}
+
+// checkScopeOf is checkScope; placed says whether loc is being given to a
+// table or view (created, registered, moved) rather than kept, the only
+// case checkShadowedTable is asked.
+func (s *Server) checkScopeOf(ctx context.Context, namespace []string, loc string, placed bool) error {
 	if s.cfg.Authorizer == nil {
 		return nil
 	}
@@ -305,6 +312,9 @@ func (s *Server) checkScope(ctx context.Context, namespace []string, loc string)
 		return &apiError{status: http.StatusForbidden, typ: "ForbiddenException",
 			msg: fmt.Sprintf("location %s lies outside %s, the location of namespace %s: only a principal with write on the whole catalog places tables and views elsewhere", loc, scope, nsString(namespace))}
 	}
+	if !placed {
+		return nil
+	}
 	return s.checkShadowedTable(ctx, g, namespace, loc)
 }
 
@@ -321,10 +331,12 @@ type lister interface {
 // its files stay there, and a principal who may write only in a.b could
 // register its metadata, or place a table over its data directory, and
 // so read and change another namespace's table. A directory holds a
-// table when a metadata file lies directly in its metadata/ directory
-// (a live table's, too, which the ownership index also refuses). A
-// principal with write on the table's namespace passes. A listing that
-// fails refuses the location (503): the check cannot be skipped.
+// table when no live table or view holds it (those the ownership index
+// governs: a table may sit at a namespace's directory, and views share
+// places with tables) and a metadata file lies directly in its metadata/
+// directory. A principal with write on the table's namespace passes. A
+// read or listing that fails refuses the location (503): the check cannot
+// be skipped.
 func (s *Server) checkShadowedTable(ctx context.Context, g *scopeGrants, namespace []string, loc string) error {
 	ext := external(namespace)
 	if g == nil || len(ext) < 2 {
@@ -338,6 +350,19 @@ func (s *Server) checkShadowedTable(ctx context.Context, g *scopeGrants, namespa
 	root := strings.TrimRight(s.whOf(ctx).location, "/")
 	for j := 2; j <= len(ext); j++ {
 		dir := root + "/" + strings.Join(ext[:j], "/")
+		live := false
+		if err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+			probe := dir + "/metadata/x"
+			_, t := rd.LocationOwner(probe)
+			_, v := rd.ViewOverlapping(probe)
+			live = t || v
+			return nil
+		}); err != nil {
+			return err
+		}
+		if live {
+			continue
+		}
 		held, err := holdsTableMetadata(ctx, ls, dir)
 		if err != nil {
 			return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException", retryAfter: "1",
@@ -372,11 +397,15 @@ var errListStop = errors.New("stop listing")
 // gzipped or not) lies directly in dir's metadata/ directory.
 func holdsTableMetadata(ctx context.Context, ls lister, dir string) (bool, error) {
 	prefix := dir + "/metadata/"
+	// Listed URIs lie under prefix, in its spelling or another of the
+	// same place (file://localhost/x is listed as file:///x): a direct
+	// child has as many slashes as the prefix.
+	depth := strings.Count(prefix, "/")
 	found, n := false, 0
 	err := ls.List(ctx, prefix, func(uri string) error {
 		n++
-		name, ok := strings.CutPrefix(uri, prefix)
-		if ok && !strings.Contains(name, "/") && strings.Contains(strings.ToLower(name), ".json") {
+		name := uri[strings.LastIndex(uri, "/")+1:]
+		if strings.Count(uri, "/") == depth && strings.Contains(strings.ToLower(name), ".json") {
 			found = true
 			return errListStop
 		}

@@ -258,6 +258,25 @@ func TestNestedNamespaceWriterCannotTakeADroppedParentTable(t *testing.T) {
 
 	r = n.do(t, "POST", "/v1/namespaces/open%1Finner/tables", withName("fine"), carol...)
 	assert.Equal(t, 200, r.status, "no table holds open/inner: %s", r.body)
+	// Live tables and views are the ownership index's to judge: carol's
+	// own table at the namespace's directory, and a view of namespace
+	// open there, leave her commits and creates alone.
+	r = n.do(t, "POST", "/v1/namespaces/open/views", createViewBody("inner", "select 1", "open"), admin...)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	require.Equal(t, strings.TrimSuffix(uri, "/")+"/open/inner", r.json(t)["metadata"].(map[string]any)["location"])
+	r = n.do(t, "POST", "/v1/namespaces/open%1Finner/tables/fine", setProp("k", "v"), carol...)
+	assert.Equal(t, 200, r.status, "a commit that moves nothing is not judged: %s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/open%1Finner/tables", withName("fine2"), carol...)
+	assert.Equal(t, 200, r.status, "a live view at open/inner is no dropped table: %s", r.body)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"mine"}}, admin...).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"mine", "inner"}}, admin...).status)
+	r = n.do(t, "POST", "/v1/namespaces/mine%1Finner/tables", withLocation("self", strings.TrimSuffix(uri, "/")+"/mine/inner"), carol...)
+	require.Equal(t, 200, r.status, "carol's table at her namespace's directory: %s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/mine%1Finner/tables/self", setProp("k", "v"), carol...)
+	assert.Equal(t, 200, r.status, "carol's own table there does not lock her out: %s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/mine%1Finner/tables", withName("next"), carol...)
+	assert.Equal(t, 400, r.status, "inside her own table's location, the ownership index's to refuse: %s", r.body)
+	assert.NotContains(t, string(r.body), "dropped without purge")
 	r = n.do(t, "POST", "/v1/namespaces/secret%1Finner/register", map[string]any{"name": "restored", "metadata-location": meta},
 		"X-Test-Principal", "parent")
 	assert.Equal(t, 200, r.status, "a writer on secret may: %s", r.body)

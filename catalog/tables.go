@@ -1392,7 +1392,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err := s.checkLocation(ctx, meta.Location()); err != nil {
 		return prepared{}, err
 	}
-	if err := s.checkScope(ctx, p.id.Namespace, meta.Location()); err != nil {
+	if err := s.checkScopeOf(ctx, p.id.Namespace, meta.Location(), cur == nil || meta.Location() != cur.Location); err != nil {
 		return prepared{}, err
 	}
 	if cur == nil || meta.Location() != cur.Location {
