@@ -148,7 +148,7 @@ func TestKeyMisuse(t *testing.T) {
 	r := n.doRaw(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"b"}}, "Idempotency-Key", key)
 	assert.Equal(t, 422, r.status)
 	assert.Equal(t, "UnprocessableEntityException", r.errorType(t))
-	assert.Contains(t, string(r.body), "different request body")
+	assert.Contains(t, string(r.body), "was already used for another request")
 	r = n.doRaw(t, "DELETE", "/v1/namespaces/a", nil, "Idempotency-Key", key)
 	assert.Equal(t, 422, r.status, "same key on another operation")
 

@@ -96,31 +96,6 @@ type Binding struct {
 	BodyDigest string `json:"body"`
 }
 
-// Describe says how other differs from b, the binding a key was first used
-// with, for the message that refuses the reused key.
-func (b Binding) Describe(other Binding) string {
-	var diffs []string
-	if b.Operation != other.Operation {
-		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", other.Operation, b.Operation))
-	}
-	if b.Route != other.Route {
-		diffs = append(diffs, "another resource")
-	}
-	if b.Principal != other.Principal {
-		diffs = append(diffs, "another principal")
-	}
-	if b.BodyDigest != other.BodyDigest {
-		diffs = append(diffs, "a different request body")
-	}
-	return strings.Join(diffs, ", ")
-}
-
-// OtherPrincipal reports whether b's principal is not the one r was
-// first used by.
-func (r IdempotencyRecord) OtherPrincipal(b Binding) bool {
-	return r.Digest.Principal != b.Digest().Principal
-}
-
 // IdempotencyRecord is a stored key: the operation and the digest of the
 // binding it was first used with, the outcome to replay (the Result Apply
 // stored, whole: Outcome) and its times.
@@ -172,31 +147,6 @@ func (r IdempotencyRecord) Live(nowMs int64) bool { return nowMs < r.ExpiresMs }
 
 // Binds reports whether b is the binding the key was first used with.
 func (r IdempotencyRecord) Binds(b Binding) bool { return r.Digest == b.Digest() }
-
-// Describe says how b differs from the binding the key was first used
-// with, for the message that refuses the reused key: as Binding.Describe,
-// except that a difference the digest's tags cannot tell apart reads "a
-// different request".
-func (r IdempotencyRecord) Describe(b Binding) string {
-	d := b.Digest()
-	var diffs []string
-	if r.Operation != b.Operation {
-		diffs = append(diffs, fmt.Sprintf("operation %s, not %s", b.Operation, r.Operation))
-	}
-	if r.Digest.Route != d.Route {
-		diffs = append(diffs, "another resource")
-	}
-	if r.Digest.Principal != d.Principal {
-		diffs = append(diffs, "another principal")
-	}
-	if r.Digest.Body != d.Body {
-		diffs = append(diffs, "a different request body")
-	}
-	if len(diffs) == 0 && r.Digest != d {
-		return "a different request"
-	}
-	return strings.Join(diffs, ", ")
-}
 
 // Keyed is a mutation carrying an Idempotency-Key. Applying it:
 //   - a live record for the key with the same binding: nothing changes; the
@@ -462,13 +412,10 @@ func (t *txn) checkKey(key string, b Binding, atMs int64) (Result, bool) {
 		return Result{}, false
 	}
 	if !rec.Binds(b) {
-		if rec.OtherPrincipal(b) {
-			// Nothing about another principal's request: not even
-			// its operation.
-			return fail(StatusKeyReused, "Idempotency-Key %s was first used by another principal", key), true
-		}
-		return fail(StatusKeyReused, "Idempotency-Key %s was first used for %s; this request differs (%s)",
-			key, rec.Operation, rec.Describe(b)), true
+		// Nothing about the first request, not even its operation: it
+		// may be another principal's, which the record's one-byte
+		// principal tag cannot always tell.
+		return fail(StatusKeyReused, "Idempotency-Key %s was first used for another request: use a new key for each request", key), true
 	}
 	res, ok := rec.Outcome(b)
 	if !ok { // a digest collision: never answer with another request's outcome

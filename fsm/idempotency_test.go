@@ -45,7 +45,7 @@ func TestKeyedCommandsApplyOnce(t *testing.T) {
 	other.BodyDigest = "d2"
 	reused := apply(keyed(t, "k1", other, 300, CreateNamespace{Namespace: []string{"b"}}))
 	assert.ErrorIs(t, reused.Err(), ErrKeyReused)
-	assert.Contains(t, reused.Message, "a different request body")
+	assert.Contains(t, reused.Message, "was first used for another request")
 
 	// A deterministic failure is recorded and replayed as the same failure.
 	dup := apply(keyed(t, "k2", b, 300, CreateNamespace{Namespace: nsA}))
@@ -375,14 +375,14 @@ func TestLegacyIdempotencyRecords(t *testing.T) {
 	other.BodyDigest = "d2"
 	reused := apply(keyed(t, key, other, 2000, create(tbl1, "m0")))
 	assert.ErrorIs(t, reused.Err(), ErrKeyReused)
-	assert.Equal(t, "Idempotency-Key "+key+" was first used for updateTable; this request differs (a different request body)", reused.Message)
-	// Another principal learns nothing of the first request, not even
-	// its operation.
+	// The refusal tells nothing of the first request, not even its
+	// operation: it may be another principal's.
+	assert.Equal(t, "Idempotency-Key "+key+" was first used for another request: use a new key for each request", reused.Message)
 	stranger := other
 	stranger.Principal = "mallory"
 	reused = apply(keyed(t, key, stranger, 2000, create(tbl1, "m0")))
 	assert.ErrorIs(t, reused.Err(), ErrKeyReused)
-	assert.Equal(t, "Idempotency-Key "+key+" was first used by another principal", reused.Message)
+	assert.Equal(t, "Idempotency-Key "+key+" was first used for another request: use a new key for each request", reused.Message)
 	assert.Equal(t, map[string]int64{key: 5000}, storedKeys(t, f))
 
 	// Once expired, the key is new: the compact record replaces the

@@ -302,13 +302,11 @@ func reused(key string, first fsm.IdempotencyRecord, now fsm.Binding) error {
 	return &reusedError{key: key, first: first, now: now}
 }
 
+// Error says nothing about the first request, not even its operation: it
+// may be another principal's, which the record's one-byte principal tag
+// cannot always tell.
 func (e *reusedError) Error() string {
-	if e.first.OtherPrincipal(e.now) {
-		// Nothing about another principal's request: not even its
-		// operation.
-		return fmt.Sprintf("Idempotency-Key %s was already used by another principal", e.key)
-	}
-	return fmt.Sprintf("Idempotency-Key %s was already used for %s on another request (%s)", e.key, e.first.Operation, e.first.Describe(e.now))
+	return fmt.Sprintf("Idempotency-Key %s was already used for another request: use a new key for each request", e.key)
 }
 
 func (e *reusedError) Unwrap() error { return fsm.ErrKeyReused }

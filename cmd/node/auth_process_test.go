@@ -334,7 +334,7 @@ func TestAuthProcesses(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "%s", b)
 		code, b = c.call(t, n2, testRootToken, "POST", "/v1/namespaces", body, "Idempotency-Key", key)
 		assert.Equal(t, http.StatusUnprocessableEntity, code, "another principal's key: %s", b)
-		assert.Contains(t, string(b), "by another principal")
+		assert.Contains(t, string(b), "was already used for another request")
 		assert.NotContains(t, string(b), "createNamespace", "nothing of the first request")
 	})
 
