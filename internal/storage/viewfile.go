@@ -2,6 +2,7 @@ package storage
 
 import (
 	"encoding/json"
+	"path"
 	"strings"
 )
 
@@ -12,8 +13,18 @@ import (
 // a live view's location reads such a file first (IsTableMetadata); other
 // files there (a table that shares the location writes its data files and
 // manifests beside the view's metadata) are not views'.
+//
+// The name is judged as storage reads it: "x.metadata.json/" and
+// "x.metadata.json/." are that file to the local store, so trailing
+// slashes and dot segments do not hide it. A URI that does not parse may
+// be a view's.
 func MayBeViewMetadata(uri string) bool {
-	name := uri[strings.LastIndex(uri, "/")+1:]
+	_, _, key, err := ParseURI(uri)
+	if err != nil {
+		return true
+	}
+	key = path.Clean("/" + key)
+	name := key[strings.LastIndex(key, "/")+1:]
 	return strings.Contains(strings.ToLower(name), ".json")
 }
 
@@ -31,7 +42,13 @@ func IsTableMetadata(raw []byte) bool {
 	if json.Unmarshal(raw, &fields) != nil {
 		return false
 	}
-	_, table := fields["table-uuid"]
-	_, view := fields["view-uuid"]
+	// Keys are matched as the view and table parsers (encoding/json)
+	// match them, without regard to case: a view file spelling
+	// "View-Uuid" is still a view's.
+	table, view := false, false
+	for k := range fields {
+		table = table || strings.EqualFold(k, "table-uuid")
+		view = view || strings.EqualFold(k, "view-uuid")
+	}
 	return table && !view
 }

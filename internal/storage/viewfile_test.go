@@ -28,6 +28,9 @@ func TestIsTableMetadata(t *testing.T) {
 		``:                                                            false,
 		`{"format-version":2,"table-uuid":"u"} {"view-uuid":"trailing"}`:       false,
 		`{"format-version":2,"properties":{"view-uuid":"x"},"table-uuid":"u"}`: true,
+		// The view parser reads keys without regard to case.
+		`{"format-version":1,"View-Uuid":"u","table-uuid":"t"}`: false,
+		`{"format-version":2,"TABLE-UUID":"u"}`:                 true,
 	} {
 		assert.Equal(t, want, IsTableMetadata([]byte(raw)), "%q", raw)
 	}
@@ -37,6 +40,11 @@ func TestIsTableMetadata(t *testing.T) {
 		"s3://b/v/metadata/v1.metadata.JSON.gz":      true,
 		"s3://b/v/data/x.parquet":                    false,
 		"s3://b/v.json/metadata/snap-1.avro":         false,
+		// As storage reads the name: a trailing slash or dot segment
+		// does not hide it.
+		"file:///w/v/metadata/00000-a.metadata.json/":  true,
+		"file:///w/v/metadata/00000-a.metadata.json/.": true,
+		"s3://b/v/metadata/00000-a.metadata.json//":    true,
 	} {
 		assert.Equal(t, want, MayBeViewMetadata(uri), uri)
 	}
