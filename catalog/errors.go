@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/replica"
@@ -28,6 +30,21 @@ func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.
 
 func badRequest(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: fmt.Sprintf(format, args...)}
+}
+
+// clipped is s for an error message that repeats a caller's input: at most
+// 64 bytes of it (cut at a rune boundary), with how long it was, so that a
+// large bad value is not sent back whole.
+func clipped(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
 }
 
 func notFoundNamespace(format string, args ...any) error {

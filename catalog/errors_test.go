@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 
@@ -51,4 +53,16 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 			assert.Equal(t, tc.status == http.StatusServiceUnavailable, ae.retryAfter != "", "Retry-After only when a retry is safe")
 		})
 	}
+}
+
+// A bad value repeated in an error message is clipped: a 10 KB page
+// token does not come back whole.
+func TestClippedRepeatsAtMost64Bytes(t *testing.T) {
+	assert.Equal(t, `"short"`, clipped("short"))
+	long := strings.Repeat("é", 5000) // 2 bytes each
+	got := clipped(long)
+	assert.Equal(t, `"`+strings.Repeat("é", 32)+`"… (10000 bytes)`, got)
+	odd := "x" + long // the 64th byte is inside a rune
+	assert.True(t, utf8.ValidString(clipped(odd)))
+	assert.Contains(t, clipped(odd), "(10001 bytes)")
 }

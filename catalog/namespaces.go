@@ -80,14 +80,14 @@ func page(r *http.Request) (after string, limit int, err error) {
 		// validateName accepts. Anything else was not issued here.
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err != nil || !utf8.Valid(b) || validateName("", string(b)) != nil {
-			return "", 0, badRequest("malformed pageToken %q: pass the next-page-token of the previous page as it was", tok)
+			return "", 0, badRequest("malformed pageToken %s: pass the next-page-token of the previous page as it was", clipped(tok))
 		}
 		after = string(b)
 	}
 	if ps := q.Get("pageSize"); ps != "" {
 		n, err := strconv.Atoi(ps)
 		if err != nil || n < 1 {
-			return "", 0, badRequest("pageSize must be a positive integer, got %q", ps)
+			return "", 0, badRequest("pageSize must be a positive integer, got %s", clipped(ps))
 		}
 		limit = min(n, maxPageSize)
 	}
