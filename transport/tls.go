@@ -3,9 +3,11 @@ package transport
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // TLSFiles names the PEM files for mutual TLS. All three are required.
@@ -18,6 +20,26 @@ import (
 // dial. Files are read once, by Load; rotating certificates needs a restart.
 type TLSFiles struct {
 	CertFile, KeyFile, CAFile string
+}
+
+// NotAfter reads CertFile and returns when this node's certificate
+// expires. Load reads the files once, so a certificate renewed on disk is
+// not used until a restart: a node keeps its open connections past this
+// time, but no new one to or from it succeeds after it.
+func (f TLSFiles) NotAfter() (time.Time, error) {
+	certPEM, err := os.ReadFile(f.CertFile)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("transport: read TLS certificate file: %w", err)
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return time.Time{}, fmt.Errorf("transport: TLS certificate %s: no PEM block", f.CertFile)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("transport: TLS certificate %s: %w", f.CertFile, err)
+	}
+	return leaf.NotAfter, nil
 }
 
 // Load reads and checks the files and returns the configuration for the

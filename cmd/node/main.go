@@ -170,6 +170,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	clusterCertExpiry(cfg, reg, logger)
 	defer func() {
 		if err := node.Shutdown(); err != nil {
 			logger.Error("raft shutdown", "error", err)
