@@ -217,11 +217,11 @@ func (k *Keys) answered(ctx context.Context, key *Key, rec fsm.IdempotencyRecord
 		return Unrecorded, false, nil
 	}
 	if !rec.Binds(key.Binding) {
-		return Refused, true, reused(key.Key, rec, key.Binding)
+		return Refused, true, reused(key.Key)
 	}
 	res, bound := rec.Outcome(key.Binding)
 	if !bound { // a digest collision: never another request's outcome
-		return Refused, true, reused(key.Key, rec, key.Binding)
+		return Refused, true, reused(key.Key)
 	}
 	return Replayed, true, replay(ctx, res)
 }
@@ -290,17 +290,10 @@ func (e *replayError) Error() string { return ErrReplayed.Error() }
 func (e *replayError) Unwrap() error { return ErrReplayed }
 
 // reusedError refuses a key first used with another binding.
-type reusedError struct {
-	key   string
-	first fsm.IdempotencyRecord
-	now   fsm.Binding
-}
+type reusedError struct{ key string }
 
-// reused refuses key, whose record first was written for another binding
-// than now.
-func reused(key string, first fsm.IdempotencyRecord, now fsm.Binding) error {
-	return &reusedError{key: key, first: first, now: now}
-}
+// reused refuses key, whose record was first written for another binding.
+func reused(key string) error { return &reusedError{key: key} }
 
 // Error says nothing about the first request, not even its operation: it
 // may be another principal's, which the record's one-byte principal tag

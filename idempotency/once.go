@@ -84,13 +84,13 @@ func (k *Keys) Once(ctx context.Context, key *Key, change func(ctx context.Conte
 		}
 		if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
 			if !ks.outcome.Binds(b) {
-				return false, reused(key.Key, ks.outcome, b)
+				return false, reused(key.Key)
 			}
 			return true, nil
 		}
 		if ks.hasClaimed && ks.claim.Live(at.UnixMilli()) {
 			if !ks.claim.Binds(b) {
-				return false, reused(key.Key, ks.claim, b)
+				return false, reused(key.Key)
 			}
 		} else {
 			res, err := k.store.Propose(ctx, fsm.RecordOutcome{
@@ -161,7 +161,7 @@ func (k *Keys) runClaimed(ctx context.Context, key string, b fsm.Binding, at tim
 	}
 	if ks.hasOutcome && ks.outcome.Live(at.UnixMilli()) {
 		if !ks.outcome.Binds(b) {
-			return false, reused(key, ks.outcome, b)
+			return false, reused(key)
 		}
 		return true, nil
 	}
