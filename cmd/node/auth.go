@@ -136,7 +136,7 @@ func (s *security) principal(r *http.Request) string {
 	if p, ok := auth.FromContext(r.Context()); ok {
 		return p.Name
 	}
-	return "anonymous"
+	return auth.AnonymousPrincipal
 }
 
 // tokenPath is the OAuth token endpoint.

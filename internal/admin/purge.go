@@ -15,6 +15,7 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/idempotency"
+	"github.com/floe-catalog/floe/internal/auth"
 	"github.com/floe-catalog/floe/internal/raftnode"
 )
 
@@ -33,7 +34,7 @@ const (
 
 // anonymous names the operator when the API has no Principal function
 // (authentication off).
-const anonymous = "anonymous"
+const anonymous = auth.AnonymousPrincipal
 
 // NewPurgeJobs returns the purge-jobs operator API of a server with the
 // default Config but for now and logger (nil: time.Now, slog.Default): keys

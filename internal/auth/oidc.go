@@ -183,7 +183,7 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 
 // Verify checks a token of the OIDC issuer: signature by one of its keys
 // with an accepted algorithm, iss, aud containing Audience, exp (with
-// Leeway) and nbf, and a non-empty string principal claim. It returns the
+// Leeway) and nbf, and a non-empty string principal claim that is not Reserved. It returns the
 // principal (Via ViaOIDC) with the roles of RolesClaim. Errors wrap
 // ErrExpiredToken for an expired token, ErrUnavailable while discovery
 // fails, and ErrInvalidToken for everything else (including keys that
@@ -217,6 +217,12 @@ func (v *OIDCVerifier) Verify(ctx context.Context, raw string) (Principal, error
 	name, ok := claims[v.cfg.PrincipalClaim].(string)
 	if !ok || name == "" {
 		return Principal{}, fmt.Errorf("%w: no string claim %q", ErrInvalidToken, v.cfg.PrincipalClaim)
+	}
+	// Audit lines and created-by fields name the caller alone: an
+	// external "root" or "anonymous" would read as the root token or as no
+	// credential at all.
+	if Reserved(name) {
+		return Principal{}, fmt.Errorf("%w: claim %q names %q, which is reserved", ErrInvalidToken, v.cfg.PrincipalClaim, name)
 	}
 	roles, err := rolesFromClaims(claims, v.cfg.RolesClaim)
 	if err != nil {

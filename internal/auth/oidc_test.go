@@ -234,6 +234,8 @@ func TestOIDCVerifyRejects(t *testing.T) {
 		{"HS256", hsTok, ErrInvalidToken},
 		{"no principal claim", ti.token(t, with(func(c map[string]any) { delete(c, "sub") })), ErrInvalidToken},
 		{"roles claim not strings", ti.token(t, with(func(c map[string]any) { c["groups"] = []any{"a", 1} })), ErrInvalidToken},
+		{"principal root", ti.token(t, with(func(c map[string]any) { c["sub"] = RootPrincipal })), ErrInvalidToken},
+		{"principal anonymous", ti.token(t, with(func(c map[string]any) { c["sub"] = AnonymousPrincipal })), ErrInvalidToken},
 		{"garbage", "a.b.c", ErrInvalidToken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,6 +13,18 @@ const (
 // RootPrincipal is the name of the principal the root token authenticates.
 const RootPrincipal = "root"
 
+// AnonymousPrincipal is the name logs, audit lines and records of who
+// changed what give a request without a principal (authentication off).
+const AnonymousPrincipal = "anonymous"
+
+// Reserved reports whether name is one only floe itself gives: a client,
+// token, grant or external identity of that name would read as the root
+// token's, or as no one's, in the audit log and in records of who changed
+// what.
+func Reserved(name string) bool {
+	return name == RootPrincipal || name == AnonymousPrincipal
+}
+
 // RootRole is the role the root principal carries implicitly.
 const RootRole = "admin"
 
