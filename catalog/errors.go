@@ -24,9 +24,34 @@ type apiError struct {
 	// server's retries, not by the request itself: it is not stored under
 	// an Idempotency-Key, so a retry with the key runs again.
 	contended bool
+	// decided marks a 400 decided against the current state of a table
+	// or view (an update its metadata refuses, a version it lacks): it is
+	// stored under an Idempotency-Key as a 404 or 409 is, so that a retry
+	// with the key gets it again after the state has changed, and never
+	// applies. A 400 the request alone decides (a malformed body) is not:
+	// the key binds the body, so its retry fails the same way anyway.
+	decided bool
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.typ, e.msg) }
+
+// refusedByState is a 400 decided against the current state (apiError's
+// decided).
+func refusedByState(format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: fmt.Sprintf(format, args...), decided: true}
+}
+
+// decidedByState marks err, when it is a 400, as decided against the
+// current state (apiError's decided); any other error is returned as it is.
+func decidedByState(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
+		c := *ae
+		c.decided = true
+		return &c
+	}
+	return err
+}
 
 func badRequest(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: fmt.Sprintf(format, args...)}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
@@ -149,11 +150,32 @@ func deterministicOutcome(err error, kind opKind) (fsm.Result, bool) {
 		"NamespaceNotEmptyException": fsm.StatusNamespaceNotEmpty,
 		"CommitFailedException":      fsm.StatusCommitFailed,
 	}
+	if ae.decided && ae.status == http.StatusBadRequest {
+		// Replayed as the same 400 (fsm.ErrInvalidCommand's), its text
+		// bounded: it may quote the body.
+		return fsm.Result{Status: fsm.StatusInvalid, Message: shortened(ae.msg)}, true
+	}
 	st, ok := statuses[ae.typ]
 	if !ok || ae.status >= 500 {
 		return fsm.Result{}, false
 	}
 	return fsm.Result{Status: st, Message: ae.msg}, true
+}
+
+// maxDecidedMessage bounds the text of a 400 stored under a key.
+const maxDecidedMessage = 1024
+
+// shortened is msg cut to maxDecidedMessage bytes on a character boundary,
+// marked "…" when cut.
+func shortened(msg string) string {
+	if len(msg) <= maxDecidedMessage {
+		return msg
+	}
+	cut := maxDecidedMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
 }
 
 // replay answers a request from a stored outcome: the same status, and a

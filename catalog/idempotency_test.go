@@ -513,3 +513,72 @@ func TestKeyedSelfRenameIsRecorded(t *testing.T) {
 		assert.Equal(t, 200, do(t, "GET", "/v1/namespaces/a/"+kind+"/self", nil).status, "%s: not moved", kind)
 	}
 }
+
+// TestRefusalDecidedByStateIsReplayed sends, under a key, an update the
+// table's (or view's) metadata refuses (400), makes the update valid, and
+// sends the request again with the key: the stored 400 is the answer, and
+// nothing changes, as for any terminal 4xx (the spec's finalization rules).
+func TestRefusalDecidedByStateIsReplayed(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	for _, tbl := range []string{"t", "tx"} {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName(tbl)).status)
+	}
+	setSchema := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "set-current-schema", "schema-id": 1}}}
+	addSchema := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "add-schema", "schema": map[string]any{
+		"type": "struct", "schema-id": 1, "fields": []any{
+			map[string]any{"id": 1, "name": "id", "type": "long", "required": true},
+			map[string]any{"id": 2, "name": "y", "type": "string", "required": false},
+		}}}}}
+	currentSchema := func(tbl string) float64 {
+		r := n.do(t, "GET", "/v1/namespaces/a/tables/"+tbl, nil)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return r.json(t)["metadata"].(map[string]any)["current-schema-id"].(float64)
+	}
+	txBody := func(tbl string, change map[string]any) map[string]any {
+		c := map[string]any{"identifier": map[string]any{"namespace": []string{"a"}, "name": tbl}}
+		for k, v := range change {
+			c[k] = v
+		}
+		return map[string]any{"table-changes": []any{c}}
+	}
+
+	t.Run("table commit", func(t *testing.T) {
+		key := newKey(t)
+		first := n.do(t, "POST", "/v1/namespaces/a/tables/t", setSchema, "Idempotency-Key", key)
+		require.Equal(t, 400, first.status, "%s", first.body)
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables/t", addSchema).status)
+		again := n.do(t, "POST", "/v1/namespaces/a/tables/t", setSchema, "Idempotency-Key", key)
+		assert.Equal(t, 400, again.status, "%s", again.body)
+		assert.Equal(t, "BadRequestException", again.errorType(t))
+		assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, float64(0), currentSchema("t"), "the retry applied the update")
+	})
+	t.Run("transaction", func(t *testing.T) {
+		key := newKey(t)
+		first := n.do(t, "POST", "/v1/transactions/commit", txBody("tx", setSchema), "Idempotency-Key", key)
+		require.Equal(t, 400, first.status, "%s", first.body)
+		require.Equal(t, 204, n.do(t, "POST", "/v1/transactions/commit", txBody("tx", addSchema)).status)
+		again := n.do(t, "POST", "/v1/transactions/commit", txBody("tx", setSchema), "Idempotency-Key", key)
+		assert.Equal(t, 400, again.status, "%s", again.body)
+		assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		assert.Equal(t, float64(0), currentSchema("tx"), "the retry applied the update")
+	})
+	t.Run("view commit", func(t *testing.T) {
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/views", createViewBody("v", "select 1", "a")).status)
+		setVersion := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "set-current-view-version", "view-version-id": 2}}}
+		key := newKey(t)
+		first := n.do(t, "POST", "/v1/namespaces/a/views/v", setVersion, "Idempotency-Key", key)
+		require.Equal(t, 400, first.status, "%s", first.body)
+		// Version 2 exists from here on; version 1 stays current.
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/views/v", addVersionBody("select 2", "a")).status)
+		back := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "set-current-view-version", "view-version-id": 1}}}
+		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/views/v", back).status)
+		again := n.do(t, "POST", "/v1/namespaces/a/views/v", setVersion, "Idempotency-Key", key)
+		assert.Equal(t, 400, again.status, "%s", again.body)
+		assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+		r := n.do(t, "GET", "/v1/namespaces/a/views/v", nil)
+		require.Equal(t, 200, r.status)
+		assert.Equal(t, float64(1), r.json(t)["metadata"].(map[string]any)["current-version-id"], "the retry applied the update")
+	})
+}

@@ -683,17 +683,17 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 		return fsm.ReplaceView{}, nil, err
 	}
 	if err := applyViewUpdates(builder, before.meta, req.Updates); err != nil {
-		return fsm.ReplaceView{}, nil, badRequest("cannot apply updates to view %s: %v", id, err)
+		return fsm.ReplaceView{}, nil, refusedByState("cannot apply updates to view %s: %v", id, err)
 	}
 	meta, err := builder.Build()
 	if err != nil {
-		return fsm.ReplaceView{}, nil, badRequest("invalid metadata for view %s: %v", id, err)
+		return fsm.ReplaceView{}, nil, refusedByState("invalid metadata for view %s: %v", id, err)
 	}
 	if err := checkNewVersions(before.meta, meta); err != nil {
-		return fsm.ReplaceView{}, nil, err
+		return fsm.ReplaceView{}, nil, decidedByState(err)
 	}
 	if err := checkNewSchemas(before.meta.Schemas(), meta.Schemas()); err != nil {
-		return fsm.ReplaceView{}, nil, err
+		return fsm.ReplaceView{}, nil, decidedByState(err)
 	}
 	if meta.Location() != cur.Location {
 		if err := checkNewLocationSpelling(meta.Location()); err != nil {
