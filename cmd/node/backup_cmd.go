@@ -583,7 +583,7 @@ the other uses. Keep one of them read-only or stopped.
 Flags:
 `)
 		printFlags(w, fs)
-		fmt.Fprint(w, "\nExit codes: 0 restored, 1 refused or failed (DIR is left as it was), 2 usage error.\n")
+		fmt.Fprint(w, "\nExit codes: 0 restored, 1 refused or failed (DIR is left as it was), 2 usage error,\n130 interrupted (nothing restored).\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
