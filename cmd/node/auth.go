@@ -211,6 +211,9 @@ func validRequestID(id string) bool {
 func (s *security) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = withAuthConsistency(withRequestID(w, r))
+		if ui.IsPath(r.URL.Path) && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			r = r.WithContext(withPageAuthReads(r.Context()))
+		}
 		// A page of another origin (another site, or another port of this
 		// host) must not change anything here, even with authentication
 		// off (a page could POST to a local node): floe answers no CORS
@@ -240,9 +243,12 @@ func (s *security) wrap(h http.Handler) http.Handler {
 			p, err := s.authn.Authenticate(r)
 			if err != nil {
 				rec := &statusWriter{ResponseWriter: w}
-				if statusPage {
+				switch {
+				case statusPage && errors.Is(err, auth.ErrUnavailable):
+					ui.AuthUnavailable(rec, r)
+				case statusPage:
 					ui.Unauthenticated(rec, r, fromCookie)
-				} else {
+				default:
 					auth.DefaultOnFail(rec, r, err)
 				}
 				// A refused credential is "unauthenticated" whatever the
@@ -400,8 +406,14 @@ func (s *security) verifyToken(ctx context.Context, token string) (string, error
 	if err != nil {
 		return "", err
 	}
+	// As the pages it leads to are checked: a node without a leader
+	// still lets a browser sign in to read its replica.
+	r = r.WithContext(withPageAuthReads(ctx))
 	r.Header.Set("Authorization", "Bearer "+token)
 	p, err := s.authn.Authenticate(r)
+	if errors.Is(err, auth.ErrUnavailable) {
+		return "", fmt.Errorf("%w: %v", ui.ErrUnavailable, err)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -464,6 +476,11 @@ func (s *security) allowed(r *http.Request, priv string, namespace []string) (bo
 	p, ok := auth.FromContext(r.Context())
 	if !ok {
 		return !s.on, nil
+	}
+	if p.IsRoot() {
+		// Allowed everything, whatever the grants: they are not read,
+		// so that root is not refused when they cannot be.
+		return true, nil
 	}
 	grants, err := s.grants(r.Context(), p)
 	if err != nil {
@@ -545,6 +562,7 @@ func withGrantsMemo(r *http.Request) *http.Request {
 func (s *security) readGrants(ctx context.Context, p auth.Principal) ([]auth.Grant, error) {
 	var out []auth.Grant
 	err := authRead(ctx, s.store, func(rd *fsm.Reader) error {
+		out = nil // it may run twice (authRead)
 		roles := append(append([]string(nil), p.Roles...), rd.PrincipalRoles(p.Name)...)
 		for _, g := range rd.Grants(fsm.GranteesOf(p.Name, roles)...) {
 			out = append(out, auth.Grant{Grantee: g.Grantee, Namespace: g.Namespace, Privilege: g.Privilege})
@@ -567,6 +585,9 @@ func (a authorizer) Visible(r *http.Request, namespace []string) (bool, error) {
 	p, ok := auth.FromContext(r.Context())
 	if !ok {
 		return !a.s.on, nil
+	}
+	if p.IsRoot() {
+		return true, nil
 	}
 	grants, err := a.s.grants(r.Context(), p)
 	if err != nil {
@@ -655,7 +676,29 @@ func authRead(ctx context.Context, store replica, fn func(*fsm.Reader) error) er
 	if stale, _ := ctx.Value(staleAuthKey{}).(bool); stale {
 		return store.StaleRead(fn)
 	}
-	return store.Read(ctx, fn)
+	err := store.Read(ctx, fn)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if page, _ := ctx.Value(pageAuthKey{}).(bool); !page {
+		return err
+	}
+	if serr := store.StaleRead(fn); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return nil
+}
+
+// pageAuthKey marks the context of a status page read (GET or HEAD) and
+// of a sign-in.
+type pageAuthKey struct{}
+
+// withPageAuthReads makes authRead read as the status page reads its
+// data: linearizably, else, when that fails (no leader), from this node's
+// replica, which the page then says it shows. A page changes nothing;
+// its actions (POST) keep linearizable checks.
+func withPageAuthReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, pageAuthKey{}, true)
 }
 
 type keySource struct{ store replica }

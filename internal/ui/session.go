@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/url"
 	"path"
@@ -51,6 +52,21 @@ func WithSessionToken(r *http.Request) (_ *http.Request, fromCookie bool) {
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Authorization", "Bearer "+c.Value)
 	return r2, true
+}
+
+// ErrUnavailable: a credential could not be checked now (see
+// Config.VerifyToken and AuthUnavailable).
+var ErrUnavailable = errors.New("ui: the credential cannot be checked now")
+
+// AuthUnavailable answers a status page request whose credential could not
+// be checked now (no leader, an identity provider out of reach): 503, to be
+// retried, with the session cookie kept, since nothing says it is wrong.
+func AuthUnavailable(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write([]byte("503 Service Unavailable: the credential could not be checked now (no leader, or the identity provider is out of reach); reload shortly.\n"))
 }
 
 // Unauthenticated answers a status page request without a valid
@@ -177,6 +193,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		return refuse(http.StatusBadRequest, "This token holds characters a cookie cannot keep; send it as an Authorization: Bearer header instead.")
 	}
 	principal, err := s.cfg.VerifyToken(r.Context(), token)
+	if errors.Is(err, ErrUnavailable) {
+		s.log.Warn("status page sign-in: the token could not be checked", "remote", r.RemoteAddr, "error", err)
+		w.Header().Set("Retry-After", "1")
+		return refuse(http.StatusServiceUnavailable, "The token could not be checked now (no leader, or the identity provider is out of reach): try again shortly.")
+	}
 	if err != nil {
 		s.log.Info("status page sign-in refused", "remote", r.RemoteAddr)
 		return refuse(http.StatusUnauthorized, "That token was refused: it is unknown, expired or malformed.")

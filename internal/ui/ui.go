@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -100,8 +101,11 @@ type Config struct {
 	// authentication is off and every request may do everything.
 	Authorizer Authorizer
 	// VerifyToken checks a token pasted into the login form exactly as
-	// the node checks a bearer token, and names its principal. Required
-	// with an Authorizer; nil without one (there is no login then).
+	// the node checks a bearer token, and names its principal. An error
+	// wrapping ErrUnavailable means the token could not be checked now
+	// (no leader, an identity provider out of reach), not that it was
+	// refused. Required with an Authorizer; nil without one (there is no
+	// login then).
 	VerifyToken func(ctx context.Context, token string) (principal string, err error)
 	// HealthClient asks the members' /readyz. Default: a client with a
 	// 2-second timeout.
@@ -349,7 +353,38 @@ func (s *Server) renderWith(w http.ResponseWriter, r *http.Request, status int, 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(withoutBidiControls(buf.Bytes()))
+}
+
+// withoutBidiControls is page with each bidirectional formatting character
+// replaced by U+FFFD. The templates hold none, so every one came from a
+// name, property or other text a client stored; rendered, an override
+// (U+202E) reorders the page's own text after it, up to the end of its
+// block, title included (Trojan Source). Links carry names percent-encoded
+// and are not changed.
+func withoutBidiControls(page []byte) []byte {
+	if !bytes.ContainsFunc(page, isBidiControl) {
+		return page
+	}
+	return bytes.Map(func(r rune) rune {
+		if isBidiControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, page)
+}
+
+// isBidiControl reports whether r is one of Unicode's explicit
+// directional formatting characters (UAX #9: embeddings, overrides,
+// isolates, marks).
+func isBidiControl(r rune) bool {
+	switch {
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069:
+		return true
+	case r == 0x200E, r == 0x200F, r == 0x061C:
+		return true
+	}
+	return false
 }
 
 // authOn reports whether requests carry principals.
@@ -486,12 +521,16 @@ type pager struct {
 	Next  string
 }
 
+// maxPage bounds a page number taken from a query: the offset of a
+// snapshot page is computed from it, and must not overflow.
+const maxPage = 1 << 20
+
 // pageOf reads a listing's page number and cursor from the query: key-page
 // and key-after (the listing's last name on the page before).
 func pageOf(r *http.Request, key string) (page int, after string) {
 	q := r.URL.Query()
 	page, err := strconv.Atoi(q.Get(key + "-page"))
-	if err != nil || page < 1 {
+	if err != nil || page < 1 || page > maxPage {
 		page = 1
 	}
 	return page, q.Get(key + "-after")

@@ -443,6 +443,32 @@ func TestHostileNamesAreEscaped(t *testing.T) {
 	assert.Contains(t, body, "&lt;b&gt;missing&lt;/b&gt;")
 }
 
+func TestBidiControlsAreNotRendered(t *testing.T) {
+	f := newFixture(t, nil)
+	name := "\u202Eevil\u2066txt"
+	f.store.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: fsm.Ident{Namespace: []string{"db"}, Name: name},
+		MetadataLocation: "s3://bucket/b/t/metadata/1.metadata.json", Location: "s3://bucket/b/t", UUID: "b"}}})
+	f.objects["s3://bucket/b/t/metadata/1.metadata.json"] = []byte(tableMetadata)
+	for _, target := range []string{"/ui/namespace?ns=db", "/ui/table?" + url.Values{"ns": {"db"}, "name": {name}}.Encode()} {
+		code, body := f.get(t, target)
+		require.Equal(t, http.StatusOK, code, target)
+		assert.False(t, strings.ContainsAny(body, "\u202E\u2066"), "a bidi control on %s", target)
+		hasAll(t, body, "\uFFFDevil\uFFFDtxt")
+	}
+}
+
+func TestHugePageNumbersArePageOne(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, p := range []string{"9223372036854775807", "368934881474191033", "1048577"} {
+		code, body := f.get(t, "/ui/table?ns=db&name=events&snapshots-page="+p)
+		require.Equal(t, http.StatusOK, code, p)
+		hasAll(t, body, `id="snapshot-3055729675574597004"`) // the first page's rows
+		code, body = f.get(t, "/ui/catalog?namespaces-page="+p)
+		require.Equal(t, http.StatusOK, code, p)
+		assert.False(t, strings.Contains(body, "-page=-"), "a negative page link for %s", p)
+	}
+}
+
 func TestPagination(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.PageSize = 2 })
 	for _, n := range []string{"n1", "n2", "n3"} {
@@ -630,8 +656,11 @@ func TestLogin(t *testing.T) {
 	f := newFixture(t, func(c *Config) {
 		c.Authorizer = fakeAuthz{admins: []string{"root"}}
 		c.VerifyToken = func(_ context.Context, token string) (string, error) {
-			if token == "good-token" {
+			switch token {
+			case "good-token":
 				return "root", nil
+			case "no-leader":
+				return "", fmt.Errorf("%w: no leader", ErrUnavailable)
 			}
 			return "", errors.New("invalid token")
 		}
@@ -663,6 +692,10 @@ func TestLogin(t *testing.T) {
 	rec = login(url.Values{"token": {"wrong"}, "next": {"/ui/purge-jobs"}}, false)
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Contains(t, rec.Body.String(), "That token was refused")
+	assert.Empty(t, sessionOf(rec))
+	rec = login(url.Values{"token": {"no-leader"}, "next": {"/ui/purge-jobs"}}, false)
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "could not be checked now")
 	assert.Empty(t, sessionOf(rec))
 	rec = login(url.Values{"token": {"bad token;"}}, false)
 	assert.Equal(t, http.StatusBadRequest, rec.Code)
