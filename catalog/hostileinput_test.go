@@ -366,6 +366,32 @@ func TestNewNamesWithPercentEscapesAreRefused(t *testing.T) {
 	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a%252Eb", nil).status)
 }
 
+// A new name holding '?', '#' or '\\' is refused: iceberg-js before 1.0
+// puts names into paths unescaped, and its purging drop of "t?x" sent
+// ".../tables/t?x=&purgeRequested=true", which purged the table "t"; a
+// WHATWG URL parser reads '\\' as '/'.
+func TestNewNamesThatEndAPathAreRefused(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	schema := json.RawMessage(`{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}`)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": "t", "schema": schema}).status)
+	for _, bad := range []string{"t?x", "t#y", "t\\u"} {
+		for what, r := range map[string]response{
+			"table": n.do(t, "POST", "/v1/namespaces/a/tables", map[string]any{"name": bad, "schema": schema,
+				"location": strings.TrimSuffix(n.warehouse, "/") + "/a/other"}),
+			"view":            n.do(t, "POST", "/v1/namespaces/a/views", createViewBody(bad, "select 1", "a")),
+			"namespace level": n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a", bad}}),
+			"rename destination": n.do(t, "POST", "/v1/tables/rename", map[string]any{
+				"source": map[string]any{"namespace": []string{"a"}, "name": "t"}, "destination": map[string]any{"namespace": []string{"a"}, "name": bad}}),
+		} {
+			assert.Equal(t, 400, r.status, "%s %q: %s", what, bad, r.body)
+			assert.Equal(t, "BadRequestException", r.errorType(t), "%s %q", what, bad)
+		}
+	}
+	list := n.do(t, "GET", "/v1/namespaces/a/tables", nil)
+	require.Equal(t, 200, list.status)
+	assert.Equal(t, []any{map[string]any{"namespace": []any{"a"}, "name": "t"}}, list.json(t)["identifiers"], "nothing created or renamed")
+}
+
 // A new name or location holding a character XML cannot carry (U+FFFF,
 // U+FFFE) is refused: S3's DeleteObjects body would carry U+FFFD in its
 // place, so a purge of "v\uFFFF" deleted the table "v\uFFFD"'s files.

@@ -849,8 +849,8 @@ func validateNamespace(levels []string) error {
 
 // validateNewName refuses, for a name being created (a table, a view, a
 // namespace level, or the destination of a rename), what validateName
-// refuses, the names "." and "..", any name with a '/' and any with a
-// percent-escape. As path
+// refuses, the names "." and "..", any name with a '/', a '?', a '#', a
+// '\' or a percent-escape. As path
 // segments, HTTP clients, proxies and servers rewrite "." and ".." (a
 // DELETE of ".../tables/.." would reach the namespace), so such an object
 // could not be addressed safely; and a '/' would make the name several
@@ -877,6 +877,13 @@ func validateNewName(what, name string) error {
 		// and floe would read that as the table "tA": an iceberg-go
 		// drop of "t%41" dropped "tA".
 		return badRequest("%s %q contains a percent-escape (%%XX): clients that do not escape names in paths would reach another object", what, name)
+	}
+	if i := strings.IndexAny(name, "?#\\"); i >= 0 {
+		// A client that puts names into paths unescaped (iceberg-js
+		// before 1.0) sends ".../tables/t?x=&purgeRequested=true": the
+		// path names "t", and its purging drop of "t?x" purged "t". A
+		// WHATWG URL parser (browsers, Node's fetch) reads '\' as '/'.
+		return badRequest("%s %q contains %q: clients that do not escape names in paths would reach another object", what, name, name[i:i+1])
 	}
 	if i := strings.IndexFunc(name, storage.NotXMLChar); i >= 0 {
 		return badRequest("%s %q contains %U, which object stores' XML requests cannot carry: names become parts of default locations", what, name, []rune(name[i:])[0])

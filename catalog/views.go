@@ -128,7 +128,7 @@ func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, vers
 	}
 	loc := fmt.Sprintf("%s/metadata/%05d-%s.metadata.json", strings.TrimSuffix(meta.Location(), "/"), version, id)
 	if err := s.whOf(ctx).objects.Write(ctx, loc, raw); err != nil {
-		return nil, fmt.Errorf("write view metadata %s: %w", loc, err)
+		return nil, fmt.Errorf("%w: %s: %w", errMetadataNotWritten, loc, err)
 	}
 	return &viewMetadata{location: loc, raw: raw, meta: meta}, nil
 }

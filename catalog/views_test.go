@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -772,4 +774,38 @@ func testConcurrentViewReplaces(t *testing.T, nodes []*node) {
 	m := viewFileRE.FindStringSubmatch(r.json(t)["metadata-location"].(string))
 	require.NotNil(t, m)
 	assert.Equal(t, fmt.Sprintf("%05d", writers), m[1])
+}
+
+// A view change whose metadata file cannot be written applied nothing:
+// 503 with Retry-After, as for a table, never the 500 "commit state
+// unknown" that makes a client keep files it could clean up.
+func TestViewMetadataNotWrittenIs503(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.vdo(t, "POST", "/v1/namespaces/a/views", createViewBody("v", "select 1", "a")).status)
+	// A regular file where the new metadata directory would be.
+	root := strings.TrimPrefix(n.warehouse, "file://")
+	for _, dir := range []string{"blocked", "blocked2"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, "a", dir), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, "a", dir, "metadata"), []byte("x"), 0o644))
+	}
+	before := n.vdo(t, "GET", "/v1/namespaces/a/views/v", nil)
+	require.Equal(t, 200, before.status)
+
+	move := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{"action": "set-location", "location": n.warehouse + "/a/blocked"}}}
+	r := n.vdo(t, "POST", "/v1/namespaces/a/views/v", move)
+	assert.Equal(t, 503, r.status, "%s", r.body)
+	assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+
+	create := createViewBody("w", "select 1", "a")
+	create["location"] = n.warehouse + "/a/blocked2"
+	r = n.vdo(t, "POST", "/v1/namespaces/a/views", create)
+	assert.Equal(t, 503, r.status, "%s", r.body)
+	assert.Equal(t, "ServiceUnavailableException", r.errorType(t))
+
+	after := n.vdo(t, "GET", "/v1/namespaces/a/views/v", nil)
+	assert.Equal(t, before.json(t)["metadata-location"], after.json(t)["metadata-location"], "nothing applied")
+	gone := n.vdo(t, "GET", "/v1/namespaces/a/views/w", nil)
+	assert.Equal(t, 404, gone.status, "%s", gone.body)
 }

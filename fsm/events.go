@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -17,10 +19,12 @@ import (
 //
 //	events       log index (8 bytes BE), sequence within the entry (4 bytes BE) → JSON Event
 //	events_meta  "count" → 8 bytes BE: events stored
+//	             "bytes" → 8 bytes BE: their size (absent in older files)
 //	             "horizon" → 8 bytes BE: log index through which events are gone
 //
-// Retention is by count, inside Apply: once more than eventRetention events
-// are stored, each new one removes the oldest. The horizon is the highest
+// Retention is by count and size, inside Apply: once more than
+// eventRetention events, or more than eventRetentionBytes of them, are
+// stored, each new one removes the oldest until both hold. The horizon is the highest
 // log index an event was removed from, or, for a file written before the
 // feed existed, the applied index when the feed started on it. A reader
 // whose cursor (the last log index it has seen) is below the horizon has
@@ -113,12 +117,22 @@ var ErrEventsPruned = errors.New("events pruned")
 // replicas on the same binary keep the same events. Tests lower it.
 var eventRetention uint64 = 100_000
 
+// eventRetentionBytes bounds the stored events' size as eventRetention
+// bounds their number, whichever binds first (the newest event is always
+// kept). A namespace-created event carries the namespace's properties, up
+// to 1 MiB: without it a loop creating and dropping such a namespace kept
+// up to 100 GB of events, in fsm.db and in every snapshot, while the
+// catalog stayed empty. Typical events are a few hundred bytes, so the
+// count binds first. Tests lower it.
+var eventRetentionBytes uint64 = 64 << 20
+
 var (
 	bucketEvents     = []byte("events")
 	bucketEventsMeta = []byte("events_meta")
 
 	keyEventCount   = []byte("count")
 	keyEventHorizon = []byte("horizon")
+	keyEventBytes   = []byte("bytes")
 )
 
 // eventDerivers derives, for each command type that changes the catalog,
@@ -304,34 +318,64 @@ func (t *txn) recordEvents(c Command, res Result) {
 }
 
 // appendEvent stores e under the current entry's index and next sequence
-// number, then removes the oldest events beyond eventRetention.
+// number, then removes the oldest events beyond eventRetention and
+// eventRetentionBytes.
 func (t *txn) appendEvent(e Event) {
 	if t.eventIndex != t.index {
 		t.eventIndex, t.eventSeq = t.index, 0
 	}
 	e.Index, e.Seq = t.index, t.eventSeq
 	t.eventSeq++
-	t.put(bucketEvents, eventKey(e.Index, e.Seq), e)
+	raw, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: encode event: %v", err))
+	}
 
 	meta := t.tx.Bucket(bucketEventsMeta)
+	events := t.tx.Bucket(bucketEvents)
+	size := storedEventBytes(meta, events) + uint64(len(raw))
+	if err := events.Put(eventKey(e.Index, e.Seq), raw); err != nil {
+		panic(fmt.Sprintf("fsm: put event: %v", err))
+	}
 	count := getUint64(meta, keyEventCount) + 1
 	horizon := getUint64(meta, keyEventHorizon)
-	events := t.tx.Bucket(bucketEvents)
-	for count > eventRetention {
-		k, _ := events.Cursor().First()
+	for count > eventRetention || size > eventRetentionBytes && count > 1 {
+		k, v := events.Cursor().First()
 		if k == nil {
 			break
 		}
 		horizon = max(horizon, binary.BigEndian.Uint64(k[:8]))
+		size -= min(size, uint64(len(v)))
 		t.del(bucketEvents, append([]byte(nil), k...))
 		count--
 	}
 	if err := putUint64(meta, keyEventCount, count); err != nil {
 		panic(fmt.Sprintf("fsm: put event count: %v", err))
 	}
+	if err := meta.Put(keyEventBytes, append(binary.BigEndian.AppendUint64(nil, size), eventKey(e.Index, e.Seq)...)); err != nil {
+		panic(fmt.Sprintf("fsm: put event bytes: %v", err))
+	}
 	if err := putUint64(meta, keyEventHorizon, horizon); err != nil {
 		panic(fmt.Sprintf("fsm: put event horizon: %v", err))
 	}
+}
+
+// storedEventBytes is the size of the events stored: the "bytes" record
+// when it was written with the newest event stored now; else (a file
+// written before it was kept, or whose events a binary that does not keep
+// it has changed since) the sum of the stored events' sizes, read once.
+// The file's state alone decides it, as Apply must.
+func storedEventBytes(meta, events *bolt.Bucket) uint64 {
+	newest, _ := events.Cursor().Last()
+	if v := meta.Get(keyEventBytes); len(v) >= 8 && bytes.Equal(v[8:], newest) {
+		return binary.BigEndian.Uint64(v)
+	}
+	var size uint64
+	_ = events.ForEach(func(_, v []byte) error {
+		size += uint64(len(v))
+		return nil
+	})
+	return size
 }
 
 func eventKey(index uint64, seq uint32) []byte {
@@ -362,6 +406,9 @@ func initEvents(tx *bolt.Tx) error {
 		return err
 	}
 	if err := putUint64(meta, keyEventCount, 0); err != nil {
+		return err
+	}
+	if err := putUint64(meta, keyEventBytes, 0); err != nil {
 		return err
 	}
 	return putUint64(meta, keyEventHorizon, applied)

@@ -2,9 +2,12 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -363,4 +366,59 @@ func TestEventJSON(t *testing.T) {
 		"ident":{"namespace":["db"],"name":"t"},"uuid":"u",
 		"metadata-location":"s3://b/t/metadata/00001.metadata.json",
 		"previous-metadata-location":"s3://b/t/metadata/00000.metadata.json","snapshot-id":7}`, string(raw))
+}
+
+// The feed's size is bounded as its count is: a loop creating and dropping
+// a namespace with large properties keeps no more than eventRetentionBytes
+// of events (the newest always), and a file whose size record does not
+// match its events (none yet, or written before an older binary changed
+// them) counts them again.
+func TestEventRetentionBoundsBytes(t *testing.T) {
+	old := eventRetentionBytes
+	eventRetentionBytes = 4000
+	t.Cleanup(func() { eventRetentionBytes = old })
+
+	p := newPurgeFSM(t) // entry 1: namespace a
+	big := map[string]string{"p": strings.Repeat("x", 1500)}
+	for i := range 6 {
+		p.ok(CreateNamespace{Namespace: []string{fmt.Sprintf("n%d", i)}, Properties: big})
+	}
+	stored := func() (n int, size uint64, recorded uint64) {
+		require.NoError(t, p.f.View(func(r *Reader) error {
+			_ = r.tx.Bucket(bucketEvents).ForEach(func(_, v []byte) error {
+				n++
+				size += uint64(len(v))
+				return nil
+			})
+			recorded = binary.BigEndian.Uint64(r.tx.Bucket(bucketEventsMeta).Get(keyEventBytes))
+			return nil
+		}))
+		return n, size, recorded
+	}
+	n, size, recorded := stored()
+	assert.Equal(t, 2, n, "two 1.5 KB events fit in 4000 bytes, not three")
+	assert.LessOrEqual(t, size, eventRetentionBytes)
+	assert.Equal(t, size, recorded)
+	require.NoError(t, p.f.View(func(r *Reader) error {
+		assert.Equal(t, uint64(5), r.EventHorizon())
+		page, _, err := r.Events(5, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []brief{{6, 0, EventNamespaceCreated, "n4"}, {7, 0, EventNamespaceCreated, "n5"}}, briefs(page))
+		return nil
+	}))
+
+	// One event over the bound is kept alone.
+	p.ok(CreateNamespace{Namespace: []string{"huge"}, Properties: map[string]string{"p": strings.Repeat("y", 5000)}})
+	n, size, recorded = stored()
+	assert.Equal(t, 1, n)
+	assert.Equal(t, size, recorded)
+
+	// A size record that does not match the newest event is not trusted.
+	require.NoError(t, p.f.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEventsMeta).Put(keyEventBytes, append(binary.BigEndian.AppendUint64(nil, 1), eventKey(1, 0)...))
+	}))
+	p.ok(CreateNamespace{Namespace: []string{"small"}})
+	n, size, recorded = stored()
+	assert.Equal(t, 1, n, "the huge event and the small one exceed the bound together")
+	assert.Equal(t, size, recorded)
 }
