@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"unicode/utf8"
 )
 
 // auditLog writes one JSON line per mutation and per refused request:
@@ -75,17 +76,37 @@ func (a *auditLog) write(r *http.Request, principal, requestID, op, target strin
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.logger.Info("audit",
-		"principal", principal,
-		"operation", op,
-		"target", target,
+		"principal", auditBounded(principal),
+		"operation", auditBounded(op),
+		"target", auditBounded(target),
 		"outcome", outcome,
 		"status", status,
-		"method", r.Method,
-		"path", r.URL.Path,
+		"method", auditBounded(r.Method),
+		"path", auditBounded(r.URL.Path),
 		"request_id", requestID,
 		"idempotency_key", idempotencyKeyOf(r),
 		"remote", r.RemoteAddr,
 	)
+}
+
+// maxAuditedField bounds each field of an audit line taken from a
+// request: a path may be as long as --http-max-header-bytes (1 MiB), and
+// an unauthenticated client refused in a loop wrote two copies of it per
+// line. The longest names floe accepts (a 4096-byte namespace and a
+// 255-byte name, escaped) fit.
+const maxAuditedField = 8 << 10
+
+// auditBounded is s cut to maxAuditedField bytes on a character boundary,
+// its full length noted.
+func auditBounded(s string) string {
+	if len(s) <= maxAuditedField {
+		return s
+	}
+	cut := maxAuditedField
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // Close closes the audit file, if any.

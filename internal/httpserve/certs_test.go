@@ -1,11 +1,15 @@
 package httpserve
 
 import (
+	"bytes"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +131,41 @@ func TestPlainHTTPWithoutTLS(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Nil(t, resp.TLS)
 	assert.Equal(t, float64(0), value(s.m.tlsExpiry))
+}
+
+// A failed TLS handshake, which anyone can cause once per connection, is
+// counted and logged at debug only: connecting and closing in a loop wrote
+// a warning per connection.
+func TestFailedHandshakesAreCountedNotWarned(t *testing.T) {
+	ca := newTestCA(t)
+	certFile, keyFile := ca.issue(t, 100).install(t, t.TempDir())
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
+		Config{CertFile: certFile, KeyFile: keyFile, Logger: logger, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	addr := serve(t, s)
+	for range 20 {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")) // plain HTTP to the HTTPS port
+		_, _ = io.ReadAll(c)
+		require.NoError(t, c.Close())
+	}
+	require.Eventually(t, func() bool { return value(s.m.tlsHandshakeErrors) == 20 }, 5*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, logged.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

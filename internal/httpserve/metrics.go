@@ -21,6 +21,9 @@ type metrics struct {
 	// framingClosed counts connections closed after a request that
 	// carried both Content-Length and Transfer-Encoding.
 	framingClosed prometheus.Counter
+	// tlsHandshakeErrors counts failed TLS handshakes, logged at debug
+	// only (errorLog).
+	tlsHandshakeErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,6 +46,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		framingClosed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_http_ambiguous_framing_closes_total", Help: "Connections closed after a request that carried both Content-Length and Transfer-Encoding.",
 		}),
+		tlsHandshakeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_http_tls_handshake_errors_total", Help: "Connections to the HTTPS port whose TLS handshake failed (a client closing at once, plain HTTP, no shared version or cipher, a certificate the client refused); each is logged at debug level only.",
+		}),
 	}
 	// Known label values start at zero, so they show before the first event.
 	for _, r := range []string{reasonInFlight, reasonMalformed, reasonHeadersTooLarge, reasonTransferEncoding, reasonProtocolVersion} {
@@ -51,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.tlsReloads.WithLabelValues(resultSuccess)
 	m.tlsReloads.WithLabelValues(resultFailure)
 	if reg != nil {
-		reg.MustRegister(m.inFlight, m.rejected, m.tlsReloads, m.tlsExpiry, m.stalled, m.framingClosed)
+		reg.MustRegister(m.inFlight, m.rejected, m.tlsReloads, m.tlsExpiry, m.stalled, m.framingClosed, m.tlsHandshakeErrors)
 	}
 	return m
 }

@@ -9,9 +9,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,7 +145,7 @@ func New(handler http.Handler, cfg Config) (*Server, error) {
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		ConnContext:       connContext,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(errorLog{log: cfg.Logger.With("component", "http"), m: m}, "", 0),
 	}}
 	if cfg.CertFile != "" {
 		certs, err := newCertReloader(cfg.CertFile, cfg.KeyFile, cfg.CertCheckInterval, cfg.now, cfg.Logger, m)
@@ -208,4 +210,24 @@ func (s *Server) Wait(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// errorLog receives net/http's own error lines. They are warnings, but
+// for a failed TLS handshake: anyone can cause one per connection (connect
+// and close, plain HTTP to the HTTPS port), thousands a second, so those
+// are counted (floe_http_tls_handshake_errors_total) and logged at debug.
+type errorLog struct {
+	log *slog.Logger
+	m   *metrics
+}
+
+func (e errorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		e.m.tlsHandshakeErrors.Inc()
+		e.log.Debug(msg)
+		return len(p), nil
+	}
+	e.log.Warn(msg)
+	return len(p), nil
 }
