@@ -172,6 +172,10 @@ func flash(q url.Values, exists bool) string {
 	return ""
 }
 
+// maxJobIDLen bounds a job id taken from a form's path: jobs are named by
+// UUIDs (36 bytes).
+const maxJobIDLen = 64
+
 // purgeAction serves the Retry and Release forms: admin only, with the
 // CSRF check. It serves the operator API's own request
 // (POST /management/v1/purge-jobs/{id}/retry|release) through its handler,
@@ -187,6 +191,11 @@ func (s *Server) purgeAction(w http.ResponseWriter, r *http.Request) error {
 	action, id := r.PathValue("action"), r.PathValue("id")
 	if action != "retry" && action != "release" {
 		return notFound("There is no purge job action %q.", action)
+	}
+	if len(id) > maxJobIDLen {
+		// No job has such an id (they are UUIDs); refused before it is
+		// logged, twice, as a refusal would.
+		return notFound("There is no purge job with an id of %d bytes.", len(id))
 	}
 	key := r.PostForm.Get(formTokenField)
 	if _, _, err := idempotency.ParseKey(key); err != nil {

@@ -574,6 +574,10 @@ func TestPurgeActionsNeedCSRF(t *testing.T) {
 	// A note about a job that does not exist is someone else's words.
 	_, body = f.get(t, "/ui/purge-jobs?done=release&job="+url.QueryEscape("NOTICE: your session expired, visit evil.example"))
 	assert.NotContains(t, body, "NOTICE")
+	// An id no job can have is refused before it is logged or repeated.
+	rec = f.post(t, "/ui/purge-jobs/"+strings.Repeat("A", 200000)+"/retry", form, []*http.Cookie{csrf})
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+	assert.Less(t, rec.Body.Len(), 20000)
 }
 
 func TestDoubleSubmitAppliesOnce(t *testing.T) {
