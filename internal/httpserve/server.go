@@ -178,11 +178,30 @@ func (s *Server) TLS() bool { return s.certs != nil }
 // *tls.Conn itself to negotiate HTTP/2, so its connections cannot be
 // wrapped.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = lowatListener{ln}
 	if s.certs != nil {
 		// The certificate comes from TLSConfig.GetCertificate.
 		return s.srv.ServeTLS(ln, "", "")
 	}
 	return s.srv.Serve(errorModelListener{Listener: ln, maxHeaderBytes: s.maxHeaderBytes, m: s.m})
+}
+
+// notSentLowat is how little of an answer may wait unsent in the kernel
+// before a writer blocked on the connection is woken (setNotSentLowat):
+// two of the 64 KiB pieces a write-stall or change-feed deadline covers.
+const notSentLowat = 128 << 10
+
+// lowatListener sets notSentLowat on each connection it accepts, so that
+// the per-piece write deadlines bound a client's progress, not how fast
+// the kernel's buffer drains.
+type lowatListener struct{ net.Listener }
+
+func (l lowatListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		setNotSentLowat(c)
+	}
+	return c, err
 }
 
 // Shutdown stops accepting connections and waits for the requests in
