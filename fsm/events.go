@@ -334,7 +334,8 @@ func (t *txn) appendEvent(e Event) {
 	meta := t.tx.Bucket(bucketEventsMeta)
 	events := t.tx.Bucket(bucketEvents)
 	size := storedEventBytes(meta, events) + uint64(len(raw))
-	if err := events.Put(eventKey(e.Index, e.Seq), raw); err != nil {
+	key := eventKey(e.Index, e.Seq)
+	if err := events.Put(key, raw); err != nil {
 		panic(fmt.Sprintf("fsm: put event: %v", err))
 	}
 	count := getUint64(meta, keyEventCount) + 1
@@ -352,7 +353,9 @@ func (t *txn) appendEvent(e Event) {
 	if err := putUint64(meta, keyEventCount, count); err != nil {
 		panic(fmt.Sprintf("fsm: put event count: %v", err))
 	}
-	if err := meta.Put(keyEventBytes, append(binary.BigEndian.AppendUint64(nil, size), eventKey(e.Index, e.Seq)...)); err != nil {
+	rec := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(rec, size)
+	if err := meta.Put(keyEventBytes, append(rec, key...)); err != nil {
 		panic(fmt.Sprintf("fsm: put event bytes: %v", err))
 	}
 	if err := putUint64(meta, keyEventHorizon, horizon); err != nil {
