@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/floe-catalog/floe/fsm"
@@ -39,6 +40,30 @@ func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.
 // decided).
 func refusedByState(format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, typ: "BadRequestException", msg: fmt.Sprintf(format, args...), decided: true}
+}
+
+// refusedByBuilder is iceberg-go's refusal of an update or of the
+// metadata it builds, as refusedByState, unless the refusal may turn on
+// this node's clock: iceberg-go stamps a version (and a snapshot-log
+// entry for main moved to an older snapshot) with time.Now and refuses
+// one that falls more than a minute before the logs' last entry, which
+// another node's clock, or this one's before it stepped back, may have
+// written. Such a 400 is a plain one, not stored under an
+// Idempotency-Key: a retry may pass on another node or a minute later.
+func refusedByBuilder(err error, format string, args ...any) error {
+	if clockDependent(err) {
+		return badRequest(format, args...)
+	}
+	return refusedByState(format, args...)
+}
+
+// clockDependent reports whether iceberg-go's refusal err compares
+// timestamps (its messages for them say "timestamp" or name a log out
+// of order).
+func clockDependent(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "timestamp") || strings.Contains(msg, "sorted snapshot log") ||
+		strings.Contains(msg, "sorted metadata log")
 }
 
 // decidedByState marks err, when it is a 400, as decided against the

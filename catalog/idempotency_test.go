@@ -582,3 +582,36 @@ func TestRefusalDecidedByStateIsReplayed(t *testing.T) {
 		assert.Equal(t, float64(1), r.json(t)["metadata"].(map[string]any)["current-version-id"], "the retry applied the update")
 	})
 }
+
+// A 400 that may turn on this node's clock is not stored under an
+// Idempotency-Key: iceberg-go stamps main moved to an older snapshot with
+// time.Now and refuses it when that falls more than a minute before the
+// snapshot log's last entry, which a node with a clock further ahead may
+// have written. The retry runs again (on another node, or later, it may
+// pass).
+func TestClockDependentRefusalIsNotStored(t *testing.T) {
+	uri, scfg := warehouses()[0].uri(t)
+	// The catalog's own check lets snapshots up to a minute ahead of its
+	// clock in; this one runs two minutes ahead of the builder's.
+	n := &node{t: t, dir: t.TempDir(), addr: freeAddr(t), warehouse: uri, scfg: scfg,
+		now: func() time.Time { return time.Now().Add(2 * time.Minute) }}
+	n.start()
+	t.Cleanup(n.stop)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	now := time.Now().UnixMilli()
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", snapshotUpdates(1, 1, now))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", snapshotUpdates(2, 2, now+150_000))
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	back := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{
+		"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 1}}}
+	key := newKey(t)
+	first := n.do(t, "POST", "/v1/namespaces/a/tables/t", back, "Idempotency-Key", key)
+	require.Equal(t, 400, first.status, "%s", first.body)
+	assert.Contains(t, string(first.body), "snapshot log")
+	again := n.do(t, "POST", "/v1/namespaces/a/tables/t", back, "Idempotency-Key", key)
+	assert.Equal(t, 400, again.status, "%s", again.body)
+	assert.Empty(t, again.header.Get("Idempotent-Replayed"), "a refusal that turns on the clock was stored")
+}

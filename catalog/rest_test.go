@@ -568,12 +568,19 @@ func TestPurgeDoesNotReadOutsideTheAllowedLocations(t *testing.T) {
 // the refusal names the table, not only its name.
 func TestNameThatMakesNoLocationNeedsOne(t *testing.T) {
 	n := startNode(t, warehouses()[0])
-	// (A namespace level holding '?' or '#', which makes none either, can
-	// no longer be created: TestNewNamesThatEndAPathAreRefused.)
 	for _, ns := range []string{"a", "p%"} {
 		require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{ns}}).status, ns)
 	}
-	for _, c := range []struct{ ns, name string }{{"a", "growth_100%"}, {"a", "x%zz"}, {"p%", "t"}} {
+	// A namespace level holding '?' or '#', which makes none either, can
+	// no longer be created through the API
+	// (TestNewNamesThatEndAPathAreRefused), but one created before may
+	// exist: it is put in the state directly.
+	for _, ns := range []string{"q?x", "h#x"} {
+		res, err := n.raft.Propose(context.Background(), fsm.CreateNamespace{Namespace: []string{ns}, AtMs: time.Now().UnixMilli()})
+		require.NoError(t, err)
+		require.Equal(t, fsm.StatusOK, res.Status, "%s: %s", ns, res.Message)
+	}
+	for _, c := range []struct{ ns, name string }{{"a", "growth_100%"}, {"a", "x%zz"}, {"q?x", "t"}, {"h#x", "t"}, {"p%", "t"}} {
 		path := "/v1/namespaces/" + url.PathEscape(c.ns) + "/tables"
 		r := n.do(t, "POST", path, withName(c.name))
 		assert.Equal(t, 400, r.status, "%s.%s: %s", c.ns, c.name, r.body)

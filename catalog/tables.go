@@ -1343,7 +1343,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	updates = s.withoutStorageProperties(p.id, updates)
 	for _, u := range updates {
 		if err := u.Apply(builder); err != nil {
-			return prepared{}, refusedByState("cannot apply %s to %s: %v", u.Action(), p.id, err)
+			return prepared{}, refusedByBuilder(err, "cannot apply %s to %s: %v", u.Action(), p.id, err)
 		}
 	}
 	if cur != nil && !builder.HasChanges() {
@@ -1378,7 +1378,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	}
 	meta, err := builder.Build()
 	if err != nil {
-		return prepared{}, refusedByState("invalid metadata for %s: %v", p.id, err)
+		return prepared{}, refusedByBuilder(err, "invalid metadata for %s: %v", p.id, err)
 	}
 	if base != nil && base.TableUUID() != uuid.Nil && meta.TableUUID() != base.TableUUID() {
 		return prepared{}, refusedByState("cannot reassign the uuid of %s (%s)", p.id, base.TableUUID())
