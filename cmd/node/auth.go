@@ -687,6 +687,7 @@ func authRead(ctx context.Context, store replica, fn func(*fsm.Reader) error) er
 	if serr := store.StaleRead(fn); serr != nil {
 		return errors.Join(err, serr)
 	}
+	ui.MarkStale(ctx, err)
 	return nil
 }
 
@@ -696,10 +697,11 @@ type pageAuthKey struct{}
 
 // withPageAuthReads makes authRead read as the status page reads its
 // data: linearizably, else, when that fails (no leader), from this node's
-// replica, which the page then says it shows. A page changes nothing;
-// its actions (POST) keep linearizable checks.
+// replica, which the page then says it shows; and once a check has read
+// the replica, the page's data comes from there too (ui.MarkStale). A
+// page changes nothing; its actions (POST) keep linearizable checks.
 func withPageAuthReads(ctx context.Context) context.Context {
-	return context.WithValue(ctx, pageAuthKey{}, true)
+	return context.WithValue(ui.TrackStaleReads(ctx), pageAuthKey{}, true)
 }
 
 type keySource struct{ store replica }

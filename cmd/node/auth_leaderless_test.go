@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/auth"
+	"github.com/floe-catalog/floe/internal/raftnode"
+	"github.com/floe-catalog/floe/internal/ui"
 )
 
 // leaderlessReplica is a node without a leader: linearizable reads fail,
@@ -105,4 +108,107 @@ func TestStatusPageWithoutLeaderChecksTheReplica(t *testing.T) {
 	assert.Empty(t, post.Header().Values("Set-Cookie"), "the session cookie is kept")
 	assert.True(t, strings.Contains(post.Body.String(), "could not be checked now"), post.Body.String())
 	assert.Equal(t, []string{"/ui/catalog", "/ui/catalog", "/ui/namespace", "/v1/namespaces"}, seen)
+}
+
+// returningReplica is a node whose leader comes back while a request is
+// served: linearizable reads read fresh until back is set, which fail;
+// its own replica, stale, is behind (a revocation not yet applied).
+type returningReplica struct {
+	stale, fresh *fsm.FSM
+	back         *atomic.Bool
+}
+
+func (r returningReplica) Read(_ context.Context, fn func(*fsm.Reader) error) error {
+	if !r.back.Load() {
+		return errNoLeaderHere
+	}
+	return r.fresh.View(fn)
+}
+
+func (r returningReplica) StaleRead(fn func(*fsm.Reader) error) error { return r.stale.View(fn) }
+
+func (r returningReplica) Propose(context.Context, fsm.Command) (fsm.Result, error) {
+	return fsm.Result{}, errNoLeaderHere
+}
+
+// leaderBackAfterChecks is the node's authorizer, after whose checks the
+// leader is back.
+type leaderBackAfterChecks struct {
+	authorizer
+	back *atomic.Bool
+}
+
+func (a leaderBackAfterChecks) Allowed(r *http.Request, priv string, ns []string) (bool, error) {
+	defer a.back.Store(true)
+	return a.authorizer.Allowed(r, priv, ns)
+}
+
+func (a leaderBackAfterChecks) Visible(r *http.Request, ns []string) (bool, error) {
+	return a.authorizer.Visible(r, ns)
+}
+
+type stillCluster struct{}
+
+func (stillCluster) Status(context.Context) (raftnode.Status, error) { return raftnode.Status{}, nil }
+func (stillCluster) Ready() error                                    { return nil }
+
+type noObjects struct{}
+
+func (noObjects) Read(context.Context, string) ([]byte, error) {
+	return nil, errors.New("no objects here")
+}
+
+// TestPageAuthorizedByTheReplicaShowsTheReplica: a page whose reader was
+// checked against this node's replica (no leader at the time) shows the
+// replica too, even when the leader is back by the time it reads its
+// data: the state after a revocation the replica had not applied yet is
+// never shown to the reader it revoked.
+func TestPageAuthorizedByTheReplicaShowsTheReplica(t *testing.T) {
+	id, token := auth.NewStaticToken()
+	_, secret, ok := auth.ParseStaticToken(token)
+	require.True(t, ok)
+	open := func(cmds ...fsm.Command) *fsm.FSM {
+		f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		cmds = append([]fsm.Command{
+			fsm.PutAuthToken{Token: fsm.AuthToken{ID: id, Hash: auth.HashToken(secret), Principal: "bob"}},
+			fsm.CreateNamespace{Namespace: []string{"db"}},
+		}, cmds...)
+		for i, cmd := range cmds {
+			data, err := fsm.Encode(cmd)
+			require.NoError(t, err)
+			res := f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}).(fsm.Result)
+			require.NoError(t, res.Err())
+		}
+		return f
+	}
+	table := func(name string) fsm.Command {
+		return fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: fsm.Ident{Namespace: []string{"db"}, Name: name},
+			MetadataLocation: "s3://bucket/db/" + name + "/metadata/1.metadata.json", Location: "s3://bucket/db/" + name, UUID: name + "-uuid"}}}
+	}
+	grant := fsm.SetGrant{Grant: fsm.Grant{Grantee: "principal:bob", Namespace: []string{"db"}, Privilege: auth.PrivilegeRead}}
+	back := &atomic.Bool{}
+	store := returningReplica{stale: open(grant, table("before_revocation")), fresh: open(table("after_revocation")), back: back}
+
+	cfg := config{Auth: authOn, AuthRootToken: "root-token-for-a-returning-leader-0123456789", AuthTokenTTL: time.Hour,
+		AuthMaxTokenTTL: time.Hour, AuthAudience: "floe"}
+	s, err := newSecurity(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), store, "n1")
+	require.NoError(t, err)
+	page, err := ui.New(ui.Config{Warehouse: "s3://bucket", Prefix: "floe", Store: store, Cluster: stillCluster{},
+		Objects: noObjects{}, PurgeJobs: http.NotFoundHandler(), Authorizer: leaderBackAfterChecks{authorizer{s}, back},
+		VerifyToken: s.verifyToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	h := s.wrap(page.Handler())
+
+	r := httptest.NewRequest(http.MethodGet, "/ui/namespace?ns=db", nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	require.True(t, back.Load(), "the leader came back after the checks")
+	body := rec.Body.String()
+	require.Equal(t, http.StatusOK, rec.Code, body)
+	assert.True(t, strings.Contains(body, "before_revocation"), "the replica's table is not shown")
+	assert.False(t, strings.Contains(body, "after_revocation"), "the page showed a state its reader was not checked against")
+	assert.True(t, strings.Contains(body, "No linearizable read was possible"), "the page does not say it shows the replica")
 }

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -463,6 +464,14 @@ func (s *Server) requireRead(r *http.Request, namespace []string, missing error)
 // page is most needed when the cluster is unwell. fn must set, not
 // accumulate, what it reads: it may run twice.
 func (s *Server) read(ctx context.Context, fn func(*fsm.Reader) error) (stale string, err error) {
+	if why := staleMarked(ctx); why != "" {
+		// The request was authorized from this replica: its data comes
+		// from there too (MarkStale).
+		if serr := s.cfg.Store.StaleRead(fn); serr != nil {
+			return "", &pageError{status: http.StatusServiceUnavailable, msg: "cannot read the catalog: " + serr.Error()}
+		}
+		return staleBanner(why), nil
+	}
 	var inner error
 	err = s.cfg.Store.Read(ctx, func(rd *fsm.Reader) error {
 		inner = fn(rd)
@@ -474,7 +483,48 @@ func (s *Server) read(ctx context.Context, fn func(*fsm.Reader) error) (stale st
 	if serr := s.cfg.Store.StaleRead(fn); serr != nil {
 		return "", &pageError{status: http.StatusServiceUnavailable, msg: "cannot read the catalog: " + errors.Join(err, serr).Error()}
 	}
-	return "No linearizable read was possible (" + err.Error() + "): this page shows this node's replica, which may be behind.", nil
+	return staleBanner(err.Error()), nil
+}
+
+func staleBanner(why string) string {
+	return "No linearizable read was possible (" + why + "): this page shows this node's replica, which may be behind."
+}
+
+type staleMarkKey struct{}
+
+// staleMark holds why a request's authorization read this node's replica.
+type staleMark struct{ why atomic.Pointer[string] }
+
+// TrackStaleReads returns ctx ready to carry MarkStale's mark through one
+// page request; the node puts it on every page read (GET or HEAD) before
+// it checks the request's credentials.
+func TrackStaleReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, staleMarkKey{}, &staleMark{})
+}
+
+// MarkStale records, for the request of ctx, that a read it was
+// authenticated or authorized by came from this node's replica because a
+// linearizable read failed with err (no leader). The page's own reads then
+// come from the replica as well, never linearizably: a page must not show
+// a state newer than the one that let its reader in (a grant revoked
+// through another node, not yet applied here, let a page read the state
+// after the revocation once the leader was back). Without TrackStaleReads
+// it does nothing.
+func MarkStale(ctx context.Context, err error) {
+	if m, ok := ctx.Value(staleMarkKey{}).(*staleMark); ok && err != nil {
+		why := err.Error()
+		m.why.CompareAndSwap(nil, &why)
+	}
+}
+
+// staleMarked is MarkStale's reason for the request of ctx, "" if none.
+func staleMarked(ctx context.Context) string {
+	if m, ok := ctx.Value(staleMarkKey{}).(*staleMark); ok {
+		if why := m.why.Load(); why != nil {
+			return *why
+		}
+	}
+	return ""
 }
 
 // nsSeparator joins namespace levels in names and in the ns parameter, as
