@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/replica"
 	"github.com/floe-catalog/floe/internal/storage"
@@ -43,13 +45,14 @@ func refusedByState(format string, args ...any) error {
 }
 
 // refusedByBuilder is iceberg-go's refusal of an update or of the
-// metadata it builds, as refusedByState, unless the refusal may turn on
-// this node's clock: iceberg-go stamps a version (and a snapshot-log
-// entry for main moved to an older snapshot) with time.Now and refuses
-// one that falls more than a minute before the logs' last entry, which
-// another node's clock, or this one's before it stepped back, may have
-// written. Such a 400 is a plain one, not stored under an
-// Idempotency-Key: a retry may pass on another node or a minute later.
+// metadata it builds, as refusedByState, unless it is a refusal of
+// timestamps out of order (clockDependent): iceberg-go stamps a version,
+// and the snapshot-log entry of main moved to a snapshot the table
+// already has, with this node's clock (time.Now), and refuses one that
+// falls more than a minute before an entry another node's clock, or this
+// one's before it stepped back, may have written. Such a 400 is a plain
+// one, not stored under an Idempotency-Key: a retry may pass on another
+// node or a minute later.
 func refusedByBuilder(err error, format string, args ...any) error {
 	if clockDependent(err) {
 		return badRequest(format, args...)
@@ -57,13 +60,33 @@ func refusedByBuilder(err error, format string, args ...any) error {
 	return refusedByState(format, args...)
 }
 
-// clockDependent reports whether iceberg-go's refusal err compares
-// timestamps (its messages for them say "timestamp" or name a log out
-// of order).
+// clockPhrases open iceberg-go's (v0.7) refusals of timestamps out of
+// order: a new snapshot's before the last snapshot-log entry or the
+// table's last update (either may have been stamped by the clock in the
+// same request), the version's update time before the last log entry,
+// and a snapshot log whose new entry (stamped by the clock) is out of
+// order. The metadata log's order alone is the stored state's.
+var clockPhrases = []string{
+	"invalid snapshot timestamp ",
+	"invalid update timestamp ",
+	"expected sorted snapshot log entries",
+}
+
+// clockDependent reports whether iceberg-go's refusal err is one of
+// clockPhrases. The phrase must open the message, after iceberg-go's
+// "invalid metadata: " wrapping: a name chosen by the caller (a ref's, a
+// field's) elsewhere in a message never matches.
 func clockDependent(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "timestamp") || strings.Contains(msg, "sorted snapshot log") ||
-		strings.Contains(msg, "sorted metadata log")
+	for prefix := table.ErrInvalidMetadata.Error() + ": "; strings.HasPrefix(msg, prefix); {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	for _, p := range clockPhrases {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // decidedByState marks err, when it is a 400, as decided against the

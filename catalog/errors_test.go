@@ -66,3 +66,20 @@ func TestClippedRepeatsAtMost64Bytes(t *testing.T) {
 	assert.True(t, utf8.ValidString(clipped(odd)))
 	assert.Contains(t, clipped(odd), "(10001 bytes)")
 }
+
+// Only iceberg-go's refusals of timestamps out of order are taken for
+// clock-dependent, never a message that holds the word in a name.
+func TestClockDependent(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"invalid snapshot timestamp 5: before last snapshot timestamp 90000":                    true,
+		"invalid snapshot timestamp 5: before last updated timestamp 90000":                     true,
+		"invalid metadata: invalid update timestamp 5: before last snapshot log entry at 90000": true,
+		"invalid metadata: invalid metadata: expected sorted snapshot log entries":              true,
+		"invalid metadata: expected sorted metadata log entries":                                false,
+		"can't set snapshot ref timestamp-fix to unknown snapshot 99":                           false,
+		"snapshot ref not found: invalid update timestamp ":                                     false,
+		"invalid source type timestamp for transform truncate[4]":                               false,
+	} {
+		assert.Equal(t, want, clockDependent(errors.New(msg)), msg)
+	}
+}

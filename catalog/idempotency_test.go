@@ -614,4 +614,14 @@ func TestClockDependentRefusalIsNotStored(t *testing.T) {
 	again := n.do(t, "POST", "/v1/namespaces/a/tables/t", back, "Idempotency-Key", key)
 	assert.Equal(t, 400, again.status, "%s", again.body)
 	assert.Empty(t, again.header.Get("Idempotent-Replayed"), "a refusal that turns on the clock was stored")
+
+	// A refusal of the state is stored, whatever names it holds.
+	missing := map[string]any{"requirements": []any{}, "updates": []any{map[string]any{
+		"action": "set-snapshot-ref", "ref-name": "timestamp-fix", "type": "branch", "snapshot-id": 99}}}
+	key = newKey(t)
+	first = n.do(t, "POST", "/v1/namespaces/a/tables/t", missing, "Idempotency-Key", key)
+	require.Equal(t, 400, first.status, "%s", first.body)
+	again = n.do(t, "POST", "/v1/namespaces/a/tables/t", missing, "Idempotency-Key", key)
+	assert.Equal(t, 400, again.status, "%s", again.body)
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"), "a refusal of the state was not stored")
 }
