@@ -675,6 +675,7 @@ func withAuthConsistency(r *http.Request) *http.Request {
 // stale read (withAuthConsistency).
 func authRead(ctx context.Context, store replica, fn func(*fsm.Reader) error) error {
 	if stale, _ := ctx.Value(staleAuthKey{}).(bool); stale {
+		ui.MarkStale(ctx, errStaleAsked)
 		return store.StaleRead(fn)
 	}
 	err := store.Read(ctx, fn)
@@ -690,6 +691,10 @@ func authRead(ctx context.Context, store replica, fn func(*fsm.Reader) error) er
 	ui.MarkStale(ctx, err)
 	return nil
 }
+
+// errStaleAsked is why a request that asked for a stale read was checked
+// against this node's replica.
+var errStaleAsked = errors.New("the request asked for " + catalog.ReadConsistencyHeader + ": stale")
 
 // pageAuthKey marks the context of a status page read (GET or HEAD) and
 // of a sign-in.
@@ -714,6 +719,7 @@ func (k keySource) SigningKeys(ctx context.Context) ([]auth.SigningKey, error) {
 		if serr := k.store.StaleRead(func(rd *fsm.Reader) error { keys = rd.SigningKeys(); return nil }); serr != nil {
 			return nil, errors.Join(err, serr)
 		}
+		ui.MarkStale(ctx, err)
 	}
 	out := make([]auth.SigningKey, 0, len(keys))
 	for _, sk := range keys {

@@ -201,14 +201,30 @@ func TestPageAuthorizedByTheReplicaShowsTheReplica(t *testing.T) {
 	require.NoError(t, err)
 	h := s.wrap(page.Handler())
 
-	r := httptest.NewRequest(http.MethodGet, "/ui/namespace?ns=db", nil)
-	r.Header.Set("Authorization", "Bearer "+token)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, r)
-	require.True(t, back.Load(), "the leader came back after the checks")
-	body := rec.Body.String()
-	require.Equal(t, http.StatusOK, rec.Code, body)
-	assert.True(t, strings.Contains(body, "before_revocation"), "the replica's table is not shown")
-	assert.False(t, strings.Contains(body, "after_revocation"), "the page showed a state its reader was not checked against")
-	assert.True(t, strings.Contains(body, "No linearizable read was possible"), "the page does not say it shows the replica")
+	for _, c := range []struct {
+		name     string
+		leader   bool   // a leader before the checks
+		consider string // X-Floe-Read-Consistency
+	}{
+		{name: "the leader back after the checks"},
+		// A follower behind its leader, asked for a stale read.
+		{name: "a stale read asked for", leader: true, consider: "stale"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			back.Store(c.leader)
+			r := httptest.NewRequest(http.MethodGet, "/ui/namespace?ns=db", nil)
+			r.Header.Set("Authorization", "Bearer "+token)
+			if c.consider != "" {
+				r.Header.Set("X-Floe-Read-Consistency", c.consider)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			require.True(t, back.Load(), "a leader after the checks")
+			body := rec.Body.String()
+			require.Equal(t, http.StatusOK, rec.Code, body)
+			assert.True(t, strings.Contains(body, "before_revocation"), "the replica's table is not shown")
+			assert.False(t, strings.Contains(body, "after_revocation"), "the page showed a state its reader was not checked against")
+			assert.True(t, strings.Contains(body, "No linearizable read was possible"), "the page does not say it shows the replica")
+		})
+	}
 }

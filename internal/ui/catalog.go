@@ -109,6 +109,12 @@ func lastLevel(levels []string) string { return levels[len(levels)-1] }
 // link leads to an empty page, which would tell hidden ones exist).
 // stale is s.read's, from the last read.
 func (s *Server) visibleChildren(r *http.Request, parent []string, after string) (shown []fsm.Namespace, more bool, stale string, err error) {
+	// The grants first (the node reads them once per request): a check
+	// that reads this replica makes the listing read it too (MarkStale),
+	// which it cannot do for a listing read before.
+	if _, err := s.visible(r, parent); err != nil {
+		return nil, false, "", err
+	}
 	for {
 		var (
 			list []fsm.Namespace

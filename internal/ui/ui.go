@@ -503,8 +503,9 @@ func TrackStaleReads(ctx context.Context) context.Context {
 }
 
 // MarkStale records, for the request of ctx, that a read it was
-// authenticated or authorized by came from this node's replica because a
-// linearizable read failed with err (no leader). The page's own reads then
+// authenticated or authorized by came from this node's replica, for err
+// (a linearizable read failed: no leader; or the request asked for a
+// stale read). The page's own reads then
 // come from the replica as well, never linearizably: a page must not show
 // a state newer than the one that let its reader in (a grant revoked
 // through another node, not yet applied here, let a page read the state

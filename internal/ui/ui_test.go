@@ -1107,3 +1107,79 @@ func TestListingsReadPastHiddenNamespaces(t *testing.T) {
 	}
 	assert.Equal(t, []string{"c0", "c1", "c2", "c3", "c4"}, walk("/ui/namespace?ns=par", `href="/ui/namespace\?ns=par(?:\.|%1F)([^"]+)"`))
 }
+
+// orderLog records, in order, the grant checks and the data reads of a
+// request.
+type orderLog struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (o *orderLog) add(what string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.log = append(o.log, what)
+}
+
+func (o *orderLog) first(what string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Index(o.log, what)
+}
+
+type orderedStore struct {
+	Store
+	o *orderLog
+}
+
+func (s orderedStore) Read(ctx context.Context, fn func(*fsm.Reader) error) error {
+	s.o.add("read")
+	return s.Store.Read(ctx, fn)
+}
+
+func (s orderedStore) StaleRead(fn func(*fsm.Reader) error) error {
+	s.o.add("read")
+	return s.Store.StaleRead(fn)
+}
+
+type orderedAuthz struct {
+	fakeAuthz
+	o *orderLog
+}
+
+func (a orderedAuthz) Allowed(r *http.Request, priv string, ns []string) (bool, error) {
+	a.o.add("check")
+	return a.fakeAuthz.Allowed(r, priv, ns)
+}
+
+func (a orderedAuthz) Visible(r *http.Request, ns []string) (bool, error) {
+	a.o.add("check")
+	return a.fakeAuthz.Visible(r, ns)
+}
+
+// Every page checks its reader's grants before it reads any data: the
+// node reads the grants once per request, and a grants read that falls
+// back to this node's replica (no leader) makes the page's reads use the
+// replica too (MarkStale), which a page that had read its data first
+// could not honour.
+func TestPagesCheckBeforeTheyRead(t *testing.T) {
+	o := &orderLog{}
+	f := newFixture(t, func(c *Config) {
+		c.Store = orderedStore{c.Store, o}
+		c.Authorizer = orderedAuthz{fakeAuthz{admins: []string{"ops"}, readers: map[string][]string{"ana": {"db"}}}, o}
+		c.VerifyToken = func(context.Context, string) (string, error) { return "", errors.New("unused") }
+	})
+	for _, target := range []string{"/ui", "/ui/catalog", "/ui/namespace?ns=db", "/ui/table?ns=db&name=events",
+		"/ui/view?ns=db&name=recent", "/ui/purge-jobs"} {
+		for _, p := range []string{"ana", "ops"} {
+			o.mu.Lock()
+			o.log = nil
+			o.mu.Unlock()
+			code, _ := f.get(t, target, "X-Test-Principal", p)
+			require.Contains(t, []int{http.StatusOK, http.StatusForbidden}, code, "%s as %s", target, p)
+			check, read := o.first("check"), o.first("read")
+			require.NotEqual(t, -1, check, "%s as %s checked no grants", target, p)
+			assert.True(t, read == -1 || check < read, "%s as %s read data before it checked grants: %v", target, p, o.log)
+		}
+	}
+}
