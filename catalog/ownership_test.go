@@ -287,6 +287,93 @@ func TestRegisteredMetadataMustLieInItsLocation(t *testing.T) {
 	assert.Equal(t, before, n.state(t))
 }
 
+// A register adopts no place that holds the table's own location: the
+// state machine cannot (a table's places never overlap), so a write path
+// there would lie in a place the table does not own. A table registered
+// at <ns>/p/r whose metadata log named <ns>/p/metadata/… was let write
+// its data into <ns>/p/data, which another table then claimed, and the
+// purge of that table deleted the registered one's data.
+func TestRegisterAdoptsNoPlaceAroundItsLocation(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("a"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	m := r.json(t)["metadata"].(map[string]any)
+	around := n.warehouse + "/ns/p"
+	m["location"] = around + "/r"
+	m["metadata-log"] = []any{map[string]any{"timestamp-ms": m["last-updated-ms"], "metadata-file": around + "/metadata/00000-old.metadata.json"}}
+	m["properties"] = map[string]any{"write.data.path": around + "/data"}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	file := around + "/r/metadata/00001-r.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	before := n.state(t)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "r", "metadata-location": file})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "write.data.path")
+	assert.Equal(t, before, n.state(t))
+
+	// Without the write path, it registers, and owns only its location.
+	delete(m, "properties")
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "r", "metadata-location": file})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("x", around+"/data"))
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// A register that overwrites the same table adopts no more places than
+// the table may own: the state machine skips those over the limit, so a
+// write path in one would lie in a place the table does not own.
+func TestRegisterAdoptsWithinTheLimit(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("x"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	// It leaves one place short of the limit.
+	for i := range fsm.MaxFormerLocations - 1 {
+		r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/x", map[string]any{
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-location", "location": fmt.Sprintf("%s-m%d", loc, i)}},
+		})
+		require.Equal(t, 200, r.status, "%s", r.body)
+	}
+	m := r.json(t)["metadata"].(map[string]any)
+	here := m["location"].(string)
+	// Two new places, named first (a register adopts at most the limit
+	// of the places it names, in the log's order).
+	log := m["metadata-log"].([]any)
+	at := log[0].(map[string]any)["timestamp-ms"]
+	var named []any
+	for _, q := range []string{"q1", "q2"} {
+		named = append(named, map[string]any{"timestamp-ms": at, "metadata-file": n.warehouse + "/ns/" + q + "/metadata/00000-old.metadata.json"})
+	}
+	m["metadata-log"] = append(named, log...)
+	// q2 is the second place over what it owns: not adopted.
+	m["properties"] = map[string]any{"write.data.path": n.warehouse + "/ns/q2/data"}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	file := here + "/metadata/00099-again.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	before := n.state(t)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": file, "overwrite": true})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "write.data.path")
+	assert.Equal(t, before, n.state(t))
+	// In q1, the one it can still adopt, the path is its own.
+	m["properties"] = map[string]any{"write.data.path": n.warehouse + "/ns/q1/data"}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": file, "overwrite": true})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("y", n.warehouse+"/ns/q1"))
+	assert.Equal(t, 409, r.status, "q1 is x's: %s", r.body)
+}
+
 // A register adopts no namespace's directory: a metadata log naming
 // <warehouse>/oq/metadata/… made the registered table claim oq's whole
 // directory, so that oq's tables could not be created there (and its

@@ -1619,6 +1619,17 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	// dropped without purge and registered again, keeps writing there).
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	adopts := s.placesOutside(r.Context(), levels, tm.meta)
+	// Only the places the proposal carries, and the state machine will
+	// adopt, may hold a write path: none while a node runs a release that
+	// cannot adopt, and no more than the table may own.
+	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) > 0 && len(adopts) > 0 {
+		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release; register the table again once every node is upgraded",
+			"table", id.String(), "places", len(adopts), "nodes", strings.Join(old, ", "))
+		adopts = nil
+	}
+	if adopts, err = s.adoptBudget(r.Context(), id, req.Overwrite, tm.meta, adopts); err != nil {
+		return err
+	}
 	var free []string
 	for _, a := range adopts {
 		if s.checkOwner(r.Context(), id, a.Location) == nil {
@@ -1666,11 +1677,6 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) > 0 && len(adopts) > 0 {
-		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release; register the table again once every node is upgraded",
-			"table", id.String(), "places", len(adopts), "nodes", strings.Join(old, ", "))
-		adopts = nil
-	}
 	_, err = s.apply(r.Context(), fsm.CommitTables{
 		Changes: []fsm.TableChange{{
 			Kind: fsm.ChangeRegister, Ident: id, MetadataLocation: tm.location,
@@ -1713,7 +1719,11 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 		}
 		root := file[:i]
 		key := fsm.LocationKey(root)
-		if key == "" || key == own || storage.IsWithin(meta.Location(), root) {
+		// Never a place that holds the table's location, nor one inside
+		// it: the state machine adopts neither (a table's places never
+		// overlap), and a write path allowed for it would lie in a place
+		// the table does not own, which another table could then claim.
+		if key == "" || fsm.KeysOverlap(key, own) || storage.IsWithin(meta.Location(), root) || storage.IsWithin(root, meta.Location()) {
 			return
 		}
 		for _, o := range out {
@@ -1736,6 +1746,53 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 		add(snap.ManifestList)
 	}
 	return out
+}
+
+// adoptBudget returns the first of adopts that the state machine can add
+// to what the table at id will own: all of them but for a register that
+// overwrites the same table (same UUID), which keeps the places it owns
+// and may add the location it leaves, within fsm.MaxFormerLocations in
+// all. Places it owns already are not counted (it keeps them anyway).
+// The state machine skips an adoption over the limit without a word, so
+// the catalog must not let a write path rely on one.
+func (s *Server) adoptBudget(ctx context.Context, id fsm.Ident, overwrite bool, meta table.Metadata, adopts []fsm.FormerLocation) ([]fsm.FormerLocation, error) {
+	if !overwrite || len(adopts) == 0 {
+		return adopts, nil
+	}
+	var (
+		cur    fsm.Table
+		exists bool
+	)
+	if err := s.store.Read(ctx, func(rd *fsm.Reader) error {
+		cur, exists = rd.Table(id)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if !exists || cur.UUID == "" || cur.UUID != meta.TableUUID().String() {
+		return adopts, nil
+	}
+	owned := map[string]bool{fsm.LocationKey(cur.Location): true}
+	for _, f := range cur.FormerLocations {
+		owned[f.Key] = true
+	}
+	left := fsm.MaxFormerLocations - len(cur.FormerLocations)
+	if fsm.LocationKey(meta.Location()) != fsm.LocationKey(cur.Location) {
+		left-- // the location it leaves
+	}
+	var kept []fsm.FormerLocation
+	for _, a := range adopts {
+		if owned[a.Key] {
+			kept = append(kept, a)
+			continue
+		}
+		if left <= 0 {
+			continue
+		}
+		left--
+		kept = append(kept, a)
+	}
+	return kept, nil
 }
 
 // isNamespaceDirectory reports whether the place whose location key is

@@ -263,6 +263,10 @@ func keysOverlap(a, b string) bool {
 	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
 }
 
+// KeysOverlap is keysOverlap for proposers: two location keys
+// (LocationKey) that are equal or nested.
+func KeysOverlap(a, b string) bool { return keysOverlap(a, b) }
+
 // buildLocationIndex fills table_locs from the tables bucket when the file
 // was written before the index existed (the bucket is missing), stamping
 // each table record with the key it is indexed under. It runs when a file
