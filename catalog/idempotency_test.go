@@ -625,3 +625,43 @@ func TestClockDependentRefusalIsNotStored(t *testing.T) {
 	assert.Equal(t, 400, again.status, "%s", again.body)
 	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"), "a refusal of the state was not stored")
 }
+
+// A staged create under an Idempotency-Key writes nothing, but its key is
+// bound: a retry is a replay answering the same table (UUID and
+// location), and the key cannot be used for another request. It stored
+// nothing, and a retry ran again: a new UUID, and the key free for a drop.
+func TestStagedCreateBindsItsKey(t *testing.T) {
+	nodes := startCluster(t, warehouses()[0], 3)
+	n, other := nodes[0], follower(t, nodes)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("kept")).status)
+	staged := withName("s")
+	staged["stage-create"] = true
+	key := newKey(t)
+	first := n.do(t, "POST", "/v1/namespaces/a/tables", staged, "Idempotency-Key", key)
+	require.Equal(t, 200, first.status, "%s", first.body)
+	assert.Empty(t, first.header.Get("Idempotent-Replayed"))
+	meta := func(r response) (string, string) {
+		m := r.json(t)["metadata"].(map[string]any)
+		return m["table-uuid"].(string), m["location"].(string)
+	}
+	uuid1, loc1 := meta(first)
+	again := other.do(t, "POST", "/v1/namespaces/a/tables", staged, "Idempotency-Key", key)
+	require.Equal(t, 200, again.status, "%s", again.body)
+	assert.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	uuid2, loc2 := meta(again)
+	assert.Equal(t, uuid1, uuid2, "the replay answers another table")
+	assert.Equal(t, loc1, loc2)
+	r := other.doRaw(t, "DELETE", "/v1/namespaces/a/tables/kept", nil, "Idempotency-Key", key)
+	assert.Equal(t, 422, r.status, "%s", r.body)
+	require.Equal(t, 200, n.do(t, "GET", "/v1/namespaces/a/tables/kept", nil).status, "the drop ran")
+	assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a/tables/s", nil).status, "a staged create created a table")
+
+	// Without a key, each staged create is a table of its own.
+	plain1, plain2 := n.do(t, "POST", "/v1/namespaces/a/tables", staged), n.do(t, "POST", "/v1/namespaces/a/tables", staged)
+	require.Equal(t, 200, plain1.status)
+	require.Equal(t, 200, plain2.status)
+	u1, _ := meta(plain1)
+	u2, _ := meta(plain2)
+	assert.NotEqual(t, u1, u2)
+}

@@ -206,6 +206,23 @@ type createTableRequest struct {
 	Properties    stringMap               `json:"properties"`
 }
 
+// newTableUUID is the UUID of a table created by r: a new UUIDv7, but for
+// a staged create under an Idempotency-Key a UUIDv5 derived from the key.
+// A staged create stores nothing but its key's record, so its replay runs
+// it again (replay); derived from the key, the UUID, and the default
+// location made from it, are the first answer's.
+func (s *Server) newTableUUID(r *http.Request, staged bool) (uuid.UUID, error) {
+	if staged && !s.cfg.IdempotencyDisabled {
+		if key, _, err := idempotency.ParseKey(r.Header.Get(idempotency.Header)); err == nil {
+			return uuid.NewSHA1(stagedTableSpace, []byte(key)), nil
+		}
+	}
+	return uuid.NewV7()
+}
+
+// stagedTableSpace is the UUIDv5 name space of staged tables' UUIDs.
+var stagedTableSpace = uuid.MustParse("6f2d1f0e-3c59-4f4e-9a53-2f1c5b7d0a41")
+
 func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	levels, err := namespaceVar(r)
 	if err != nil {
@@ -253,7 +270,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	tableUUID, err := uuid.NewV7()
+	tableUUID, err := s.newTableUUID(r, req.StageCreate)
 	if err != nil {
 		return err
 	}
@@ -292,6 +309,12 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if req.StageCreate {
 		raw, err := encodeMetadata(meta)
 		if err != nil {
+			return err
+		}
+		// Nothing is written, but under an Idempotency-Key the answer is
+		// recorded: the key is then bound to this request, and a retry is
+		// a replay (which answers the same, see newTableUUID).
+		if err := s.recordUnchanged(r.Context()); err != nil {
 			return err
 		}
 		return s.writeLoadResult(w, r, id, &tableMetadata{raw: raw, meta: meta}, true)

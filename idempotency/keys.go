@@ -234,6 +234,13 @@ func InRun(ctx context.Context) bool {
 	return key != nil
 }
 
+// Outside returns ctx outside any keyed request's run: what is proposed
+// with it records nothing (InRun is false). For a replay that runs work
+// again that changes nothing (Run's replay is called inside the run).
+func Outside(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keyCtx{}, (*Key)(nil))
+}
+
 // Propose proposes cmd to p. Inside Run's run, cmd is wrapped in fsm.Keyed
 // with the request's key, so that Apply checks the key and stores the
 // outcome in the same log entry; elsewhere it is proposed as it is.
