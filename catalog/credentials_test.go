@@ -396,7 +396,7 @@ func tombstoneRefusalNamesTheJobState(t *testing.T, authz catalog.Authorizer) {
 	require.NoError(t, res.Err())
 	r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), admin...)
 	require.Equal(t, 409, r.status, "%s", r.body)
-	assert.Contains(t, string(r.body), "purge job "+job.ID+" (FAILED); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job")
+	assert.Contains(t, string(r.body), "purge job "+job.ID+" (FAILED); it holds the table's name and location until an operator retries (floe purge retry) or releases (floe purge release) the job")
 	if authz != nil {
 		assert.NotContains(t, string(r.body), "db.t")
 	}
@@ -406,7 +406,7 @@ func tombstoneRefusalNamesTheJobState(t *testing.T, authz catalog.Authorizer) {
 	for i := range 2 {
 		r = n.do(t, "POST", "/v1/namespaces/db/tables", withName("t"), append(admin, "Idempotency-Key", key)...)
 		require.Equal(t, 409, r.status, "%s", r.body)
-		assert.Contains(t, string(r.body), "(FAILED); it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job", "attempt %d", i)
+		assert.Contains(t, string(r.body), "(FAILED); it holds the table's name and location until an operator retries (floe purge retry) or releases (floe purge release) the job", "attempt %d", i)
 		assert.NotContains(t, string(r.body), "retry when the job has succeeded", "attempt %d", i)
 		if authz != nil {
 			assert.NotContains(t, string(r.body), "db.t", "attempt %d", i)

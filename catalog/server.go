@@ -469,11 +469,11 @@ var locationRefusalRE = regexp.MustCompile(`overlaps .*(, the location of |, a l
 var purgeJobRE = regexp.MustCompile(`purge job ([0-9a-fA-F-]{36})(?: \(([A-Z]+)\))?`)
 
 // failedJobHint ends a refusal by a FAILED purge job's tombstone.
-const failedJobHint = "; it holds the name until an operator retries (floe purge retry) or releases (floe purge release) the job"
+const failedJobHint = "; it holds the table's name and location until an operator retries (floe purge retry) or releases (floe purge release) the job"
 
 // purgeJobState ends the message of a refusal by a purge job's tombstone
 // with the job's state, as the state machine's own message does: a FAILED
-// job holds the name until an operator retries or releases it.
+// job holds the name and location until an operator retries or releases it.
 func purgeJobState(state string) string {
 	switch state {
 	case "":
