@@ -330,28 +330,7 @@ func TestRegisterAdoptsNoPlaceAroundItsLocation(t *testing.T) {
 func TestRegisterAdoptsWithinTheLimit(t *testing.T) {
 	n := startNode(t, warehouses()[0])
 	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
-	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("x"))
-	require.Equal(t, 200, r.status, "%s", r.body)
-	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
-	// It leaves one place short of the limit.
-	for i := range fsm.MaxFormerLocations - 1 {
-		r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/x", map[string]any{
-			"requirements": []any{},
-			"updates":      []any{map[string]any{"action": "set-location", "location": fmt.Sprintf("%s-m%d", loc, i)}},
-		})
-		require.Equal(t, 200, r.status, "%s", r.body)
-	}
-	m := r.json(t)["metadata"].(map[string]any)
-	here := m["location"].(string)
-	// Two new places, named first (a register adopts at most the limit
-	// of the places it names, in the log's order).
-	log := m["metadata-log"].([]any)
-	at := log[0].(map[string]any)["timestamp-ms"]
-	var named []any
-	for _, q := range []string{"q1", "q2"} {
-		named = append(named, map[string]any{"timestamp-ms": at, "metadata-file": n.warehouse + "/ns/" + q + "/metadata/00000-old.metadata.json"})
-	}
-	m["metadata-log"] = append(named, log...)
+	m, here := movedNearTheLimit(t, n, "x", "q1", "q2")
 	// q2 is the second place over what it owns: not adopted.
 	m["properties"] = map[string]any{"write.data.path": n.warehouse + "/ns/q2/data"}
 	b, err := json.Marshal(m)
@@ -359,7 +338,7 @@ func TestRegisterAdoptsWithinTheLimit(t *testing.T) {
 	file := here + "/metadata/00099-again.metadata.json"
 	require.NoError(t, n.objects.Write(context.Background(), file, b))
 	before := n.state(t)
-	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": file, "overwrite": true})
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": file, "overwrite": true})
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "write.data.path")
 	assert.Equal(t, before, n.state(t))
@@ -372,6 +351,48 @@ func TestRegisterAdoptsWithinTheLimit(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("y", n.warehouse+"/ns/q1"))
 	assert.Equal(t, 409, r.status, "q1 is x's: %s", r.body)
+
+	// A place another table holds costs nothing (Apply skips it): the next
+	// one is adopted, and may hold the write path.
+	m, here = movedNearTheLimit(t, n, "w", "q3", "q4")
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("held", n.warehouse+"/ns/q3"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	m["properties"] = map[string]any{"write.data.path": n.warehouse + "/ns/q4/data"}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	file = here + "/metadata/00099-again.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/register", map[string]any{"name": "w", "metadata-location": file, "overwrite": true})
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withLocation("z", n.warehouse+"/ns/q4"))
+	assert.Equal(t, 409, r.status, "q4 is w's: %s", r.body)
+}
+
+// movedNearTheLimit creates table ns.name, moves it until it owns one
+// place short of the limit, and returns its metadata with a metadata log
+// naming the places first (a register adopts at most the limit of the
+// places it names, in the log's order), and its location.
+func movedNearTheLimit(t *testing.T, n *node, name string, places ...string) (map[string]any, string) {
+	t.Helper()
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName(name))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	loc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	for i := range fsm.MaxFormerLocations - 1 {
+		r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/"+name, map[string]any{
+			"requirements": []any{},
+			"updates":      []any{map[string]any{"action": "set-location", "location": fmt.Sprintf("%s-m%d", loc, i)}},
+		})
+		require.Equal(t, 200, r.status, "%s", r.body)
+	}
+	m := r.json(t)["metadata"].(map[string]any)
+	log := m["metadata-log"].([]any)
+	at := log[0].(map[string]any)["timestamp-ms"]
+	var named []any
+	for _, q := range places {
+		named = append(named, map[string]any{"timestamp-ms": at, "metadata-file": n.warehouse + "/ns/" + q + "/metadata/00000-old.metadata.json"})
+	}
+	m["metadata-log"] = append(named, log...)
+	return m, m["location"].(string)
 }
 
 // A register adopts no namespace's directory: a metadata log naming

@@ -211,10 +211,14 @@ type createTableRequest struct {
 // A staged create stores nothing but its key's record, so its replay runs
 // it again (replay); derived from the key, the UUID, and the default
 // location made from it, are the first answer's.
-func (s *Server) newTableUUID(r *http.Request, staged bool) (uuid.UUID, error) {
+func (s *Server) newTableUUID(r *http.Request, id fsm.Ident, staged bool) (uuid.UUID, error) {
 	if staged && !s.cfg.IdempotencyDisabled {
 		if key, _, err := idempotency.ParseKey(r.Header.Get(idempotency.Header)); err == nil {
-			return uuid.NewSHA1(stagedTableSpace, []byte(key)), nil
+			// With what the key is bound to besides the body: the same key
+			// used again once its record expired, by someone else or for
+			// another table, makes another UUID.
+			name := strings.Join([]string{key, s.principalOf(r), s.whOf(r.Context()).name, id.String()}, "\x00")
+			return uuid.NewSHA1(stagedTableSpace, []byte(name)), nil
 		}
 	}
 	return uuid.NewV7()
@@ -270,7 +274,7 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	tableUUID, err := s.newTableUUID(r, req.StageCreate)
+	tableUUID, err := s.newTableUUID(r, id, req.StageCreate)
 	if err != nil {
 		return err
 	}
@@ -1644,20 +1648,27 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	adopts := s.placesOutside(r.Context(), levels, tm.meta)
 	// Only the places the proposal carries, and the state machine will
 	// adopt, may hold a write path: none while a node runs a release that
-	// cannot adopt, and no more than the table may own.
+	// cannot adopt; of the others, those no other table holds nor a purge
+	// deletes (Apply skips those without counting them), within what the
+	// table may own.
 	if old := s.nodesWithout(fsm.PurgeFeatureAdopts); len(old) > 0 && len(adopts) > 0 {
 		s.log.Warn("registering without adopting the places the metadata points into: nodes run an older release; register the table again once every node is upgraded",
 			"table", id.String(), "places", len(adopts), "nodes", strings.Join(old, ", "))
 		adopts = nil
 	}
-	if adopts, err = s.adoptBudget(r.Context(), id, req.Overwrite, tm.meta, adopts); err != nil {
-		return err
-	}
-	var free []string
+	var unheld []fsm.FormerLocation
 	for _, a := range adopts {
 		if s.checkOwner(r.Context(), id, a.Location) == nil {
-			free = append(free, a.Location)
+			unheld = append(unheld, a)
 		}
+	}
+	adopted, err := s.adoptBudget(r.Context(), id, req.Overwrite, tm.meta, unheld)
+	if err != nil {
+		return err
+	}
+	free := make([]string, 0, len(adopted))
+	for _, a := range adopted {
+		free = append(free, a.Location)
 	}
 	if err := checkWritePaths(nil, tm.meta, free...); err != nil {
 		return err
@@ -1771,13 +1782,14 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 	return out
 }
 
-// adoptBudget returns the first of adopts that the state machine can add
-// to what the table at id will own: all of them but for a register that
-// overwrites the same table (same UUID), which keeps the places it owns
-// and may add the location it leaves, within fsm.MaxFormerLocations in
-// all. Places it owns already are not counted (it keeps them anyway).
-// The state machine skips an adoption over the limit without a word, so
-// the catalog must not let a write path rely on one.
+// adoptBudget returns the first of adopts (places no other table holds)
+// that the state machine can add to what the table at id will own: all of
+// them but for a register that overwrites the same table (same UUID),
+// which keeps the places it owns and may add the location it leaves,
+// within fsm.MaxFormerLocations in all. Places it owns already are not
+// counted (it keeps them anyway). The state machine skips an adoption
+// over the limit without a word, so the catalog must not let a write
+// path rely on one.
 func (s *Server) adoptBudget(ctx context.Context, id fsm.Ident, overwrite bool, meta table.Metadata, adopts []fsm.FormerLocation) ([]fsm.FormerLocation, error) {
 	if !overwrite || len(adopts) == 0 {
 		return adopts, nil
