@@ -21,7 +21,8 @@ import (
 // table or view unloadable for the others: two fields with one full name,
 // a required field of type unknown, and an initial-default or
 // write-default that is not a value of its field's type as Java's
-// SingleValueParser reads it (iceberg-go stores any JSON value there). The
+// SingleValueParser reads it, or not null for a struct, list or map field
+// (iceberg-go stores any JSON value there). The
 // table builder checks the first two for tables; views have no builder
 // that does.
 func checkSchemaShape(s *iceberg.Schema) error {
@@ -136,51 +137,12 @@ func checkDefault(t iceberg.Type, v any) error {
 		if _, err := hex.DecodeString(str); !isStr || err != nil {
 			return bad("want bytes in hexadecimal")
 		}
-	case *iceberg.StructType:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return bad("want an object of field ids")
-		}
-		for _, f := range t.FieldList {
-			if fv, ok := obj[strconv.Itoa(f.ID)]; ok && fv != nil {
-				if err := checkDefault(f.Type, fv); err != nil {
-					return err
-				}
-			}
-		}
-	case *iceberg.ListType:
-		arr, ok := v.([]any)
-		if !ok {
-			return bad("want an array")
-		}
-		for _, e := range arr {
-			if e == nil {
-				continue
-			}
-			if err := checkDefault(t.ElementField().Type, e); err != nil {
-				return err
-			}
-		}
-	case *iceberg.MapType:
-		obj, ok := v.(map[string]any)
-		keys, kok := obj["keys"].([]any)
-		values, vok := obj["values"].([]any)
-		if !ok || !kok || !vok || len(keys) != len(values) {
-			return bad(`want {"keys": [...], "values": [...]} of one length`)
-		}
-		for i := range keys {
-			if keys[i] == nil {
-				return bad("a map key is null")
-			}
-			if err := checkDefault(t.KeyField().Type, keys[i]); err != nil {
-				return err
-			}
-			if values[i] != nil {
-				if err := checkDefault(t.ValueField().Type, values[i]); err != nil {
-					return err
-				}
-			}
-		}
+	case *iceberg.StructType, *iceberg.ListType, *iceberg.MapType:
+		// Java (1.10) keeps a field's defaults as literals, which only
+		// primitive types have: a non-null default of a nested type,
+		// even an empty struct, fails its schema parser. A struct's
+		// values are its sub-fields' defaults (table spec v3).
+		return bad("a struct, list or map field has no default but null (set defaults on its sub-fields)")
 	default:
 		// unknown, variant, geometry, geography: Java reads no default
 		// of these types.

@@ -448,3 +448,71 @@ func TestPropertiesUpdateOfUnknownFieldsIsA400(t *testing.T) {
 	r = n.do(t, "POST", "/v1/namespaces/a/properties", json.RawMessage(`{"updates":{"k":"v"},"extra":1}`))
 	assert.Equal(t, 200, r.status, "%s", r.body)
 }
+
+// What iceberg-go would store in a form Java cannot read, or drop while
+// answering success, is a 400 that changes nothing: a sort field of
+// several source columns (Java's SortOrderParser requires source-id; a
+// create kept only the first column), and a snapshot's key-id (iceberg-go
+// has no such field: an encrypted manifest list would lose its key).
+// (Answers for the v3 table skip spec validation: they carry
+// "current-snapshot-id": null, as Java writes v3 metadata, which the
+// REST spec's schema does not allow.)
+func TestWhatIcebergGoWouldDropIsRefused(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	body := func(name, version, extra string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"name":%q,"properties":{"format-version":%q},"schema":{"type":"struct","schema-id":0,"fields":[
+			{"id":1,"name":"id","type":"long","required":true},{"id":2,"name":"x","type":"long","required":false}]}%s}`, name, version, extra))
+	}
+	current := func(name string) string {
+		r := n.doRaw(t, "GET", "/v1/namespaces/a/tables/"+name, nil)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return r.json(t)["metadata-location"].(string)
+	}
+	r := n.do(t, "POST", "/v1/namespaces/a/tables", body("t", "2", ""))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/tables", body("k", "3", ""))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	beforeT, beforeK := current("t"), current("k")
+
+	r = n.do(t, "POST", "/v1/namespaces/a/tables", body("w", "2", `,"write-order":{"order-id":1,"fields":[{"source-ids":[1,2],"transform":"identity","direction":"asc","null-order":"nulls-first"}]}`))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "source-ids")
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-sort-order","sort-order":{"order-id":1,"fields":[{"source-ids":[1,2],"transform":"bucket[4]","direction":"asc","null-order":"nulls-first"}]}},
+		{"action":"set-default-sort-order","sort-order-id":-1}]}`))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "source-ids")
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/tables/k", json.RawMessage(fmt.Sprintf(`{"requirements":[],"updates":[
+		{"action":"add-snapshot","snapshot":{"snapshot-id":11,"sequence-number":1,"timestamp-ms":%d,"first-row-id":0,"added-rows":3,"key-id":"k1",
+		 "manifest-list":"file:///tmp/floe-none/snap.avro","summary":{"operation":"append"},"schema-id":0}},
+		{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":11}]}`, time.Now().UnixMilli())))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "key-id")
+	assert.Equal(t, beforeT, current("t"), "nothing committed")
+	assert.Equal(t, beforeK, current("k"), "nothing committed")
+	assert.Equal(t, 404, n.doRaw(t, "GET", "/v1/namespaces/a/tables/w", nil).status)
+
+	// A single source column in the source-ids form is what Java reads.
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-sort-order","sort-order":{"order-id":1,"fields":[{"source-ids":[2],"transform":"identity","direction":"asc","null-order":"nulls-first"}]}},
+		{"action":"set-default-sort-order","sort-order-id":-1}]}`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	// A metadata file whose snapshots have key-ids is not registered: the
+	// next commit would drop them.
+	r = n.doRaw(t, "GET", "/v1/namespaces/a/tables/k", nil)
+	m := r.json(t)["metadata"].(map[string]any)
+	m["location"] = m["location"].(string) + "-enc"
+	m["last-sequence-number"], m["next-row-id"], m["current-snapshot-id"] = 1, 1, 12
+	m["snapshots"] = []any{map[string]any{"snapshot-id": 12, "sequence-number": 1, "timestamp-ms": m["last-updated-ms"], "first-row-id": 0, "added-rows": 1,
+		"key-id": "k1", "manifest-list": m["location"].(string) + "/metadata/snap-12.avro", "summary": map[string]any{"operation": "append"}, "schema-id": 0}}
+	m["refs"] = map[string]any{"main": map[string]any{"snapshot-id": 12, "type": "branch"}}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	file := m["location"].(string) + "/metadata/00001-enc.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "enc", "metadata-location": file})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "key-id")
+	assert.Equal(t, 404, n.doRaw(t, "GET", "/v1/namespaces/a/tables/enc", nil).status)
+}

@@ -75,10 +75,8 @@ func TestSchemasJavaCannotBuildAreRefused(t *testing.T) {
 		field(12, "tz", "timestamptz", false, "initial-default", "2024-01-02T10:11:12.123456+00:00"),
 		field(13, "fx", "fixed[2]", false, "initial-default", "abCD"),
 		field(14, "bin", "binary", false, "initial-default", "00ff"),
-		field(15, "lst", map[string]any{"type": "list", "element-id": 16, "element": "int", "element-required": false}, false, "initial-default", []any{1, 2}),
-		field(17, "m", map[string]any{"type": "map", "key-id": 18, "key": "string", "value-id": 19, "value": "long", "value-required": false}, false,
-			"initial-default", map[string]any{"keys": []any{"a"}, "values": []any{5}}),
-		field(20, "st", map[string]any{"type": "struct", "fields": []any{field(21, "x", "int", false)}}, false, "initial-default", map[string]any{"21": 4}),
+		// A struct's defaults are its sub-fields'.
+		field(20, "st", map[string]any{"type": "struct", "fields": []any{field(21, "x", "int", false, "initial-default", 4)}}, false),
 		field(22, "unk", "unknown", false),
 	)
 	r := createTable("g", "good", good)
@@ -87,22 +85,25 @@ func TestSchemasJavaCannotBuildAreRefused(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 
 	bad := map[string]map[string]any{
-		"two fields of one name":  schema(field(1, "a", "int", false), field(2, "a", "int", false)),
-		"a required unknown":      schema(field(1, "a", "unknown", true)),
-		"a string for an int":     schema(field(1, "a", "int", false, "initial-default", "x")),
-		"a fraction for a long":   schema(field(1, "a", "long", false, "write-default", 1.5)),
-		"an int beyond 32 bits":   schema(field(1, "a", "int", false, "initial-default", math.MaxInt32+1)),
-		"an object for a long":    schema(field(1, "a", "long", false, "write-default", map[string]any{"x": 1})),
-		"a number for a decimal":  schema(field(1, "a", "decimal(9,2)", false, "initial-default", 12.34)),
-		"a decimal's scale":       schema(field(1, "a", "decimal(9,2)", false, "initial-default", "12.3")),
-		"a date":                  schema(field(1, "a", "date", false, "initial-default", "2024-13-40")),
-		"a zone for timestamptz":  schema(field(1, "a", "timestamptz", false, "initial-default", "2024-01-02T10:11:12+02:00")),
-		"a fixed's length":        schema(field(1, "a", "fixed[2]", false, "initial-default", "abcdef")),
-		"hex":                     schema(field(1, "a", "binary", false, "initial-default", "zz")),
-		"a uuid":                  schema(field(1, "a", "uuid", false, "initial-default", "not-a-uuid")),
-		"a list's element":        schema(field(1, "a", map[string]any{"type": "list", "element-id": 2, "element": "int", "element-required": false}, false, "initial-default", []any{"x"})),
-		"a map without keys":      schema(field(1, "a", map[string]any{"type": "map", "key-id": 2, "key": "string", "value-id": 3, "value": "long", "value-required": false}, false, "initial-default", map[string]any{"a": 1})),
-		"a nested struct's field": schema(field(1, "a", map[string]any{"type": "struct", "fields": []any{field(2, "x", "int", false)}}, false, "initial-default", map[string]any{"2": "x"})),
+		"two fields of one name": schema(field(1, "a", "int", false), field(2, "a", "int", false)),
+		"a required unknown":     schema(field(1, "a", "unknown", true)),
+		"a string for an int":    schema(field(1, "a", "int", false, "initial-default", "x")),
+		"a fraction for a long":  schema(field(1, "a", "long", false, "write-default", 1.5)),
+		"an int beyond 32 bits":  schema(field(1, "a", "int", false, "initial-default", math.MaxInt32+1)),
+		"an object for a long":   schema(field(1, "a", "long", false, "write-default", map[string]any{"x": 1})),
+		"a number for a decimal": schema(field(1, "a", "decimal(9,2)", false, "initial-default", 12.34)),
+		"a decimal's scale":      schema(field(1, "a", "decimal(9,2)", false, "initial-default", "12.3")),
+		"a date":                 schema(field(1, "a", "date", false, "initial-default", "2024-13-40")),
+		"a zone for timestamptz": schema(field(1, "a", "timestamptz", false, "initial-default", "2024-01-02T10:11:12+02:00")),
+		"a fixed's length":       schema(field(1, "a", "fixed[2]", false, "initial-default", "abcdef")),
+		"hex":                    schema(field(1, "a", "binary", false, "initial-default", "zz")),
+		"a uuid":                 schema(field(1, "a", "uuid", false, "initial-default", "not-a-uuid")),
+		// Java keeps defaults as literals, of primitive types only: a
+		// nested field's default must be null.
+		"a list":          schema(field(1, "a", map[string]any{"type": "list", "element-id": 2, "element": "int", "element-required": false}, false, "initial-default", []any{1, 2})),
+		"a map":           schema(field(1, "a", map[string]any{"type": "map", "key-id": 2, "key": "string", "value-id": 3, "value": "long", "value-required": false}, false, "write-default", map[string]any{"keys": []any{"a"}, "values": []any{5}})),
+		"a struct":        schema(field(1, "a", map[string]any{"type": "struct", "fields": []any{field(2, "x", "int", false)}}, false, "initial-default", map[string]any{"2": 4})),
+		"an empty struct": schema(field(1, "a", map[string]any{"type": "struct", "fields": []any{field(2, "x", "int", false)}}, false, "initial-default", map[string]any{})),
 	}
 	listed := func() string {
 		t.Helper()

@@ -252,6 +252,13 @@ func (s *Server) createTable(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
+	if req.WriteOrder != nil {
+		for i, f := range req.WriteOrder.Fields() {
+			if err := checkSortSourceIDs(i, f.SourceIDs); err != nil {
+				return err
+			}
+		}
+	}
 	id := fsm.Ident{Namespace: levels, Name: req.Name}
 	setAuditTarget(r, id.String())
 	err = s.store.Read(r.Context(), func(rd *fsm.Reader) error {
@@ -544,6 +551,9 @@ func decodeCommit(raw json.RawMessage) (commitTableRequest, error) {
 	if err := checkAddedSpecSources(probe.Updates); err != nil {
 		return commitTableRequest{}, err
 	}
+	if err := checkSnapshotKeyIDs(probe.Updates); err != nil {
+		return commitTableRequest{}, err
+	}
 	if err := checkPropertyUpdates(probe.Updates); err != nil {
 		return commitTableRequest{}, err
 	}
@@ -653,25 +663,98 @@ func checkSourceIDs(field string, ids []int) error {
 	return nil
 }
 
+// errSnapshotKeyID refuses a snapshot with a key-id (table spec v3: the
+// encryption key of its manifest list): iceberg-go, which builds and
+// writes the metadata, has no such field and drops it, so that the
+// manifest list could no longer be decrypted; and every later commit
+// would drop it from the snapshots a registered table has.
+func errSnapshotKeyID(id any) error {
+	return badRequest("snapshot %v has a key-id (an encrypted manifest list): encrypted snapshots are not supported, and the key-id would be lost", id)
+}
+
+// checkSnapshotKeyIDs refuses an add-snapshot update whose snapshot has a
+// key-id (errSnapshotKeyID).
+func checkSnapshotKeyIDs(updates json.RawMessage) error {
+	for _, raw := range updatesNaming(updates, "key-id") {
+		var u struct {
+			Action   string                     `json:"action"`
+			Snapshot map[string]json.RawMessage `json:"snapshot"`
+		}
+		if json.Unmarshal(raw, &u) != nil || u.Action != table.UpdateAddSnapshot {
+			continue
+		}
+		if k, ok := u.Snapshot["key-id"]; ok && string(k) != "null" {
+			return errSnapshotKeyID(string(u.Snapshot["snapshot-id"]))
+		}
+	}
+	return nil
+}
+
+// checkRegisteredKeyIDs refuses metadata to register whose snapshots have
+// a key-id (errSnapshotKeyID).
+func checkRegisteredKeyIDs(raw []byte) error {
+	if !bytes.Contains(raw, []byte("key-id")) {
+		return nil
+	}
+	var doc struct {
+		Snapshots []map[string]json.RawMessage `json:"snapshots"`
+	}
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	for _, snap := range doc.Snapshots {
+		if k, ok := snap["key-id"]; ok && string(k) != "null" {
+			return errSnapshotKeyID(string(snap["snapshot-id"]))
+		}
+	}
+	return nil
+}
+
+// checkSortSourceIDs refuses a sort field (the i-th of its order) with
+// several source columns: iceberg-go keeps only the first in a write
+// order, and writes "source-ids" without "source-id" in an added one,
+// which Java's SortOrderParser cannot read (it requires source-id), so
+// that Java engines could no longer load the table.
+func checkSortSourceIDs(i int, ids []int) error {
+	if len(ids) > 1 {
+		return badRequest("sort field %d has %d source-ids: multi-argument transforms are not supported in sort orders", i, len(ids))
+	}
+	return nil
+}
+
 // checkAddedSpecSources applies checkSourceIDs to the specs add-spec
+// updates add, and checkSortSourceIDs to the orders add-sort-order
 // updates add.
 func checkAddedSpecSources(updates json.RawMessage) error {
+	type field struct {
+		Name      string `json:"name"`
+		SourceIDs []int  `json:"source-ids"`
+	}
 	for _, raw := range updatesNaming(updates, "source-ids") {
 		var u struct {
 			Action string `json:"action"`
 			Spec   struct {
-				Fields []struct {
-					Name      string `json:"name"`
-					SourceIDs []int  `json:"source-ids"`
-				} `json:"fields"`
+				Fields []field `json:"fields"`
 			} `json:"spec"`
+			SortOrder struct {
+				Fields []field `json:"fields"`
+			} `json:"sort-order"`
 		}
-		if json.Unmarshal(raw, &u) != nil || u.Action != "add-spec" {
+		if json.Unmarshal(raw, &u) != nil {
 			continue
 		}
-		for _, f := range u.Spec.Fields {
-			if err := checkSourceIDs(f.Name, f.SourceIDs); err != nil {
-				return err
+		switch u.Action {
+		case table.UpdateAddSpec:
+			for _, f := range u.Spec.Fields {
+				if err := checkSourceIDs(f.Name, f.SourceIDs); err != nil {
+					return err
+				}
+			}
+		case table.UpdateAddSortOrder:
+			for i, f := range u.SortOrder.Fields {
+				if err := checkSortSourceIDs(i, f.SourceIDs); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -1674,6 +1757,9 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := checkStorageProperties(nil, tm.meta); err != nil {
+		return err
+	}
+	if err := checkRegisteredKeyIDs(tm.raw); err != nil {
 		return err
 	}
 	// The metadata file must be the table's own: one inside another
