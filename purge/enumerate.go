@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -143,12 +144,14 @@ func (w Walker) mayRead(uri string) bool {
 // lies before it. It is lazy and streams: a manifest's entries are decoded
 // one at a time as the manifest is read and passed on at once, so memory
 // holds one Avro block of one manifest (plus that manifest's bytes when the
-// Reader is not an Opener), the entries of one manifest list, and the set
-// of manifest paths already seen, however large the manifests. Nothing is
+// Reader is not an Opener), the entries of one manifest list, the set
+// of manifest paths already seen, and the sets of the table's manifest
+// lists and manifests (readLater), however large the manifests. Nothing is
 // deduplicated across phases or between manifests except manifests
 // themselves, so a data file listed by two manifests is passed twice. The
 // root metadata file is passed only in PhaseRoot, even if the metadata log
-// names it too.
+// names it too; a manifest list or manifest of the table only in its own
+// phase, even if a manifest names it as a data file (readLater).
 //
 // fn's error, or the context's, stops the walk and is returned. A manifest
 // list or manifest that cannot be parsed is an error wrapping
@@ -160,6 +163,10 @@ func (w Walker) mayRead(uri string) bool {
 // any other storage error, including a streamed body that breaks off, is
 // returned without ErrCorruptMetadata.
 func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation string, from Checkpoint, fn func(File) error) error {
+	later, err := w.readLater(ctx, meta, from.Phase)
+	if err != nil {
+		return err
+	}
 	for phase := from.Phase; phase < PhaseDone; phase++ {
 		skip := int64(0)
 		if phase == from.Phase {
@@ -170,7 +177,7 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 			entered bool
 		)
 		emit := func(uri string, size int64) error {
-			if uri == "" || (phase != PhaseRoot && sameObject(uri, metadataLocation)) {
+			if uri == "" || (phase != PhaseRoot && sameObject(uri, metadataLocation)) || later.keeps(phase, uri) {
 				return nil
 			}
 			off := offset
@@ -196,6 +203,55 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 		}
 	}
 	return nil
+}
+
+// readLater holds the files a later phase of a walk reads, by object
+// (fsm.LocationKey): the manifest lists, read in the data and manifests
+// phases, and the manifests, read in the data phase. A table's metadata
+// may name one of them as a data file, or a manifest list as a manifest
+// (a writer's mistake or a hostile one): passed on in an earlier phase,
+// it was deleted before the walk read it, and the files it leads to were
+// left while the job succeeded.
+type readLater struct{ lists, manifests map[string]bool }
+
+// keeps reports whether uri, met in phase, must wait for its own phase.
+func (l readLater) keeps(phase int, uri string) bool {
+	switch phase {
+	case PhaseData:
+		k := fsm.LocationKey(uri)
+		return l.lists[k] || l.manifests[k]
+	case PhaseManifests:
+		return l.lists[fsm.LocationKey(uri)]
+	}
+	return false
+}
+
+// readLater collects, for a walk from phase on, the files a later phase
+// reads: the manifest lists from meta and, when the walk runs the data
+// phase, the manifests (one more read of each list, told nothing of a
+// list it cannot read: the walk itself tells that).
+func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (readLater, error) {
+	var l readLater
+	if from > PhaseManifests {
+		return l, nil
+	}
+	l.lists = map[string]bool{}
+	for _, snap := range meta.Snapshots() {
+		if snap.ManifestList != "" {
+			l.lists[fsm.LocationKey(snap.ManifestList)] = true
+		}
+	}
+	if from > PhaseData || !meta.Properties().GetBool("gc.enabled", true) {
+		return l, nil
+	}
+	quiet := w
+	quiet.OnMissing, quiet.OnNotRead = nil, nil
+	l.manifests = map[string]bool{}
+	err := quiet.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
+		l.manifests[fsm.LocationKey(mf.FilePath())] = true
+		return nil
+	})
+	return l, err
 }
 
 // sameObject reports whether two URIs name the same object, also when

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -168,4 +169,54 @@ func TestWalkKeepsTheRootForTheRootPhase(t *testing.T) {
 		}
 	}
 	assert.Equal(t, root, seen[len(seen)-1].URI)
+}
+
+// A manifest that names, as data files, a manifest list and a manifest of
+// the table (a writer's mistake, or a hostile one) does not have them
+// deleted before the walk has read them: passed in the data phase, the
+// list was gone when the manifests phase read it again, and the files it
+// leads to were left while the job succeeded.
+func TestWalkPassesWhatItReadsOnlyInItsPhase(t *testing.T) {
+	const loc = "s3://bucket/odd"
+	store := newMemReader()
+	entries := func(uris ...string) func() (entrySpec, bool) {
+		return func() (entrySpec, bool) {
+			if len(uris) == 0 {
+				return entrySpec{}, false
+			}
+			e := entrySpec{status: iceberg.EntryStatusADDED, uri: uris[0], size: 1}
+			uris = uris[1:]
+			return e, true
+		}
+	}
+	list1, list2, m2uri := loc+"/metadata/snap-1.avro", loc+"/metadata/snap-2.avro", loc+"/metadata/m2.avro"
+	// The first snapshot's manifest names the second's list (respelled)
+	// and manifest as data files.
+	m1 := writeManifest(t, store, loc+"/metadata/m1.avro", 1, iceberg.ManifestContentData,
+		entries(strings.Replace(list2, "s3://", "s3a://", 1), m2uri, loc+"/data/a.parquet"))
+	writeManifestList(t, store, list1, 1, m1)
+	m2 := writeManifest(t, store, m2uri, 2, iceberg.ManifestContentData, entries(loc+"/data/b.parquet"))
+	writeManifestList(t, store, list2, 2, m2)
+	store.put(loc+"/data/a.parquet", []byte("a"))
+	store.put(loc+"/data/b.parquet", []byte("b"))
+	meta := streamMetadata(t, loc, nil, list1, list2)
+
+	phaseOf := map[string]int{}
+	err := purge.Walker{Reader: store}.Walk(context.Background(), meta, loc+"/metadata/v1.metadata.json", purge.Checkpoint{}, func(f purge.File) error {
+		uri := strings.Replace(f.URI, "s3a://", "s3://", 1)
+		if _, ok := phaseOf[uri]; !ok {
+			phaseOf[uri] = f.Phase
+		}
+		// Deleted as it is passed, as a purge does.
+		store.mu.Lock()
+		delete(store.objs, uri)
+		store.mu.Unlock()
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, purge.PhaseManifestLists, phaseOf[list2], "a manifest list passed before the lists' phase")
+	assert.Equal(t, purge.PhaseManifests, phaseOf[m2uri], "a manifest passed before the manifests' phase")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	assert.Empty(t, store.objs, "files left")
 }
