@@ -488,6 +488,16 @@ func TestWhatIcebergGoWouldDropIsRefused(t *testing.T) {
 		{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":11}]}`, time.Now().UnixMilli())))
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "key-id")
+	// The same with the keys escaped, as every JSON decoder reads them.
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", json.RawMessage(`{"requirements":[],"updates":[
+		{"action":"add-sort-order","sort-order":{"order-id":1,"fields":[{"source\u002dids":[1,2],"transform":"bucket[4]","direction":"asc","null-order":"nulls-first"}]}},
+		{"action":"set-default-sort-order","sort-order-id":-1}]}`))
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/tables/k", json.RawMessage(fmt.Sprintf(`{"requirements":[],"updates":[
+		{"action":"add-snapshot","snapshot":{"snapshot-id":11,"sequence-number":1,"timestamp-ms":%d,"first-row-id":0,"added-rows":3,"key\u002did":"k1",
+		 "manifest-list":"file:///tmp/floe-none/snap.avro","summary":{"operation":"append"},"schema-id":0}},
+		{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":11}]}`, time.Now().UnixMilli())))
+	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Equal(t, beforeT, current("t"), "nothing committed")
 	assert.Equal(t, beforeK, current("k"), "nothing committed")
 	assert.Equal(t, 404, n.doRaw(t, "GET", "/v1/namespaces/a/tables/w", nil).status)

@@ -637,7 +637,7 @@ func isAbsent(raw json.RawMessage) bool {
 // list does not mention needle at all, the common case, at the cost of
 // one scan. iceberg-go has decoded the list already, so it splits.
 func updatesNaming(updates json.RawMessage, needle string) []json.RawMessage {
-	if !bytes.Contains(updates, []byte(needle)) {
+	if !mayName(updates, needle) {
 		return nil
 	}
 	var list []json.RawMessage
@@ -646,11 +646,18 @@ func updatesNaming(updates json.RawMessage, needle string) []json.RawMessage {
 	}
 	out := list[:0]
 	for _, raw := range list {
-		if bytes.Contains(raw, []byte(needle)) {
+		if mayName(raw, needle) {
 			out = append(out, raw)
 		}
 	}
 	return out
+}
+
+// mayName reports whether the JSON text raw may hold needle as a key: it
+// holds needle, or an escape (encoding/json decodes "key\u002did" as
+// key-id, and so does every decoder after it).
+func mayName(raw []byte, needle string) bool {
+	return bytes.Contains(raw, []byte(needle)) || bytes.IndexByte(raw, '\\') >= 0
 }
 
 // checkSourceIDs refuses a partition field with several source columns
@@ -693,7 +700,7 @@ func checkSnapshotKeyIDs(updates json.RawMessage) error {
 // checkRegisteredKeyIDs refuses metadata to register whose snapshots have
 // a key-id (errSnapshotKeyID).
 func checkRegisteredKeyIDs(raw []byte) error {
-	if !bytes.Contains(raw, []byte("key-id")) {
+	if !mayName(raw, "key-id") {
 		return nil
 	}
 	var doc struct {
@@ -836,7 +843,7 @@ func specWithoutNullIDs(raw json.RawMessage) json.RawMessage {
 // another in an earlier spec. numberAddedSpecs numbers them against the
 // table instead.
 func addedSpecs(updates json.RawMessage) (json.RawMessage, map[int]json.RawMessage) {
-	if !bytes.Contains(updates, []byte("add-spec")) {
+	if !mayName(updates, "add-spec") {
 		return updates, nil
 	}
 	var list []map[string]json.RawMessage

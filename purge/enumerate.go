@@ -13,7 +13,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/floe-catalog/floe/fsm"
+	"github.com/floe-catalog/floe/internal/location"
 	"github.com/floe-catalog/floe/internal/storage"
 )
 
@@ -206,7 +206,7 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 }
 
 // readLater holds the files a later phase of a walk reads, by object
-// (fsm.LocationKey): the manifest lists, read in the data and manifests
+// (objectKey): the manifest lists, read in the data and manifests
 // phases, and the manifests, read in the data phase. A table's metadata
 // may name one of them as a data file, or a manifest list as a manifest
 // (a writer's mistake or a hostile one): passed on in an earlier phase,
@@ -218,12 +218,24 @@ type readLater struct{ lists, manifests map[string]bool }
 func (l readLater) keeps(phase int, uri string) bool {
 	switch phase {
 	case PhaseData:
-		k := fsm.LocationKey(uri)
+		k := objectKey(uri)
 		return l.lists[k] || l.manifests[k]
 	case PhaseManifests:
-		return l.lists[fsm.LocationKey(uri)]
+		return l.lists[objectKey(uri)]
 	}
 	return false
+}
+
+// objectKey names the object uri names, however its scheme is spelled
+// (s3a:// for s3://, file:/x for file:///x); the key itself is taken as
+// it is, trailing slash and all, as object stores do. An unparsable uri
+// is its own key.
+func objectKey(uri string) string {
+	scheme, bucket, key, err := location.ParseURI(uri)
+	if err != nil {
+		return uri
+	}
+	return scheme + "://" + bucket + "/" + key
 }
 
 // readLater collects, for a walk from phase on, the files a later phase
@@ -238,7 +250,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	l.lists = map[string]bool{}
 	for _, snap := range meta.Snapshots() {
 		if snap.ManifestList != "" {
-			l.lists[fsm.LocationKey(snap.ManifestList)] = true
+			l.lists[objectKey(snap.ManifestList)] = true
 		}
 	}
 	if from > PhaseData || !meta.Properties().GetBool("gc.enabled", true) {
@@ -248,7 +260,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	quiet.OnMissing, quiet.OnNotRead = nil, nil
 	l.manifests = map[string]bool{}
 	err := quiet.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
-		l.manifests[fsm.LocationKey(mf.FilePath())] = true
+		l.manifests[objectKey(mf.FilePath())] = true
 		return nil
 	})
 	return l, err

@@ -191,14 +191,16 @@ func TestWalkPassesWhatItReadsOnlyInItsPhase(t *testing.T) {
 	}
 	list1, list2, m2uri := loc+"/metadata/snap-1.avro", loc+"/metadata/snap-2.avro", loc+"/metadata/m2.avro"
 	// The first snapshot's manifest names the second's list (respelled)
-	// and manifest as data files.
+	// and manifest as data files (and an object whose key is the list's
+	// with a slash after it, which is another object).
 	m1 := writeManifest(t, store, loc+"/metadata/m1.avro", 1, iceberg.ManifestContentData,
-		entries(strings.Replace(list2, "s3://", "s3a://", 1), m2uri, loc+"/data/a.parquet"))
+		entries(strings.Replace(list2, "s3://", "s3a://", 1), m2uri, loc+"/data/a.parquet", list2+"/"))
 	writeManifestList(t, store, list1, 1, m1)
 	m2 := writeManifest(t, store, m2uri, 2, iceberg.ManifestContentData, entries(loc+"/data/b.parquet"))
 	writeManifestList(t, store, list2, 2, m2)
 	store.put(loc+"/data/a.parquet", []byte("a"))
 	store.put(loc+"/data/b.parquet", []byte("b"))
+	store.put(list2+"/", []byte("another object")) // a key of its own
 	meta := streamMetadata(t, loc, nil, list1, list2)
 
 	phaseOf := map[string]int{}
