@@ -268,14 +268,16 @@ func validateProperties(props map[string]string) error {
 // lose its leader.
 const maxNamespacePropertyBytes = 1 << 20
 
-// checkPropertiesSize refuses properties over maxNamespacePropertyBytes.
+// checkPropertiesSize refuses properties over maxNamespacePropertyBytes
+// (the bound of a namespace's, and of those a table or view is created
+// with).
 func checkPropertiesSize(props map[string]string) error {
 	n := 0
 	for k, v := range props {
 		n += len(k) + len(v)
 	}
 	if n > maxNamespacePropertyBytes {
-		return badRequest("a namespace's properties may hold at most %d bytes (keys and values), these would hold %d", maxNamespacePropertyBytes, n)
+		return badRequest("properties may hold at most %d bytes (keys and values), these would hold %d", maxNamespacePropertyBytes, n)
 	}
 	return nil
 }

@@ -179,26 +179,44 @@ func TestViewVersionIDsLeaveRoomAndRegisterChecksTheFile(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &meta))
 	dir := filepath.Join(filepath.Dir(filepath.Dir(strings.TrimPrefix(loc, "file://"))), "..", "hand")
 	meta["location"] = "file://" + filepath.Clean(dir)
-	for what, edit := range map[string]func(map[string]any){
-		"a version-id beyond 32 bits": func(v map[string]any) { v["version-id"] = 5000000000 },
-		"no default-namespace":        func(v map[string]any) { delete(v, "default-namespace") },
-	} {
+	// Java's ViewMetadataParser requires what iceberg-go fills in; the
+	// registered file is served as it is.
+	entry := func(m map[string]any) map[string]any { return m["version-log"].([]any)[0].(map[string]any) }
+	write := func(what string, edit func(m, v map[string]any)) string {
 		m := map[string]any{}
 		b, _ := json.Marshal(meta)
 		require.NoError(t, json.Unmarshal(b, &m))
 		v := m["versions"].([]any)[0].(map[string]any)
-		edit(v)
 		m["current-version-id"] = v["version-id"]
 		m["version-log"] = []any{map[string]any{"version-id": v["version-id"], "timestamp-ms": 1}}
+		edit(m, v)
+		m["current-version-id"] = v["version-id"]
 		file := filepath.Join(filepath.Clean(dir), "metadata", "00000-"+strings.ReplaceAll(what, " ", "-")+".metadata.json")
 		require.NoError(t, os.MkdirAll(filepath.Dir(file), 0o755))
 		b, err := json.Marshal(m)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(file, b, 0o644))
-		r := n.vdo(t, "POST", "/v1/namespaces/s/register-view", map[string]any{"name": "hand", "metadata-location": "file://" + file})
+		return "file://" + file
+	}
+	for what, edit := range map[string]func(m, v map[string]any){
+		"a version-id beyond 32 bits":             func(_, v map[string]any) { v["version-id"] = 5000000000 },
+		"no default-namespace":                    func(_, v map[string]any) { delete(v, "default-namespace") },
+		"no version-log":                          func(m, _ map[string]any) { delete(m, "version-log") },
+		"a log entry without timestamp-ms":        func(m, _ map[string]any) { delete(entry(m), "timestamp-ms") },
+		"a log entry without version-id":          func(m, _ map[string]any) { delete(entry(m), "version-id") },
+		"a log entry's version-id beyond 32 bits": func(m, _ map[string]any) { entry(m)["version-id"] = 1 << 40 },
+		"a version without timestamp-ms":          func(_, v map[string]any) { delete(v, "timestamp-ms") },
+		"a version without schema-id":             func(_, v map[string]any) { delete(v, "schema-id") },
+		"a version without summary":               func(_, v map[string]any) { delete(v, "summary") },
+		"a version without representations":       func(_, v map[string]any) { delete(v, "representations") },
+	} {
+		r := n.vdo(t, "POST", "/v1/namespaces/s/register-view", map[string]any{"name": "hand", "metadata-location": write(what, edit)})
 		assert.Equal(t, 400, r.errorStatus(t), "%s: %s", what, r.body)
 	}
 	assert.Equal(t, 404, n.vdo(t, "GET", "/v1/namespaces/s/views/hand", nil).status)
+	// The file as written registers.
+	r = n.vdo(t, "POST", "/v1/namespaces/s/register-view", map[string]any{"name": "hand", "metadata-location": write("as written", func(_, _ map[string]any) {})})
+	assert.Equal(t, 200, r.status, "%s", r.body)
 }
 
 // One change adds at most MaxSchemasPerChange schemas (and, to a table,

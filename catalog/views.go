@@ -244,6 +244,51 @@ func checkRawViewVersion(raw json.RawMessage) error {
 	return nil
 }
 
+// checkRegisteredViewFile refuses, in a view metadata file to register
+// (raw, as stored), what Java's ViewMetadataParser requires and
+// iceberg-go's parser fills in when it is missing: a version-log (each
+// entry with a timestamp-ms and a 32-bit version-id), and in each version
+// the fields of viewVersionRequired, a summary and representations. The
+// file is served as it is, so a view registered without them could not be
+// loaded by Java clients.
+func checkRegisteredViewFile(raw []byte) error {
+	var doc struct {
+		Versions   []json.RawMessage `json:"versions"`
+		VersionLog json.RawMessage   `json:"version-log"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return badRequest("view metadata: %v", err)
+	}
+	var log []map[string]json.RawMessage
+	if err := json.Unmarshal(doc.VersionLog, &log); err != nil || log == nil {
+		return badRequest("view metadata has no version-log")
+	}
+	for _, e := range log {
+		for _, k := range []string{"timestamp-ms", "version-id"} {
+			if v, ok := e[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
+				return badRequest("a version-log entry of the view metadata has no %s", k)
+			}
+		}
+		var id int64
+		if err := json.Unmarshal(e["version-id"], &id); err != nil || id < math.MinInt32 || id > math.MaxInt32 {
+			return badRequest("a version-log entry's version-id %s is not a 32-bit integer", clipped(string(e["version-id"])))
+		}
+	}
+	for _, v := range doc.Versions {
+		if err := checkRawViewVersion(v); err != nil {
+			return err
+		}
+		var fields map[string]json.RawMessage
+		_ = json.Unmarshal(v, &fields) // an object: checkRawViewVersion
+		for _, k := range []string{"summary", "representations"} {
+			if f, ok := fields[k]; !ok || string(bytes.TrimSpace(f)) == "null" {
+				return badRequest("view-version has no %s", k)
+			}
+		}
+	}
+	return nil
+}
+
 // checkRawViewUpdates applies checkRawViewVersion to each add-view-version
 // of a commit's updates, as sent, and bounds their number.
 func checkRawViewUpdates(raw json.RawMessage) error {
@@ -889,6 +934,9 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	}
 	// What a create or replace refuses, a register does too: the view
 	// would be one that Java's client cannot load.
+	if err := checkRegisteredViewFile(vm.raw); err != nil {
+		return err
+	}
 	if err := checkNewVersions(nil, vm.meta); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,13 @@ func newAPIClient(node, token, caFile string) (*apiClient, error) {
 	}
 	if u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("--node %q: want scheme://host:port", shown)
+	}
+	if p := u.Port(); p != "" {
+		// A port no connection can use is a typo, not an unreachable node
+		// to retry.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("--node %q: port %s is not between 1 and 65535", shown, p)
+		}
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	if caFile != "" {

@@ -210,6 +210,8 @@ func TestCLIUsageErrorsExit2(t *testing.T) {
 		{[]string{"members", "--token", "tok\x1b[31m"}, "holds a control character"},
 		{[]string{"status", "--node", "ftp://host:1"}, "want an http:// or https:// URL"},
 		{[]string{"status", "--node", "http://host:1/?x=1"}, "want scheme://host:port"},
+		{[]string{"status", "--node", "127.0.0.1:99999"}, "port 99999 is not between 1 and 65535"},
+		{[]string{"status", "--node", "http://127.0.0.1:0"}, "port 0 is not between 1 and 65535"},
 		{[]string{"status", "--node", "http://user:NODEPASS@host:1"}, `--node "http://user:xxxxx@host:1": want scheme://host:port`},
 		{[]string{"status", "--node", "http://user:NODEPASS@host:1:2"}, "--node: not a URL"},
 		{[]string{"status", "--ca", filepath.Join(t.TempDir(), "missing.pem")}, "--ca"},
