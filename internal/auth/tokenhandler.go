@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -287,6 +288,11 @@ func readForm(r *http.Request) (url.Values, *tokenFailure) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/x-www-form-urlencoded" {
 		return nil, badRequest(oauthInvalidRequest, "Content-Type must be application/x-www-form-urlencoded")
+	}
+	// A coded body (gzip, say) read as a form would be refused for a
+	// parameter it does hold, or taken as one it does not.
+	if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, badRequest(oauthInvalidRequest, "Content-Encoding must be identity: send the form as it is")
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTokenRequestLen+1))
 	if err != nil {

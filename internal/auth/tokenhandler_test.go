@@ -639,3 +639,22 @@ func TestOpenTokenHandler(t *testing.T) {
 		t.Fatal("a secret was logged")
 	}
 }
+
+// A form labelled as coded (Content-Encoding: gzip) is refused, not read
+// as it is: a gzipped form was refused for a grant_type it held, and a
+// plain one so labelled was accepted.
+func TestTokenRequestCodedBody(t *testing.T) {
+	f := newHandlerFixture(t, nil)
+	for coding, want := range map[string]int{"gzip": http.StatusBadRequest, "deflate, gzip": http.StatusBadRequest, "identity": http.StatusOK, "": http.StatusOK} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/oauth/tokens", strings.NewReader(clientForm("etl", f.secret).Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if coding != "" {
+			r.Header.Set("Content-Encoding", coding)
+		}
+		w := httptest.NewRecorder()
+		f.handler.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("Content-Encoding %q: status %d, want %d: %s", coding, w.Code, want, w.Body)
+		}
+	}
+}
