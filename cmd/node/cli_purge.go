@@ -248,6 +248,16 @@ func decodeJob(raw []byte) (cliJob, error) {
 	return j, nil
 }
 
+// shownError is the job's last error as listed: the state machine keeps
+// the error of an earlier attempt once a retry has SUCCEEDED, which read
+// as if the job had failed.
+func (j cliJob) shownError() string {
+	if j.LastError != "" && j.State == "SUCCEEDED" {
+		return "(an earlier attempt) " + j.LastError
+	}
+	return j.LastError
+}
+
 func renderJobs(w io.Writer, jobs []cliJob) {
 	if len(jobs) == 0 {
 		fmt.Fprintln(w, "no purge jobs")
@@ -257,7 +267,7 @@ func renderJobs(w io.Writer, jobs []cliJob) {
 	fmt.Fprintln(tw, "ID\tSTATE\tTABLE\tATTEMPTS\tFILES DELETED\tUPDATED\tLAST ERROR")
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", j.ID, j.state(), j.tableName(), j.Attempts, j.Progress.Deleted,
-			msTime(j.UpdatedMs), dash(oneLine(j.LastError, 60)))
+			msTime(j.UpdatedMs), dash(oneLine(j.shownError(), 60)))
 	}
 	_ = tw.Flush()
 }
@@ -273,7 +283,7 @@ func renderJob(w io.Writer, j cliJob) {
 	row("location", j.Location)
 	row("metadata location", j.MetadataLocation)
 	row("attempts", fmt.Sprint(j.Attempts))
-	row("last error", oneLine(j.LastError, 0))
+	row("last error", oneLine(j.shownError(), 0))
 	if j.Lease != nil {
 		row("lease", fmt.Sprintf("%s (token %d)", j.Lease.Node, j.Lease.Token))
 	} else {

@@ -517,7 +517,7 @@ func TestPurgeListFollowsPageTokens(t *testing.T) {
 		case "":
 			answerJSON(w, http.StatusOK, `{"jobs":[`+jobJSON("job-1", "FAILED", 10, "s3: access\ndenied")+`,`+jobJSON("job-2", "RUNNING", 5, "")+`],"next-page-token":"job-2"}`)
 		case "job-2":
-			answerJSON(w, http.StatusOK, `{"jobs":[`+jobJSON("job-3", "SUCCEEDED", 7, "")+`],"next-page-token":null}`)
+			answerJSON(w, http.StatusOK, `{"jobs":[`+jobJSON("job-3", "SUCCEEDED", 7, "timeout")+`],"next-page-token":null}`)
 		default:
 			icebergError(w, http.StatusBadRequest, "BadRequestException", "bad token")
 		}
@@ -529,7 +529,8 @@ func TestPurgeListFollowsPageTokens(t *testing.T) {
 	assert.Regexp(t, `^ID +STATE +TABLE +ATTEMPTS +FILES DELETED +UPDATED +LAST ERROR$`, lines[0])
 	assert.Regexp(t, `^job-1 +FAILED +db\.sales\.orders +2 +10 +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +s3: access denied$`, lines[1])
 	assert.Regexp(t, `^job-2 +RUNNING +db\.sales\.orders +2 +5 +.* +-$`, lines[2])
-	assert.Regexp(t, `^job-3 +SUCCEEDED +`, lines[3])
+	// A succeeded job's last error is an earlier attempt's.
+	assert.Regexp(t, `^job-3 +SUCCEEDED +.* +\(an earlier attempt\) timeout$`, lines[3])
 	seen := f.requests()
 	require.Len(t, seen, 2)
 	assert.Equal(t, "namespace=db.sales&state=failed&table=orders", seen[0].query)

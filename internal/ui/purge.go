@@ -135,6 +135,11 @@ func (s *Server) jobRow(j fsm.PurgeJob) jobRow {
 		Skipped: j.Progress.Skipped, SkippedOwned: j.Progress.SkippedOwned, DroppedBy: j.DroppedBy,
 		CreatedMs: j.CreatedMs, UpdatedMs: j.UpdatedMs,
 	}
+	if j.State == fsm.JobSucceeded && j.LastError != "" {
+		// The state machine keeps an earlier attempt's error once a
+		// retry has succeeded: not the job's outcome.
+		row.LastError = "(an earlier attempt) " + j.LastError
+	}
 	if j.Lease != nil {
 		row.LeaseNode = j.Lease.Node
 	}

@@ -1183,3 +1183,13 @@ func TestPagesCheckBeforeTheyRead(t *testing.T) {
 		}
 	}
 }
+
+// A SUCCEEDED job keeps an earlier attempt's error in the state machine:
+// the page says whose it is.
+func TestSucceededJobErrorIsAnEarlierAttempts(t *testing.T) {
+	f := newFixture(t, nil)
+	row := f.srv.jobRow(fsm.PurgeJob{ID: "j", State: fsm.JobSucceeded, LastError: "timeout"})
+	assert.Equal(t, "(an earlier attempt) timeout", row.LastError)
+	row = f.srv.jobRow(fsm.PurgeJob{ID: "j", State: fsm.JobFailed, LastError: "timeout"})
+	assert.Equal(t, "timeout", row.LastError)
+}
