@@ -83,3 +83,23 @@ func TestClockDependent(t *testing.T) {
 		assert.Equal(t, want, clockDependent(errors.New(msg)), msg)
 	}
 }
+
+// A named warehouse's mark goes from the state machine's renderings of
+// its namespaces only: a level the client named "sales:q", or prose that
+// happens to hold the name, keeps its text.
+func TestWarehousePlain(t *testing.T) {
+	w := &warehouse{name: "sales"}
+	for in, want := range map[string]string{
+		"namespace sales:q contains namespaces":             "namespace q contains namespaces",
+		"namespace sales:sales:q contains namespaces":       "namespace sales:q contains namespaces",
+		"parent namespace does not exist: sales:sales:nope": "parent namespace does not exist: sales:nope",
+		"table already exists: sales:a.b":                   "table already exists: a.b",
+		`namespace "sales:a" is not empty`:                  `namespace "a" is not empty`,
+		"malformed request body: sales: unexpected":         "malformed request body: sales: unexpected",
+		"location file:///w/sales:y overlaps (sales:a.t)":   "location file:///w/sales:y overlaps (a.t)",
+		"sales:": "sales:",
+	} {
+		assert.Equal(t, want, w.plain(in), in)
+	}
+	assert.Equal(t, "sales:q", (&warehouse{}).plain("sales:q"))
+}

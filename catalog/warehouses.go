@@ -74,12 +74,33 @@ func external(levels []string) []string {
 
 // plain removes the warehouse's name from a message of the state machine,
 // which renders a named warehouse's namespaces as "name:a.b": the client
-// asked within the warehouse and names them without it.
+// asked within the warehouse and names them without it. Only such a
+// rendering's mark goes: "name:" at the start of a word and followed by
+// a level (never by a space, as in prose), once per word, so that a
+// level the client named "name:q" keeps its text.
 func (w *warehouse) plain(msg string) string {
 	if w.name == "" {
 		return msg
 	}
-	return strings.ReplaceAll(msg, w.name+":", "")
+	mark := w.name + ":"
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		wordStart := i == 0 || strings.ContainsRune(" \t\n\"'(,[{", rune(msg[i-1]))
+		if wordStart && strings.HasPrefix(msg[i:], mark) && i+len(mark) < len(msg) && msg[i+len(mark)] != ' ' {
+			// Drop the mark and keep the rest of the word as it is.
+			i += len(mark)
+			end := strings.IndexAny(msg[i:], " \t\n")
+			if end < 0 {
+				end = len(msg) - i
+			}
+			b.WriteString(msg[i : i+end])
+			i += end
+			continue
+		}
+		b.WriteByte(msg[i])
+		i++
+	}
+	return b.String()
 }
 
 type warehouseKey struct{}
