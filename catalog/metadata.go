@@ -126,6 +126,16 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 	}
 }
 
+// tableRecord reads the record of the table at id linearizably; ok is
+// false when there is none.
+func (s *Server) tableRecord(ctx context.Context, id fsm.Ident) (t fsm.Table, ok bool, err error) {
+	err = s.store.Read(ctx, func(rd *fsm.Reader) error {
+		t, ok = rd.Table(id)
+		return nil
+	})
+	return t, ok, err
+}
+
 // readTableMetadata reads the metadata file of t, the entry of table id as
 // read a moment before. A purge after a concurrent drop, or a concurrent
 // commit's cleanup of expired metadata files, can delete that file in
@@ -140,14 +150,8 @@ func (s *Server) readTableMetadata(ctx context.Context, id fsm.Ident, t fsm.Tabl
 		if err == nil || !errors.Is(err, storage.ErrNotFound) || moves == maxMetadataMoves {
 			return t, tm, err
 		}
-		var (
-			now fsm.Table
-			ok  bool
-		)
-		if rerr := s.store.Read(ctx, func(rd *fsm.Reader) error {
-			now, ok = rd.Table(id)
-			return nil
-		}); rerr != nil {
+		now, ok, rerr := s.tableRecord(ctx, id)
+		if rerr != nil {
 			return t, nil, err
 		}
 		switch {

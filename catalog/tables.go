@@ -1887,14 +1887,8 @@ func (s *Server) adoptBudget(ctx context.Context, id fsm.Ident, overwrite bool, 
 	if !overwrite || len(adopts) == 0 {
 		return adopts, nil
 	}
-	var (
-		cur    fsm.Table
-		exists bool
-	)
-	if err := s.store.Read(ctx, func(rd *fsm.Reader) error {
-		cur, exists = rd.Table(id)
-		return nil
-	}); err != nil {
+	cur, exists, err := s.tableRecord(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 	if !exists || cur.UUID == "" || cur.UUID != meta.TableUUID().String() {
