@@ -690,7 +690,7 @@ func checkSnapshotKeyIDs(updates json.RawMessage) error {
 		if json.Unmarshal(raw, &u) != nil || u.Action != table.UpdateAddSnapshot {
 			continue
 		}
-		if k, ok := u.Snapshot["key-id"]; ok && string(k) != "null" {
+		if !isAbsent(u.Snapshot["key-id"]) {
 			return errSnapshotKeyID(string(u.Snapshot["snapshot-id"]))
 		}
 	}
@@ -710,7 +710,7 @@ func checkRegisteredKeyIDs(raw []byte) error {
 		return nil
 	}
 	for _, snap := range doc.Snapshots {
-		if k, ok := snap["key-id"]; ok && string(k) != "null" {
+		if !isAbsent(snap["key-id"]) {
 			return errSnapshotKeyID(string(snap["snapshot-id"]))
 		}
 	}

@@ -237,7 +237,7 @@ func checkRawViewVersion(raw json.RawMessage) error {
 		return badRequest("view-version must be a JSON object")
 	}
 	for _, k := range viewVersionRequired {
-		if v, ok := fields[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
+		if isAbsent(fields[k]) {
 			return badRequest("view-version has no %s", k)
 		}
 	}
@@ -265,7 +265,7 @@ func checkRegisteredViewFile(raw []byte) error {
 	}
 	for _, e := range log {
 		for _, k := range []string{"timestamp-ms", "version-id"} {
-			if v, ok := e[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
+			if isAbsent(e[k]) {
 				return badRequest("a version-log entry of the view metadata has no %s", k)
 			}
 		}
@@ -281,7 +281,7 @@ func checkRegisteredViewFile(raw []byte) error {
 		var fields map[string]json.RawMessage
 		_ = json.Unmarshal(v, &fields) // an object: checkRawViewVersion
 		for _, k := range []string{"summary", "representations"} {
-			if f, ok := fields[k]; !ok || string(bytes.TrimSpace(f)) == "null" {
+			if isAbsent(fields[k]) {
 				return badRequest("view-version has no %s", k)
 			}
 		}
