@@ -189,9 +189,9 @@ type TableChange struct {
 	// points into outside its location, as the proposer read them from
 	// it (the table roots of its metadata log and manifest lists), with
 	// their keys. Apply makes each one the table's FormerLocation unless
-	// it lies inside the table's location, another live table holds
-	// it, a purge job is deleting it, or the table already owns
-	// maxFormerLocations: a table moved, dropped without purge and
+	// it overlaps the table's location (inside it or around it), another
+	// live table holds it, a purge job is deleting it, or the table
+	// already owns maxFormerLocations: a table moved, dropped without purge and
 	// registered again keeps the place it left, as it did while it
 	// lived (body version 4).
 	Adopts []FormerLocation `json:"adopts,omitempty"`
@@ -539,7 +539,7 @@ func applyCommitTables(t *txn, c Command) Result {
 }
 
 // adopt returns tb's former locations with the places ch adopts added:
-// each one not inside tb's location, not held by another live table, not
+// each one not overlapping tb's location, not held by another live table, not
 // being purged, and not owned already, while tb owns fewer than
 // maxFormerLocations. Nothing here is refused: a place another table
 // holds stays that table's, and its files with it.
