@@ -657,14 +657,34 @@ func (s *security) lead(ctx context.Context) {
 type staleAuthKey struct{}
 
 // withAuthConsistency marks r when it is a GET or HEAD asking for a stale
-// read (catalog.ReadConsistencyHeader): the records it is checked against
-// are then read as its data is, from the local replica, so that a
-// follower without a leader still answers it.
+// read (catalog.ReadConsistencyHeader) whose data are read from the local
+// replica too: the records it is checked against are then read as its data
+// is, so that a follower without a leader still answers it. Only the
+// catalog's routes (/v1/) and the status page read their data so; the
+// operator API reads linearizably whatever the request asks (a backup
+// holds the token signing keys), and storage credentials are a live
+// secret rather than stale data: a request to either is checked
+// linearizably, so that a revoked grant or a deleted token is refused as
+// soon as the change is acknowledged, however far behind this node is.
 func withAuthConsistency(r *http.Request) *http.Request {
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get(catalog.ReadConsistencyHeader) == "stale" {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get(catalog.ReadConsistencyHeader) == "stale" &&
+		readsReplica(r) && !asksForCredentials(r) {
 		return r.WithContext(context.WithValue(r.Context(), staleAuthKey{}, true))
 	}
 	return r
+}
+
+// readsReplica reports whether r is to a route that serves a stale read
+// from the local replica: the catalog's and the status page's.
+func readsReplica(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/v1/") || ui.IsPath(r.URL.Path)
+}
+
+// asksForCredentials reports whether r may be answered with storage
+// credentials: it asks for delegated access (any mechanism: the catalog
+// decides which it offers), or is the route that only vends them.
+func asksForCredentials(r *http.Request) bool {
+	return len(r.Header.Values(catalog.AccessDelegationHeader)) > 0 || strings.HasSuffix(r.URL.Path, "/credentials")
 }
 
 // authRead reads the records a request is authenticated and authorized

@@ -228,3 +228,71 @@ func TestPageAuthorizedByTheReplicaShowsTheReplica(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleHeaderLowersOnlyCatalogReadChecks: a node whose replica has not
+// applied a revocation yet (an admin grant revoked, a static token
+// deleted) checks a request asking for a stale read against its replica
+// only where the answer is read from the replica too: the catalog's reads
+// and the status page. The operator API (whose answers, a backup among
+// them, are read linearizably) and storage credentials (a live secret)
+// are checked against the cluster whatever the request asks.
+func TestStaleHeaderLowersOnlyCatalogReadChecks(t *testing.T) {
+	adminID, adminToken := auth.NewStaticToken()
+	_, adminSecret, ok := auth.ParseStaticToken(adminToken)
+	require.True(t, ok)
+	goneID, goneToken := auth.NewStaticToken()
+	_, goneSecret, ok := auth.ParseStaticToken(goneToken)
+	require.True(t, ok)
+	open := func(cmds ...fsm.Command) *fsm.FSM {
+		f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		cmds = append([]fsm.Command{
+			fsm.PutAuthToken{Token: fsm.AuthToken{ID: adminID, Hash: auth.HashToken(adminSecret), Principal: "adm"}},
+		}, cmds...)
+		for i, cmd := range cmds {
+			data, err := fsm.Encode(cmd)
+			require.NoError(t, err)
+			res := f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}).(fsm.Result)
+			require.NoError(t, res.Err())
+		}
+		return f
+	}
+	behind := open(
+		fsm.SetGrant{Grant: fsm.Grant{Grantee: "principal:adm", Privilege: auth.PrivilegeAdmin}},
+		fsm.PutAuthToken{Token: fsm.AuthToken{ID: goneID, Hash: auth.HashToken(goneSecret), Principal: "gone"}},
+	)
+	back := &atomic.Bool{}
+	back.Store(true) // a leader throughout: the cluster has revoked both
+	store := returningReplica{stale: behind, fresh: open(), back: back}
+	cfg := config{Auth: authOn, AuthRootToken: "root-token-for-a-replica-behind-0123456789", AuthTokenTTL: time.Hour,
+		AuthMaxTokenTTL: time.Hour, AuthAudience: "floe"}
+	s, err := newSecurity(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), store, "n1")
+	require.NoError(t, err)
+	h := s.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for _, c := range []struct {
+		name, target, bearer, delegation string
+		want                             int
+	}{
+		// The documented exception: checked as its data is read.
+		{name: "catalog read", target: "/v1/namespaces/db", bearer: goneToken, want: http.StatusOK},
+		{name: "operator API backup", target: "/management/v1/backup", bearer: adminToken, want: http.StatusForbidden},
+		{name: "operator API clients", target: "/management/v1/auth/clients", bearer: adminToken, want: http.StatusForbidden},
+		{name: "credentials route", target: "/v1/namespaces/db/tables/t/credentials", bearer: goneToken, want: http.StatusUnauthorized},
+		{name: "load with vended credentials", target: "/v1/namespaces/db/tables/t", bearer: goneToken,
+			delegation: "vended-credentials", want: http.StatusUnauthorized},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, c.target, nil)
+			r.Header.Set("Authorization", "Bearer "+c.bearer)
+			r.Header.Set("X-Floe-Read-Consistency", "stale")
+			if c.delegation != "" {
+				r.Header.Set("X-Iceberg-Access-Delegation", c.delegation)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			assert.Equal(t, c.want, rec.Code, rec.Body.String())
+		})
+	}
+}
