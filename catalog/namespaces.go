@@ -3,6 +3,7 @@ package catalog
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -86,6 +87,10 @@ func page(r *http.Request) (after string, limit int, err error) {
 	}
 	if ps := q.Get("pageSize"); ps != "" {
 		n, err := strconv.Atoi(ps)
+		if errors.Is(err, strconv.ErrRange) && ps[0] != '-' {
+			// A positive integer past the int range: as large as any.
+			n, err = maxPageSize, nil
+		}
 		if err != nil || n < 1 {
 			return "", 0, badRequest("pageSize must be a positive integer, got %s", clipped(ps))
 		}

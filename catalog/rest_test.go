@@ -130,6 +130,11 @@ func TestPagination(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a", "b", "c", "d", "e"}, got)
 	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageSize=0", nil).errorStatus(t))
+	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageSize=-99999999999999999999", nil).errorStatus(t))
+	// A positive integer past the int range is as large a page as any.
+	r = n.do(t, "GET", "/v1/namespaces/p/tables?pageSize=99999999999999999999&pageToken=", nil)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	assert.Len(t, r.json(t)["identifiers"], 5)
 	assert.Equal(t, 400, n.do(t, "GET", "/v1/namespaces/p/tables?pageToken=***", nil).errorStatus(t))
 	// Tokens that decode, but to no name a page could end with.
 	for _, tok := range []string{"zzzz", "_w", "AA"} {
