@@ -681,10 +681,13 @@ func readsReplica(r *http.Request) bool {
 }
 
 // asksForCredentials reports whether r may be answered with storage
-// credentials: it asks for delegated access (any mechanism: the catalog
-// decides which it offers), or is the route that only vends them.
+// credentials: a read of one table that asks for delegated access (any
+// mechanism: the catalog decides which it offers), or the route that only
+// vends them. Clients that send the delegation header on every request
+// keep stale listings (and their checks) on the replica.
 func asksForCredentials(r *http.Request) bool {
-	return len(r.Header.Values(catalog.AccessDelegationHeader)) > 0 || strings.HasSuffix(r.URL.Path, "/credentials")
+	return strings.HasSuffix(r.URL.Path, "/credentials") ||
+		len(r.Header.Values(catalog.AccessDelegationHeader)) > 0 && strings.Contains(r.URL.Path, "/tables/")
 }
 
 // authRead reads the records a request is authenticated and authorized

@@ -282,6 +282,11 @@ func TestStaleHeaderLowersOnlyCatalogReadChecks(t *testing.T) {
 		{name: "credentials route", target: "/v1/namespaces/db/tables/t/credentials", bearer: goneToken, want: http.StatusUnauthorized},
 		{name: "load with vended credentials", target: "/v1/namespaces/db/tables/t", bearer: goneToken,
 			delegation: "vended-credentials", want: http.StatusUnauthorized},
+		{name: "load with vended credentials, named warehouse", target: "/v1/sales/namespaces/db/tables/t", bearer: goneToken,
+			delegation: "vended-credentials", want: http.StatusUnauthorized},
+		// Some clients send the header on every request: a listing vends nothing.
+		{name: "listing with the delegation header", target: "/v1/namespaces/db/tables", bearer: goneToken,
+			delegation: "vended-credentials", want: http.StatusOK},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, c.target, nil)
