@@ -158,6 +158,21 @@ func (noObjects) Read(context.Context, string) ([]byte, error) {
 	return nil, errors.New("no objects here")
 }
 
+// replicaOf returns a state machine that has applied cmds, in order.
+func replicaOf(t *testing.T, cmds ...fsm.Command) *fsm.FSM {
+	t.Helper()
+	f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	for i, cmd := range cmds {
+		data, err := fsm.Encode(cmd)
+		require.NoError(t, err)
+		res := f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}).(fsm.Result)
+		require.NoError(t, res.Err())
+	}
+	return f
+}
+
 // TestPageAuthorizedByTheReplicaShowsTheReplica: a page whose reader was
 // checked against this node's replica (no leader at the time) shows the
 // replica too, even when the leader is back by the time it reads its
@@ -168,20 +183,10 @@ func TestPageAuthorizedByTheReplicaShowsTheReplica(t *testing.T) {
 	_, secret, ok := auth.ParseStaticToken(token)
 	require.True(t, ok)
 	open := func(cmds ...fsm.Command) *fsm.FSM {
-		f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { f.Close() })
-		cmds = append([]fsm.Command{
+		return replicaOf(t, append([]fsm.Command{
 			fsm.PutAuthToken{Token: fsm.AuthToken{ID: id, Hash: auth.HashToken(secret), Principal: "bob"}},
 			fsm.CreateNamespace{Namespace: []string{"db"}},
-		}, cmds...)
-		for i, cmd := range cmds {
-			data, err := fsm.Encode(cmd)
-			require.NoError(t, err)
-			res := f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}).(fsm.Result)
-			require.NoError(t, res.Err())
-		}
-		return f
+		}, cmds...)...)
 	}
 	table := func(name string) fsm.Command {
 		return fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: fsm.Ident{Namespace: []string{"db"}, Name: name},
@@ -244,19 +249,9 @@ func TestStaleHeaderLowersOnlyCatalogReadChecks(t *testing.T) {
 	_, goneSecret, ok := auth.ParseStaticToken(goneToken)
 	require.True(t, ok)
 	open := func(cmds ...fsm.Command) *fsm.FSM {
-		f, err := fsm.Open(filepath.Join(t.TempDir(), "fsm.db"), nil)
-		require.NoError(t, err)
-		t.Cleanup(func() { f.Close() })
-		cmds = append([]fsm.Command{
+		return replicaOf(t, append([]fsm.Command{
 			fsm.PutAuthToken{Token: fsm.AuthToken{ID: adminID, Hash: auth.HashToken(adminSecret), Principal: "adm"}},
-		}, cmds...)
-		for i, cmd := range cmds {
-			data, err := fsm.Encode(cmd)
-			require.NoError(t, err)
-			res := f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data}).(fsm.Result)
-			require.NoError(t, res.Err())
-		}
-		return f
+		}, cmds...)...)
 	}
 	behind := open(
 		fsm.SetGrant{Grant: fsm.Grant{Grantee: "principal:adm", Privilege: auth.PrivilegeAdmin}},
