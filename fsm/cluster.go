@@ -8,6 +8,8 @@ import (
 	"os"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/floe-catalog/floe/internal/boltopen"
 )
 
 // The cluster's identity: a random id the first leader stamps once, so that
@@ -65,7 +67,9 @@ func (r *Reader) ClusterID() string {
 func AppliedIndexOf(path string) (uint64, error) {
 	opts := *boltOptions()
 	opts.ReadOnly = true
-	db, err := bolt.Open(path, 0o600, &opts)
+	// Through boltopen: the file may be a backup's state, checksummed but
+	// not signed, cut short or damaged by whoever edited it.
+	db, err := boltopen.Open(path, 0o600, &opts, nil)
 	if err != nil {
 		return 0, fmt.Errorf("fsm: open %s: %w", path, err)
 	}
@@ -109,7 +113,7 @@ func WriteAsNewCluster(path, id string, w io.Writer) (string, error) {
 	if id == "" || len(id) > maxClusterIDLen {
 		return "", fmt.Errorf("fsm: cluster id must be 1 to %d bytes", maxClusterIDLen)
 	}
-	db, err := bolt.Open(path, 0o600, boltOptions())
+	db, err := boltopen.Open(path, 0o600, boltOptions(), nil)
 	if err != nil {
 		return "", fmt.Errorf("fsm: open %s: %w", path, err)
 	}

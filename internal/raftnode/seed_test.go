@@ -173,3 +173,33 @@ func TestSeedFailureLeavesDirectoryAsItWas(t *testing.T) {
 		assert.NoError(t, CheckNoState(existing))
 	}
 }
+
+// TestSeedRefusesDamagedStagedState: a backup's state is checksummed, not
+// signed, so one cut short with its checksums recomputed reaches the
+// staged file. Reading it is refused as damaged, with the directory left
+// as it was, not a fault that ends the process.
+func TestSeedRefusesDamagedStagedState(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "fsm.db")
+	f, err := fsm.Open(src, nil)
+	require.NoError(t, err)
+	var state bytes.Buffer
+	require.NoError(t, f.View(func(r *fsm.Reader) error {
+		_, err := r.WriteTo(&state)
+		return err
+	}))
+	require.NoError(t, f.Close())
+	const pageSize = 4096
+	require.Greater(t, state.Len(), 4*pageSize, "the state spans more pages than are kept")
+	cut := state.Bytes()[:3*pageSize] // the meta pages count pages past the cut
+
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "warehouse"), 0o755))
+	err = Seed(SeedConfig{DataDir: dir, NodeID: "a", Address: "127.0.0.1:1", Index: 1, ClusterID: "new-cluster", Logger: testLogger(t)},
+		bytes.NewReader(cut))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "damaged")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "warehouse", entries[0].Name())
+}
