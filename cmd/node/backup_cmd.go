@@ -111,6 +111,7 @@ Flags:
 		printFlags(w, fs)
 		fmt.Fprint(w, "\nExit codes: 0 written, 1 failed (FILE is left as it was), 2 usage error, 3 the node could not be\nreached or stayed unavailable, or --timeout passed, 4 not authorized (401, 403), 130 interrupted.\n")
 	}
+	refuseRepeatedFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
@@ -585,6 +586,7 @@ Flags:
 		printFlags(w, fs)
 		fmt.Fprint(w, "\nExit codes: 0 restored, 1 refused or failed (DIR is left as it was), 2 usage error,\n130 interrupted (nothing restored).\n")
 	}
+	refuseRepeatedFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
@@ -603,26 +605,29 @@ Flags:
 		problem = "--data-dir DIR is required"
 	}
 	if problem == "" {
+		if nodeID == "" {
+			nodeID = clusterAddr // a node's default --node-id
+		}
 		if host, _, err := net.SplitHostPort(clusterAddr); err != nil {
 			problem = fmt.Sprintf("--cluster-addr %q: want host:port: %v", clusterAddr, err)
+		} else if err := raftnode.CheckClusterAddr(clusterAddr); err != nil {
+			// The seeded node is the cluster's one voter at this address:
+			// one no node can listen on or be dialed at is refused now,
+			// not when the first node started on the directory is.
+			problem = fmt.Sprintf("--cluster-addr: %v", err)
 		} else if wildcardHost(host) {
 			// A node started on the directory advertises an address the
 			// others can dial; a wildcard is none, and a node that
 			// listens on every interface is started with
 			// --cluster-advertise, which is what to give here.
 			problem = fmt.Sprintf("--cluster-addr %q listens on every interface and names no address to dial: give the address the node will advertise (its --cluster-advertise)", clusterAddr)
-		} else if nodeID != "" {
-			if err := raftnode.CheckMemberID(nodeID); err != nil {
-				problem = fmt.Sprintf("--node-id: %v", err)
-			}
+		} else if err := raftnode.CheckMemberID(nodeID); err != nil {
+			problem = fmt.Sprintf("--node-id: %v", err)
 		}
 	}
 	if problem != "" {
 		fmt.Fprintf(stderr, "floe restore: %s\nRun 'floe restore --help' for usage.\n", problem)
 		return backupExitUsage
-	}
-	if nodeID == "" {
-		nodeID = clusterAddr
 	}
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {

@@ -418,6 +418,15 @@ func TestBackupCommandUsage(t *testing.T) {
 		{"restore", "--data-dir", t.TempDir()},
 		{"restore", "--from", "x"},
 		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "nope"},
+		// Addresses no node can listen on or be dialed at, and the node id
+		// taken from one (a node's default) that no member may have.
+		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "127.0.0.1:99999"},
+		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "127.0.0.1:0"},
+		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "127.0.0.1:abc"},
+		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--node-id", "r1", "--cluster-addr", "a b:1"},
+		{"restore", "--from", "x", "--data-dir", t.TempDir(), "--cluster-addr", "x\ty:5"},
+		{"restore", "--from", "x", "--from", "y", "--data-dir", t.TempDir()},
+		{"backup", "--to", filepath.Join(t.TempDir(), "a"), "--to", filepath.Join(t.TempDir(), "b")},
 		{"restore", "--from", os.DevNull, "--data-dir", t.TempDir()},
 	} {
 		code, _, stderr := runFloe(t, bin, args...)

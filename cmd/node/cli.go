@@ -305,6 +305,11 @@ func printLeafHelp(w io.Writer, l cliLeaf, fs *flag.FlagSet) {
 // printFlags lists fs's flags the way floe --help does.
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
+		if o, ok := f.Value.(*onceFlag); ok {
+			plain := *f
+			plain.Value = o.Value
+			f = &plain // its type, as flag names it
+		}
 		typ, usage := flag.UnquoteUsage(f)
 		if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
 			typ = ""
@@ -329,7 +334,45 @@ func leafFlags(l cliLeaf, o *cliOptions) *flag.FlagSet {
 	if l.flags != nil {
 		l.flags(fs)
 	}
+	refuseRepeatedFlags(fs)
 	return fs
+}
+
+// refuseRepeatedFlags makes every flag of fs refuse a second value: flag
+// keeps the last one given, and which the operator meant is unknown (purge
+// list --state FAILED --state PENDING listed only PENDING jobs), as the
+// operator API refuses a repeated query parameter. Call it once every flag
+// is defined.
+func refuseRepeatedFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &onceFlag{Value: f.Value} })
+}
+
+// onceFlag is a flag.Value that takes one value.
+type onceFlag struct {
+	flag.Value
+	set bool
+}
+
+func (o *onceFlag) Set(v string) error {
+	if o.set {
+		return errors.New("given more than once: give it once")
+	}
+	o.set = true
+	return o.Value.Set(v)
+}
+
+// String is safe on the zero onceFlag, which flag's help output makes.
+func (o *onceFlag) String() string {
+	if o == nil || o.Value == nil {
+		return ""
+	}
+	return o.Value.String()
+}
+
+// IsBoolFlag keeps a boolean flag taking no argument.
+func (o *onceFlag) IsBoolFlag() bool {
+	b, ok := o.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // runLeaf parses args for l, runs it and returns the exit code.

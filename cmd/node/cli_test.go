@@ -215,6 +215,9 @@ func TestCLIUsageErrorsExit2(t *testing.T) {
 		{[]string{"status", "--node", "http://user:NODEPASS@host:1"}, `--node "http://user:xxxxx@host:1": want scheme://host:port`},
 		{[]string{"status", "--node", "http://user:NODEPASS@host:1:2"}, "--node: not a URL"},
 		{[]string{"status", "--ca", filepath.Join(t.TempDir(), "missing.pem")}, "--ca"},
+		// Which of two values was meant is unknown: flag would keep the last.
+		{[]string{"purge", "list", "--state", "FAILED", "--state", "PENDING"}, `flag -state: given more than once`},
+		{[]string{"purge", "list", "--json", "--json"}, `flag json: given more than once`},
 	} {
 		code, out, errOut := runCLI(t, tc.args...)
 		assert.Equal(t, exitUsage, code, "%q: %s", tc.args, errOut)

@@ -660,7 +660,7 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 	if err := CheckMemberID(id); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
-	if err := checkClusterAddr(addr); err != nil {
+	if err := CheckClusterAddr(addr); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
 	if n.raft.State() != raft.Leader {
@@ -937,7 +937,7 @@ func (n *Node) admitLocal(ctx context.Context, req memberRequest) (admitResponse
 	if err := CheckMemberID(req.ID); err != nil {
 		return admitResponse{}, fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
-	if err := checkClusterAddr(req.Addr); err != nil {
+	if err := CheckClusterAddr(req.Addr); err != nil {
 		return admitResponse{}, fmt.Errorf("%w: %v", ErrInvalidMember, err)
 	}
 	if n.raft.State() != raft.Leader {
@@ -1576,16 +1576,20 @@ func CheckMemberID(id string) error {
 	return nil
 }
 
-// checkClusterAddr refuses a member address Raft could never dial: it
-// must be host:port with a host and a port from 1 to 65535. A voter at
-// such an address would count towards the quorum and never answer.
-func checkClusterAddr(addr string) error {
+// CheckClusterAddr refuses a member address Raft could never dial: it
+// must be host:port with a host free of spaces and control characters and
+// a port from 1 to 65535. A voter at such an address would count towards
+// the quorum and never answer.
+func CheckClusterAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("address %q is not host:port: %v", addr, err)
 	}
 	if host == "" {
 		return fmt.Errorf("address %q has no host", addr)
+	}
+	if i := strings.IndexFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("address %q has a host holding spaces or control characters", addr)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("address %q has no port from 1 to 65535", addr)

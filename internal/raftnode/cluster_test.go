@@ -523,7 +523,7 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 	n := mustOpen(t, cfg)
 	waitLeaderOf(t, n)
 	before := suffrages(t, n)
-	for _, addr := range []string{"not-an-addr", "127.0.0.1", ":8080", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", "[::1"} {
+	for _, addr := range []string{"not-an-addr", "127.0.0.1", ":8080", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", "[::1", "a b:1", "x\ty:5"} {
 		err := n.AddVoter(ctxTimeout(t, 5*time.Second), "x", addr)
 		require.ErrorIs(t, err, ErrInvalidMember, addr)
 		err = n.AddNonvoter(ctxTimeout(t, 5*time.Second), "x", addr)
@@ -536,8 +536,8 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 	require.ErrorIs(t, n.TransferLeadership(ctxTimeout(t, 5*time.Second), ""), ErrInvalidMember, "no other voter")
 	assert.Equal(t, before, suffrages(t, n))
 	require.NoError(t, mustPropose(t, n, createNS("still-leading")).Err())
-	require.NoError(t, checkClusterAddr("[::1]:9000"))
-	require.NoError(t, checkClusterAddr("node-2.floe.svc:8381"))
+	require.NoError(t, CheckClusterAddr("[::1]:9000"))
+	require.NoError(t, CheckClusterAddr("node-2.floe.svc:8381"))
 }
 
 // A node that joins while advertising another member's address (a
