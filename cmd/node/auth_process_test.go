@@ -448,6 +448,25 @@ func TestAuthProcesses(t *testing.T) {
 			code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/grants?grantee="+url.QueryEscape(g), "")
 			assert.Equal(t, http.StatusBadRequest, code, "a grantee filter of no grantee's form (%s): %s", g, out)
 		}
+		// A misspelt or repeated filter is refused, not ignored (every grant,
+		// or the first grantee's alone, listed as the answer).
+		for _, q := range []string{"grantees=principal:alice", "grantee=principal:alice&grantee=principal:bob"} {
+			code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/grants?"+q, "")
+			assert.Equal(t, http.StatusBadRequest, code, "%s: %s", q, out)
+		}
+		// The subtree's own path is no route: a 404 in the error model, not a redirect.
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, path := range []string{"/management/v1/auth", "/management/v1/locations"} {
+			req, err := http.NewRequest("POST", "http://"+n1.httpAddr+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+testRootToken)
+			resp, err := noFollow.Do(req)
+			require.NoError(t, err)
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s: %s", path, out)
+			assert.Contains(t, string(out), `"code":404`, path)
+		}
 		assert.Equal(t, string(beforeRoles), string(c.mustCall(t, n3, testRootToken, "GET", "/management/v1/auth/principals", "", http.StatusOK)))
 		code, out := c.call(t, n1, testRootToken, "GET", "/management/v1/auth/clients", "")
 		require.Equal(t, http.StatusOK, code)

@@ -358,6 +358,11 @@ func managementRoutes(cluster, purgeJobs, authAPI, events, backupAPI http.Handle
 	mux.Handle("/management/v1/purge-jobs", purgeJobs)
 	mux.Handle("/management/v1/purge-jobs/", purgeJobs)
 	mux.Handle("/management/v1/locations/", purgeJobs)
+	// A subtree's own path, which is no route, goes where every other
+	// unknown path does (a 404 in the error model): ServeMux would redirect
+	// it to the subtree (307, a POST followed as a POST).
+	mux.Handle("/management/v1/auth", cluster)
+	mux.Handle("/management/v1/locations", cluster)
 	return mux
 }
 

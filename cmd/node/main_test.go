@@ -608,6 +608,30 @@ func TestNodeIDIsChecked(t *testing.T) {
 	}
 }
 
+// TestManagementSubtreesDoNotRedirect: the path of a subtree of the
+// operator API is no route; it is answered by the handler of unknown paths,
+// never redirected to the subtree.
+func TestManagementSubtreesDoNotRedirect(t *testing.T) {
+	named := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Header().Set("X-Served-By", name) })
+	}
+	h := managementRoutes(named("cluster"), named("purge-jobs"), named("auth"), named("events"), named("backup"))
+	for _, path := range []string{"/management/v1/auth", "/management/v1/locations", "/management/v1/nosuch", "/management/v1"} {
+		for _, method := range []string{"GET", "POST", "DELETE"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+			assert.Equal(t, http.StatusOK, rec.Code, "%s %s: %s", method, path, rec.Header().Get("Location"))
+			assert.Equal(t, "cluster", rec.Header().Get("X-Served-By"), "%s %s", method, path)
+		}
+	}
+	for path, want := range map[string]string{"/management/v1/auth/clients": "auth", "/management/v1/locations/x": "purge-jobs",
+		"/management/v1/purge-jobs": "purge-jobs", "/management/v1/events": "events", "/management/v1/backup": "backup"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		assert.Equal(t, want, rec.Header().Get("X-Served-By"), path)
+	}
+}
+
 // TestPathsOutsideTheAPIsAnswerInTheErrorModel: a client given a wrong
 // base URI gets a 404 it can parse, never ServeMux's plain text or a
 // redirect; the probes take GET and HEAD only, with a 405 naming them.

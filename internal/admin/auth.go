@@ -534,8 +534,17 @@ const (
 )
 
 func (a *authAPI) listGrants(w http.ResponseWriter, r *http.Request) error {
+	// A misspelt or repeated filter would otherwise be ignored, and the
+	// answer would list every grant, or one grantee's as if all.
+	q := r.URL.Query()
+	if err := onlyParams(q, "grantee"); err != nil {
+		return err
+	}
+	if n := len(q["grantee"]); n > 1 {
+		return fmt.Errorf("%w: grantee given %d times: give it once", ErrBadRequest, n)
+	}
 	var grantees []string
-	if g := r.URL.Query().Get("grantee"); g != "" {
+	if g := q.Get("grantee"); g != "" {
 		// The form a grant names its grantee in: any other matches
 		// nothing, which would read as "no grants".
 		if kind, name, ok := cut(g); !ok || (kind != "principal" && kind != "role") || checkName(kind, name) != nil {

@@ -142,6 +142,11 @@ type feedCursor struct {
 func parseFeedRequest(r *http.Request) (feedCursor, int, error) {
 	cur := feedCursor{fromStart: true}
 	q := r.URL.Query()
+	// A misspelt cursor would otherwise read as none: the feed from its
+	// oldest event.
+	if err := onlyParams(q, "after", "limit"); err != nil {
+		return cur, 0, err
+	}
 	for _, name := range []string{"after", "limit"} {
 		if n := len(q[name]); n > 1 {
 			// Which one the caller meant is unknown, as for purge-jobs.

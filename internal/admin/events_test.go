@@ -256,7 +256,7 @@ func TestFeedEndsAtShutdown(t *testing.T) {
 
 func TestFeedRefusesBadRequests(t *testing.T) {
 	s := newFeedServer(t, openFSM(t), time.Hour)
-	for _, q := range []string{"?after=x", "?after=-1", "?after=", "?limit=0", "?limit=1001", "?limit=a", "?after=1&after=2", "?limit=1&limit=2"} {
+	for _, q := range []string{"?after=x", "?after=-1", "?after=", "?limit=0", "?limit=1001", "?limit=a", "?after=1&after=2", "?limit=1&limit=2", "?afterr=100&limt=1", "?after=1&since=2"} {
 		resp, err := http.Get(s.url + q)
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
