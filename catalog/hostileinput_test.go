@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -525,4 +526,86 @@ func TestWhatIcebergGoWouldDropIsRefused(t *testing.T) {
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "key-id")
 	assert.Equal(t, 404, n.doRaw(t, "GET", "/v1/namespaces/a/tables/enc", nil).status)
+}
+
+// A new snapshot must carry what PyIceberg and iceberg-rust parse every
+// load with: a summary (the REST spec requires one in every format
+// version) naming one of the spec's four operations. Without, iceberg-go
+// stored it, and every later load or commit of the table failed in those
+// clients. Refused as a 400 that changes nothing, in a commit and in a
+// registered file (served as stored).
+func TestSnapshotSummariesOtherClientsCannotParseAreRefused(t *testing.T) {
+	n := startNodeWithNamespaceA(t)
+	create := func(name, version string) string {
+		r := n.do(t, "POST", "/v1/namespaces/a/tables", json.RawMessage(fmt.Sprintf(`{"name":%q,"properties":{"format-version":%q},
+			"schema":{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","type":"long","required":true}]}}`, name, version)))
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return r.json(t)["metadata-location"].(string)
+	}
+	commit := func(name string, id int, seq int, summary string) response {
+		if summary != "" {
+			summary = `,"summary":` + summary
+		}
+		return n.do(t, "POST", "/v1/namespaces/a/tables/"+name, json.RawMessage(fmt.Sprintf(`{"requirements":[],"updates":[
+			{"action":"add-snapshot","snapshot":{"snapshot-id":%d,"sequence-number":%d,"timestamp-ms":%d,
+			 "manifest-list":"file:///tmp/floe-none/snap-%d.avro"%s,"schema-id":0}},
+			{"action":"set-snapshot-ref","ref-name":"main","type":"branch","snapshot-id":%d}]}`, id, seq, time.Now().UnixMilli(), id, summary, id)))
+	}
+	current := func(name string) string {
+		r := n.do(t, "GET", "/v1/namespaces/a/tables/"+name, nil)
+		require.Equal(t, 200, r.status, "%s", r.body)
+		return r.json(t)["metadata-location"].(string)
+	}
+	before := create("t", "2")
+	for _, c := range []struct{ summary, want string }{
+		{"", "has no summary"},
+		{`{}`, "no operation"},
+		{`{"operation":"compact"}`, `operation \"compact\" is not one of`},
+		{`{"operation":"Append"}`, "is not one of"},
+	} {
+		r := commit("t", 31, 1, c.summary)
+		assert.Equal(t, 400, r.status, "summary %s: %s", c.summary, r.body)
+		assert.Contains(t, string(r.body), c.want, c.summary)
+	}
+	assert.Equal(t, before, current("t"), "nothing committed")
+
+	// Properties without an operation are read as an overwrite, as Java
+	// reads them, and served with it.
+	r := commit("t", 32, 1, `{"added-data-files":"1"}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	snaps := r.json(t)["metadata"].(map[string]any)["snapshots"].([]any)
+	assert.Equal(t, "overwrite", snaps[0].(map[string]any)["summary"].(map[string]any)["operation"])
+	// Nor in format version 1, where iceberg-rust reads none, but the
+	// REST spec's Snapshot still requires one.
+	beforeV1 := create("v1", "1")
+	r = commit("v1", 33, 0, "")
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Equal(t, beforeV1, current("v1"), "nothing committed")
+	r = commit("v1", 33, 0, `{"operation":"append"}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	// A registered file is served as it is stored: a summary without an
+	// operation is refused there too.
+	meta := r.json(t)["metadata"].(map[string]any)
+	for i, summary := range []any{map[string]any{"added-data-files": "1"}, map[string]any{}, map[string]any{"operation": "compact"}, nil} {
+		m := maps.Clone(meta)
+		m["location"] = fmt.Sprintf("%s-reg%d", meta["location"], i)
+		m["format-version"], m["last-sequence-number"] = 2, 1
+		m["table-uuid"] = fmt.Sprintf("6a1c1f4e-0000-4000-8000-%012d", i)
+		snap := map[string]any{"snapshot-id": 33, "sequence-number": 1, "timestamp-ms": meta["last-updated-ms"],
+			"manifest-list": m["location"].(string) + "/metadata/snap-33.avro", "schema-id": 0}
+		if summary != nil {
+			snap["summary"] = summary
+		}
+		m["snapshots"] = []any{snap}
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		file := m["location"].(string) + "/metadata/00001-reg.metadata.json"
+		require.NoError(t, n.objects.Write(context.Background(), file, b))
+		name := fmt.Sprintf("reg%d", i)
+		r = n.do(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": name, "metadata-location": file})
+		assert.Equal(t, 400, r.status, "summary %v: %s", summary, r.body)
+		assert.Contains(t, string(r.body), "snapshot 33", "summary %v", summary)
+		assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a/tables/"+name, nil).status)
+	}
 }

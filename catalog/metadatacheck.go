@@ -168,8 +168,43 @@ func checkNewSnapshots(before, after table.Metadata) error {
 		if after.Version() == 1 && s.SequenceNumber != 0 {
 			return badRequest("snapshot %d: a format version 1 table's snapshots have no sequence number (got %d)", s.SnapshotID, s.SequenceNumber)
 		}
+		op := ""
+		if s.Summary != nil {
+			op = string(s.Summary.Operation)
+		}
+		if err := checkSnapshotSummary(s.SnapshotID, s.Summary != nil, op); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// snapshotOperations are the operations a snapshot's summary may name: the
+// REST spec's enum, and all that PyIceberg's and iceberg-rust's parsers
+// read.
+var snapshotOperations = []table.Operation{table.OpAppend, table.OpReplace, table.OpOverwrite, table.OpDelete}
+
+// checkSnapshotSummary refuses a snapshot (id) that PyIceberg or
+// iceberg-rust could not parse, and with it every load of the table:
+// without a summary (the REST spec's Snapshot requires one, in every
+// format version; iceberg-rust requires it from version 2), or with a
+// summary whose operation (op, "" for none) is not one of
+// snapshotOperations. A summary that names properties but no operation
+// never gets here without one: iceberg-go reads it as an overwrite, as
+// Java does.
+func checkSnapshotSummary(id any, hasSummary bool, op string) error {
+	switch {
+	case !hasSummary:
+		return badRequest("snapshot %v has no summary: the REST spec requires one, naming its operation (append, replace, overwrite or delete)", id)
+	case op == "":
+		return badRequest("snapshot %v: its summary has no operation: name one of append, replace, overwrite or delete", id)
+	}
+	for _, o := range snapshotOperations {
+		if op == string(o) {
+			return nil
+		}
+	}
+	return badRequest("snapshot %v: operation %s is not one of append, replace, overwrite or delete", id, clipped(op))
 }
 
 // maxSnapshotAhead is how far past the catalog's clock a new snapshot's

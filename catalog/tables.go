@@ -697,12 +697,9 @@ func checkSnapshotKeyIDs(updates json.RawMessage) error {
 	return nil
 }
 
-// checkRegisteredKeyIDs refuses metadata to register whose snapshots have
-// a key-id (errSnapshotKeyID).
-func checkRegisteredKeyIDs(raw []byte) error {
-	if !mayName(raw, "key-id") {
-		return nil
-	}
+// checkRegisteredSnapshots refuses metadata to register (raw) whose snapshots have a key-id (errSnapshotKeyID), or a summary
+// other clients cannot parse (checkSnapshotSummary).
+func checkRegisteredSnapshots(raw []byte) error {
 	var doc struct {
 		Snapshots []map[string]json.RawMessage `json:"snapshots"`
 	}
@@ -710,8 +707,23 @@ func checkRegisteredKeyIDs(raw []byte) error {
 		return nil
 	}
 	for _, snap := range doc.Snapshots {
+		id := string(snap["snapshot-id"])
 		if !isAbsent(snap["key-id"]) {
-			return errSnapshotKeyID(string(snap["snapshot-id"]))
+			return errSnapshotKeyID(id)
+		}
+		// As the file says, since it is served as stored: a summary that
+		// iceberg-go reads as an overwrite may still name no operation.
+		var summary map[string]json.RawMessage
+		hasSummary := !isAbsent(snap["summary"])
+		if hasSummary && json.Unmarshal(snap["summary"], &summary) != nil {
+			return badRequest("snapshot %s: its summary is not a JSON object", id)
+		}
+		var op string
+		if raw, ok := summary["operation"]; ok && json.Unmarshal(raw, &op) != nil {
+			return badRequest("snapshot %s: its summary's operation is not a string", id)
+		}
+		if err := checkSnapshotSummary(id, hasSummary, op); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -1766,7 +1778,7 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 	if err := checkStorageProperties(nil, tm.meta); err != nil {
 		return err
 	}
-	if err := checkRegisteredKeyIDs(tm.raw); err != nil {
+	if err := checkRegisteredSnapshots(tm.raw); err != nil {
 		return err
 	}
 	// The metadata file must be the table's own: one inside another
