@@ -174,24 +174,32 @@ type cliOptions struct {
 
 func (o *cliOptions) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&o.node, "node", "", "`URL` of any node's HTTP API, http:// or https:// (env FLOE_NODE; default "+defaultNodeURL+")")
-	fs.StringVar(&o.token, "token", "", "bearer `token` sent as Authorization: Bearer, needed with --auth=on (env FLOE_TOKEN)")
+	fs.StringVar(&o.token, "token", "", "bearer `token` sent as Authorization: Bearer, needed with --auth=on (env FLOE_TOKEN; given empty, no token is sent)")
 	fs.StringVar(&o.ca, "ca", "", "PEM `file` of the CA that signs the node's HTTPS certificate (default: the system's roots)")
 	fs.BoolVar(&o.json, "json", false, "print the API's JSON instead of a table")
 	fs.DurationVar(&o.timeout, "timeout", timeout, "give up after this long; 0: no limit")
 }
 
-// fromEnv fills what the command line left empty from FLOE_NODE and
-// FLOE_TOKEN, then the defaults.
-func (o *cliOptions) fromEnv() {
+// fromEnv fills what the command line (fs, parsed) left out from
+// FLOE_NODE and FLOE_TOKEN, then the defaults. A flag given empty is not
+// left out: --token "" sends no token, whatever FLOE_TOKEN holds, and
+// --node "" names no node, a usage error.
+func (o *cliOptions) fromEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["node"] && strings.TrimSpace(o.node) == "" {
+		return errors.New("--node is empty: give a node's URL, or leave it out for FLOE_NODE or " + defaultNodeURL)
+	}
 	if o.node == "" {
 		o.node = os.Getenv("FLOE_NODE")
 	}
 	if o.node == "" {
 		o.node = defaultNodeURL
 	}
-	if o.token == "" {
+	if !given["token"] {
 		o.token = os.Getenv("FLOE_TOKEN")
 	}
+	return nil
 }
 
 // cliLeaf is one admin command: floe status, floe purge wait ID, ...
@@ -401,7 +409,9 @@ func runLeaf(ctx context.Context, l cliLeaf, args []string, stdout, stderr io.Wr
 	}
 	var api *apiClient
 	if err == nil {
-		o.fromEnv()
+		err = o.fromEnv(fs)
+	}
+	if err == nil {
 		api, err = newAPIClient(o.node, o.token, o.ca)
 	}
 	if err != nil {

@@ -422,12 +422,19 @@ func TestTokenAndNodeFromFlagsAndEnvironment(t *testing.T) {
 	assert.Equal(t, exitOK, code, errOut)
 	code, _, _ = runCLI(t, "members", "--token", "flag-wins")
 	assert.Equal(t, exitOK, code)
+	// Given empty, the token is none, not FLOE_TOKEN's.
+	code, _, _ = runCLI(t, "members", "--token", "")
+	assert.Equal(t, exitUnauthorized, code)
+	// An empty --node names no node: a usage error, sending nothing.
+	code, _, errOut = runCLI(t, "members", "--node", "")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--node is empty")
 
 	var auths []string
 	for _, r := range f.requests() {
 		auths = append(auths, r.auth)
 	}
-	assert.Equal(t, []string{"", "Bearer from-flag", "Bearer from-env", "Bearer flag-wins"}, auths)
+	assert.Equal(t, []string{"", "Bearer from-flag", "Bearer from-env", "Bearer flag-wins", ""}, auths)
 }
 
 // clusterAnswer is a /management/v1/cluster answer naming the members'
