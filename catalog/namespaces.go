@@ -38,7 +38,7 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) error {
 		var ok bool
 		if wh, ok = s.warehouseNamed(v); !ok {
 			return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
-				msg: fmt.Sprintf("unknown warehouse %q (this catalog serves %s)", v, s.prefixes())}
+				msg: fmt.Sprintf("unknown warehouse %q%s", v, s.servedHint())}
 		}
 	}
 	var endpoints []string

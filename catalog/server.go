@@ -454,7 +454,7 @@ func (s *Server) routes() *mux.Router {
 		parts := strings.SplitN(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/"), "/", 2)
 		if _, known := s.warehouseNamed(parts[0]); strings.HasPrefix(r.URL.Path, "/v1/") && len(parts) == 2 && !reservedPrefixes[parts[0]] && !known {
 			return &apiError{status: http.StatusNotFound, typ: "NoSuchWarehouseException",
-				msg: fmt.Sprintf("unknown catalog prefix %q (this catalog serves %s)", parts[0], s.prefixes())}
+				msg: fmt.Sprintf("unknown catalog prefix %q%s", parts[0], s.servedHint())}
 		}
 		return &apiError{status: http.StatusNotFound, typ: "NotFoundException", msg: "no such route: " + r.URL.Path}
 	})

@@ -195,13 +195,19 @@ func (s *Server) warehouseNamed(v string) (*warehouse, bool) {
 	return nil, false
 }
 
-// prefixes lists the URL prefixes served, for messages.
-func (s *Server) prefixes() string {
+// servedHint names the URL prefixes served, for the message of an unknown
+// one: " (this catalog serves ...)"; nothing with authorization on, where
+// /v1/config answers without a token, and a principal of one warehouse
+// need not learn the others' names.
+func (s *Server) servedHint() string {
+	if s.cfg.Authorizer != nil {
+		return ""
+	}
 	var out []string
 	for _, w := range s.warehouses {
 		out = append(out, fmt.Sprintf("%q", w.prefix))
 	}
-	return strings.Join(out, ", ")
+	return " (this catalog serves " + strings.Join(out, ", ") + ")"
 }
 
 // purgeBases is the storage of the private purge service (a server built
