@@ -251,7 +251,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	go settings.run(stopping)
 	handler := withStatusPage(statusPage.Handler(), routes(settings.guard(catalogHandler), managementRoutes(management.Handler(), purgeJobs,
-		management.Auth(node, admin.AuthConfig{KeyWindow: sec.keyWindow()}),
+		management.Auth(node, authConfig(cfg, sec, warehouses)),
 		management.Events(node.FSM(), admin.EventsConfig{Registerer: reg, Done: stopping.Done(),
 			Linearize: func(ctx context.Context) error { return node.Read(ctx, func(*fsm.Reader) error { return nil }) }}),
 		management.Backup(node, reg)), sec.tokens, settings.readiness(node), reg))
@@ -343,6 +343,16 @@ func explainNodeFailure(err error, id, clusterAddr string) error {
 		"  - or start it with --rejoin-as-nonvoter; once it has caught up as a non-voter, promote it:\n"+
 		"    POST /management/v1/cluster/voters {\"id\":%q,\"address\":%q}",
 		err, url.PathEscape(id), id, clusterAddr)
+}
+
+// authConfig is the operator API's auth settings: the signing key window,
+// and the warehouses a grant may name.
+func authConfig(cfg config, sec *security, warehouses []namedWarehouse) admin.AuthConfig {
+	ac := admin.AuthConfig{KeyWindow: sec.keyWindow(), DefaultPrefix: cfg.Prefix}
+	for _, w := range warehouses {
+		ac.Warehouses = append(ac.Warehouses, w.spec.Name)
+	}
+	return ac
 }
 
 // managementRoutes serves the operator API: the cluster under

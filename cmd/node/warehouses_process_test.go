@@ -54,6 +54,13 @@ func TestWarehouseProcesses(t *testing.T) {
 	// ana may write anywhere in sales, and nowhere in the default warehouse.
 	anaID, anaSecret := c.newClient(t, p, "ana")
 	c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants", `{"grantee":"principal:ana","warehouse":"sales","privilege":"write"}`, http.StatusNoContent)
+	// A grant on a warehouse not served, or on the default one by its
+	// prefix, would cover nothing: refused. A revoke of one is not.
+	for _, wh := range []string{"floe", "Sales", "nope"} {
+		body := fmt.Sprintf(`{"grantee":"principal:ana","warehouse":%q,"privilege":"write"}`, wh)
+		c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants", body, http.StatusBadRequest)
+		c.mustCall(t, p, testRootToken, "POST", "/management/v1/auth/grants/revoke", body, http.StatusNoContent)
+	}
 	ana := c.oauthToken(t, p, anaID, anaSecret)
 	c.mustCall(t, p, ana, "POST", "/v1/sales/namespaces", `{"namespace":["team"]}`, http.StatusOK)
 	c.mustCall(t, p, ana, "POST", "/v1/floe/namespaces", `{"namespace":["team"]}`, http.StatusForbidden)

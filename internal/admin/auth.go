@@ -26,6 +26,12 @@ type AuthConfig struct {
 	// longest token lifetime plus clock leeway); keys retired longer ago
 	// are pruned at the next rotation.
 	KeyWindow time.Duration
+	// DefaultPrefix is the default warehouse's prefix, and Warehouses the
+	// named warehouses this node serves: a grant naming another warehouse
+	// would cover nothing, and is refused (a revoke is not: it removes
+	// what an earlier grant named).
+	DefaultPrefix string
+	Warehouses    []string
 }
 
 // Auth returns the operator API for authentication and authorization
@@ -629,6 +635,9 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 		if hasControl(wh) || strings.Contains(wh, "/") {
 			return fmt.Errorf("%w: warehouse %q is not a warehouse name", ErrBadRequest, wh)
 		}
+		if err := a.checkGrantWarehouse(wh, revoke); err != nil {
+			return err
+		}
 		g := fsm.Grant{Grantee: req.Grantee, Namespace: fsm.InWarehouse(wh, req.Namespace), Privilege: req.Privilege}
 		if !revoke {
 			g.CreatedMs, g.CreatedBy = a.now().UnixMilli(), a.srv.principal(r)
@@ -638,6 +647,28 @@ func (a *authAPI) grant(revoke bool) func(w http.ResponseWriter, r *http.Request
 			return nil
 		})
 	}
+}
+
+// checkGrantWarehouse refuses a grant (not a revoke) naming a warehouse
+// (wh, "" for none) this node does not serve as a named one: the default
+// warehouse's prefix (its namespaces are named without a warehouse), or a
+// name no warehouse has. Either would be stored as a grant covering
+// nothing.
+func (a *authAPI) checkGrantWarehouse(wh string, revoke bool) error {
+	if wh == "" || revoke {
+		return nil
+	}
+	if wh == a.cfg.DefaultPrefix {
+		return fmt.Errorf("%w: warehouse %q is the default warehouse's prefix: leave warehouse out for a grant on its namespaces", ErrBadRequest, wh)
+	}
+	if !slices.Contains(a.cfg.Warehouses, wh) {
+		served := "none"
+		if len(a.cfg.Warehouses) > 0 {
+			served = strings.Join(a.cfg.Warehouses, ", ")
+		}
+		return fmt.Errorf("%w: no warehouse named %q is served (named warehouses: %s)", ErrBadRequest, wh, served)
+	}
+	return nil
 }
 
 func cut(grantee string) (kind, name string, ok bool) {
