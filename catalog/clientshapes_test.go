@@ -326,6 +326,12 @@ var javaShapes = []shape{
 		status: 200, checks: []check{is([][]string{{"jdb", "inner"}}, "namespaces")}},
 	{call: "listNamespaces", method: "GET", target: "/v1/floe/namespaces?parent=jdb%1Finner&pageToken=", headers: javaHeaders,
 		status: 200, checks: []check{lists(0, "namespaces")}},
+	// 1.7.0 alone joined the levels with the text "%1F" and escaped that
+	// again (apache/iceberg#10858, reverted in 1.7.1).
+	{call: "listNamespaces", method: "GET", target: "/v1/floe/namespaces?parent=jdb%251Finner&pageToken=", headers: javaHeaders,
+		status: 200, checks: []check{lists(0, "namespaces")}},
+	{call: "listNamespaces", method: "GET", target: "/v1/floe/namespaces?parent=jdb%251fmissing&pageToken=", headers: javaHeaders,
+		status: 404, errType: "NoSuchNamespaceException"},
 	// rest-page-size=1: pageSize on every call, then the token as given.
 	{call: "listNamespaces", method: "GET", target: "/v1/floe/namespaces?pageToken=&pageSize=1", headers: javaHeaders,
 		status: 200, checks: []check{is([][]string{{"jdb"}}, "namespaces"), save("ns-token", "next-page-token")}},

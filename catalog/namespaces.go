@@ -134,6 +134,11 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		if parent, err = s.parentAsWritten(r, parent); err != nil {
 			return err
 		}
+		if alt, ok := doubleEncodedLevels(p); ok {
+			if parent, err = s.existingSpelling(r, parent, wh.levels(alt)); err != nil {
+				return err
+			}
+		}
 	}
 	top := wh.isRoot(parent)
 	if !top {
@@ -452,10 +457,14 @@ func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, e
 	if err != nil {
 		return decoded, nil
 	}
-	wh := s.whOf(r.Context())
-	alt := wh.levels(levels)
-	// A spelling the caller may not see counts as missing (as in
-	// resolvePlus).
+	return s.existingSpelling(r, decoded, s.whOf(r.Context()).levels(levels))
+}
+
+// existingSpelling returns alt when the namespace decoded does not exist
+// and alt does; else decoded. A spelling the caller may not see counts as
+// missing (as in resolvePlus). One read as consistent as the listing's.
+func (s *Server) existingSpelling(r *http.Request, decoded, alt []string) ([]string, error) {
+	var err error
 	var seen [2]bool
 	for i, l := range [][]string{decoded, alt} {
 		if seen[i], err = s.visible(r, l); err != nil {
@@ -475,6 +484,25 @@ func (s *Server) parentAsWritten(r *http.Request, decoded []string) ([]string, e
 		return nil
 	})
 	return decoded, err
+}
+
+// doubleEncodedLevels reads a parent that Java 1.7.0 encoded twice: it
+// joined the levels with the text "%1F" and then escaped the value, so
+// that one decoding leaves "demo%1Fsub" (its reference server split on
+// that text; 1.7.1 reverted the change). ok is false when parent holds a
+// real unit separator or no "%1F". New names cannot hold "%1F"
+// (validateNewName); an older one that does is still listed as written
+// when it exists (existingSpelling).
+func doubleEncodedLevels(parent string) (levels []string, ok bool) {
+	if strings.Contains(parent, unitSeparator) {
+		return nil, false
+	}
+	joined := strings.NewReplacer("%1F", unitSeparator, "%1f", unitSeparator).Replace(parent)
+	if joined == parent {
+		return nil, false
+	}
+	levels, err := splitNamespace(joined)
+	return levels, err == nil
 }
 
 // rawQueryValue returns the first value of name in a raw query string, as
