@@ -43,6 +43,7 @@ func newLimiter(next http.Handler, max int, uncapped []string, readTimeout, writ
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.running.Add(1)
 	defer l.running.Add(-1)
+	conn := http.NewResponseController(w)
 	w = l.stallBound(w)
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
@@ -58,6 +59,9 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Connection", "close")
 		}
 		writeUnavailable(w, r, fmt.Sprintf("this node is serving its maximum of %d requests; retry shortly or on another node", l.max))
+		if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
+			endUnreadBody(conn)
+		}
 		return
 	}
 	l.m.inFlight.Inc()
@@ -79,10 +83,30 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(r.Context())
 		r.Body = b
 		if r.ProtoMajor == 1 {
-			w = &closeUnread{ResponseWriter: w, body: b}
+			cu := &closeUnread{ResponseWriter: w, body: b}
+			defer func() {
+				if !b.ended.Load() {
+					// An answer not written yet (the handler wrote
+					// nothing) closes the connection too.
+					cu.answering(http.StatusOK)
+					endUnreadBody(conn)
+				}
+			}()
+			w = cu
 		}
 	}
 	l.next.ServeHTTP(w, r)
+}
+
+// endUnreadBody ends, at once, the read net/http makes once a handler has
+// returned of what is left of a request's body (up to 256 KiB of a
+// declared length), which it makes even when the answer closes the
+// connection: for a body declared but never sent, it held the connection
+// and its goroutine until the whole-request ReadTimeout (minutes) after
+// the answer had gone. Call it only once the handler has returned and the
+// answer closes the connection (closeUnread), which then closes at once.
+func endUnreadBody(conn *http.ResponseController) {
+	_ = conn.SetReadDeadline(time.Now())
 }
 
 // stallBound wraps w in a stallWriter, unless the bound is off.
@@ -107,6 +131,8 @@ func (l *limiter) stallBound(w http.ResponseWriter) http.ResponseWriter {
 // body before sending the answer, to keep the connection: for a body
 // declared but never sent, until the whole-request ReadTimeout (minutes),
 // holding the answer, the connection and its goroutine all that time.
+// Once the handler has returned, endUnreadBody ends the read net/http
+// still makes after such an answer.
 type closeUnread struct {
 	http.ResponseWriter
 	body  *rateBody

@@ -362,23 +362,32 @@ func TestAnswerBeforeTheBodyClosesInsteadOfWaiting(t *testing.T) {
 		if r.URL.Path == "/read" {
 			_, _ = io.Copy(io.Discard, r.Body)
 		}
-		w.WriteHeader(http.StatusOK)
+		if r.URL.Path != "/silent" { // answered by net/http: an empty 200
+			w.WriteHeader(http.StatusOK)
+		}
 	})
 	s, err := New(h, Config{MaxInFlight: 4, ReadTimeout: 5 * time.Minute, Logger: discardLogger(), Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	addr := serve(t, s)
-	conn, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = io.WriteString(conn, "GET /v1/config HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
-	require.NoError(t, err)
-	// Bounds a hang only: the answer is due without the body.
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	require.NoError(t, err, "no answer without the body")
-	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.True(t, resp.Close, "the connection is closed after it")
+	for _, path := range []string{"/v1/config", "/silent"} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+		require.NoError(t, err)
+		// Bounds a hang only: the answer is due without the body.
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "no answer without the body")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		assert.True(t, resp.Close, "the connection is closed after it: %s", path)
+		// Closed at once, not once the ReadTimeout has passed.
+		_, err = br.ReadByte()
+		assert.ErrorIs(t, err, io.EOF, "the server kept the connection open: %s", path)
+	}
 
 	conn2, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
@@ -386,7 +395,7 @@ func TestAnswerBeforeTheBodyClosesInsteadOfWaiting(t *testing.T) {
 	_, err = io.WriteString(conn2, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
 	require.NoError(t, err)
 	require.NoError(t, conn2.SetReadDeadline(time.Now().Add(20*time.Second)))
-	resp, err = http.ReadResponse(bufio.NewReader(conn2), nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn2), nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.False(t, resp.Close, "a body read to its end keeps the connection")
@@ -412,9 +421,14 @@ func TestCapRefusalDoesNotWaitForTheBody(t *testing.T) {
 	_, err = io.WriteString(conn, "POST /v1/namespaces HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
 	require.NoError(t, err)
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second))) // bounds a hang only
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
 	require.NoError(t, err, "no answer without the body")
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.True(t, resp.Close)
+	// Closed at once, not once the ReadTimeout has passed.
+	_, err = br.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "the server kept the connection open")
 }
