@@ -287,6 +287,48 @@ func TestOIDCKeyRotation(t *testing.T) {
 	}
 }
 
+// A key the issuer withdraws stops verifying once the cached keys are
+// older than maxKeyAge, though the issuer's current key keeps every other
+// token verifying (which alone never fetched the keys again); with the
+// issuer unreachable, the cached keys still serve.
+func TestOIDCWithdrawnKeyStopsVerifying(t *testing.T) {
+	ti, clock, v, _ := warmVerifier(t)
+	ctx := context.Background()
+	withdrawn := signRSA(t, "k1", rsaKeys()[0], oidcClaims(ti.URL(), clock.Now()))
+	clock.Advance(time.Second)
+	ti.rotate("k2", rsaKeys()[1])
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatalf("token of the rotated key: %v", err)
+	}
+	ti.mu.Lock()
+	delete(ti.published, "k1")
+	ti.mu.Unlock()
+	clock.Advance(maxKeyAge / 2)
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(maxKeyAge)
+	if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+		t.Fatalf("current key after the keys aged: %v", err)
+	}
+	_, err := v.Verify(ctx, withdrawn)
+	wantErr(t, err, ErrInvalidToken)
+
+	ti.mu.Lock()
+	ti.jwksDown = true
+	ti.mu.Unlock()
+	clock.Advance(maxKeyAge + time.Second)
+	_, before := ti.counts()
+	for range 3 {
+		if _, err := v.Verify(ctx, ti.token(t, oidcClaims(ti.URL(), clock.Now()))); err != nil {
+			t.Fatalf("cached key with the issuer unreachable: %v", err)
+		}
+	}
+	if _, after := ti.counts(); after != before+1 {
+		t.Fatalf("the issuer was asked %d times, want once until agedRetryAfter", after-before)
+	}
+}
+
 func TestOIDCUnknownKidFetchesAreSpaced(t *testing.T) {
 	ti := newTestIssuer(t)
 	clock := newFakeClock()

@@ -35,8 +35,9 @@ var errKidSpaced = errors.New("no known signing key verifies the token; not fetc
 
 // issuerKeys is an OIDC issuer's signing keys (its JWKS) as go-oidc's
 // KeySet. A token is checked against the cached keys of its kid (all keys
-// when it names none). Only when none verifies are the keys fetched again,
-// and at most once per minForcedRefresh, so forged tokens, whatever kid they
+// when it names none). Only when none verifies, or the keys are older
+// than maxKeyAge, are the keys fetched again, and at most once per
+// minForcedRefresh, so forged tokens, whatever kid they
 // name, cost the issuer at most ten fetches a second. A token arriving while
 // a fetch runs waits for that fetch instead.
 //
@@ -55,8 +56,24 @@ type issuerKeys struct {
 	keys      []jose.JSONWebKey // of the last successful fetch
 	gen       uint64            // counts successful fetches
 	lastFetch time.Time         // start of the last fetch
+	fetched   time.Time         // end of the last successful fetch
+	agedRetry time.Time         // no refresh for age before this (one failed)
 	inflight  *keyFetch         // nil unless a fetch runs
 }
+
+// Keys are trusted for maxKeyAge after the fetch that got them: a token
+// verified past that first has the keys fetched again, so that a key the
+// issuer withdrew (a leaked one) stops verifying within maxKeyAge on every
+// node, even while the issuer's current key keeps every other token
+// verifying and so never causes a fetch. The token waits at most
+// agedRefreshWait; when the issuer cannot be reached the cached keys
+// still serve, and the next refresh for age waits agedRetryAfter (an
+// unreachable issuer must not slow every request). Variables for tests.
+var (
+	maxKeyAge       = 5 * time.Minute
+	agedRefreshWait = 2 * time.Second
+	agedRetryAfter  = 30 * time.Second
+)
 
 // keyFetch is one fetch of the key set, shared by every token that waits
 // for it. keys and err are set before done is closed.
@@ -86,7 +103,21 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, e
 	kid := jws.Signatures[0].Header.KeyID
 	k.mu.Lock()
 	cached, gen := k.keys, k.gen
+	now := k.now()
+	aged := len(cached) > 0 && now.Sub(k.fetched) >= maxKeyAge && !now.Before(k.agedRetry)
 	k.mu.Unlock()
+	if aged {
+		rctx, cancel := context.WithTimeout(ctx, agedRefreshWait)
+		fresh, err := k.refresh(rctx, gen)
+		cancel()
+		k.mu.Lock()
+		if err == nil {
+			cached, gen = fresh, k.gen
+		} else if ctx.Err() == nil {
+			k.agedRetry = now.Add(agedRetryAfter)
+		}
+		k.mu.Unlock()
+	}
 	if payload, ok := verifyWith(jws, kid, cached); ok {
 		return payload, nil
 	}
@@ -157,6 +188,7 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 	if err == nil {
 		k.keys = keys
 		k.gen++
+		k.fetched = k.now()
 	}
 	k.inflight = nil
 	k.mu.Unlock()
