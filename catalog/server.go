@@ -84,6 +84,48 @@ func (s *Server) read(r *http.Request, fn func(*fsm.Reader) error) error {
 	}
 }
 
+// staleReaderKey marks the context of a mutation whose client reads
+// stale (withStaleReader).
+type staleReaderKey struct{}
+
+// withStaleReader marks r when it changes something and carries
+// ReadConsistencyHeader: stale, as a client that sets the header on every
+// request sends it: such a client reads this node's replica next, and is
+// to find its own write there (readYourWrites).
+func withStaleReader(r *http.Request) *http.Request {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Header.Get(ReadConsistencyHeader) != "stale" {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), staleReaderKey{}, true))
+}
+
+// readYourWritesWait bounds how long a proposal of a stale reader waits
+// for this node's replica to apply it.
+const readYourWritesWait = 2 * time.Second
+
+// readYourWrites is the catalog's store. A write forwarded by a follower
+// is answered once the leader has applied it, before the follower has: a
+// client reading the follower's replica next (iceberg-go loads the view it
+// just renamed) would not find its own write. A proposal marked by
+// withStaleReader is therefore followed by a linearizable read barrier on
+// this node, which waits until its replica has applied every write
+// acknowledged so far, this one included. The write has happened either
+// way: a barrier that fails or takes longer than readYourWritesWait is
+// not an error of the request, whose answer may then be read stale.
+type readYourWrites struct {
+	Store
+}
+
+func (s readYourWrites) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	res, err := s.Store.Propose(ctx, cmd)
+	if stale, _ := ctx.Value(staleReaderKey{}).(bool); stale && err == nil {
+		wctx, cancel := context.WithTimeout(ctx, readYourWritesWait)
+		_ = s.Store.Read(wctx, func(*fsm.Reader) error { return nil })
+		cancel()
+	}
+	return res, err
+}
+
 // Objects is where metadata and data files live.
 type Objects interface {
 	Write(ctx context.Context, uri string, data []byte) error
@@ -270,7 +312,7 @@ func New(cfg Config, store Store, objects Objects) (*Server, error) {
 	}
 	s := &Server{
 		cfg:        cfg,
-		store:      keyedStore{Store: store},
+		store:      readYourWrites{keyedStore{Store: store}},
 		keys:       idempotency.New(store, idempotency.Config{Lifetime: cfg.IdempotencyLifetime, Now: cfg.Now, Logger: cfg.Logger}),
 		objects:    objects,
 		log:        cfg.Logger,
@@ -547,7 +589,7 @@ func (s *Server) wrap(wh *warehouse, name string, h func(w http.ResponseWriter, 
 			}
 		}
 		if err == nil {
-			err = h(rec, r)
+			err = h(rec, withStaleReader(r))
 		}
 		if err != nil {
 			ae := toAPIError(err, kind)
