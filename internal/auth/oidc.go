@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 )
@@ -224,11 +226,37 @@ func (v *OIDCVerifier) Verify(ctx context.Context, raw string) (Principal, error
 	if Reserved(name) {
 		return Principal{}, fmt.Errorf("%w: claim %q names %q, which is reserved", ErrInvalidToken, v.cfg.PrincipalClaim, name)
 	}
+	if err := checkExternalName(name); err != nil {
+		return Principal{}, fmt.Errorf("%w: claim %q: %v", ErrInvalidToken, v.cfg.PrincipalClaim, err)
+	}
 	roles, err := rolesFromClaims(claims, v.cfg.RolesClaim)
 	if err != nil {
 		return Principal{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	return Principal{Name: name, Roles: roles, Via: ViaOIDC}, nil
+}
+
+// checkExternalName refuses an external principal name that reads as
+// another in an audit line or on the status page: one that is not UTF-8,
+// holds a control or invisible formatting character (a zero-width space,
+// a bidirectional override) or spaces at either end, or is a reserved
+// name in other letter case ("Root" beside "root").
+func checkExternalName(name string) error {
+	if !utf8.ValidString(name) {
+		return errors.New("the principal is not UTF-8")
+	}
+	if strings.TrimSpace(name) != name {
+		return errors.New("the principal begins or ends with a space")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return fmt.Errorf("the principal holds the character %U", r)
+		}
+	}
+	if strings.EqualFold(name, RootPrincipal) || strings.EqualFold(name, AnonymousPrincipal) {
+		return fmt.Errorf("the principal %q reads as a reserved name", name)
+	}
+	return nil
 }
 
 // redactedURL is u for logs and error messages: a password in it (basic

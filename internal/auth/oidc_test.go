@@ -236,6 +236,12 @@ func TestOIDCVerifyRejects(t *testing.T) {
 		{"roles claim not strings", ti.token(t, with(func(c map[string]any) { c["groups"] = []any{"a", 1} })), ErrInvalidToken},
 		{"principal root", ti.token(t, with(func(c map[string]any) { c["sub"] = RootPrincipal })), ErrInvalidToken},
 		{"principal anonymous", ti.token(t, with(func(c map[string]any) { c["sub"] = AnonymousPrincipal })), ErrInvalidToken},
+		// Names that read as a reserved one in an audit line.
+		{"principal Root", ti.token(t, with(func(c map[string]any) { c["sub"] = "Root" })), ErrInvalidToken},
+		{"principal root with a zero-width space", ti.token(t, with(func(c map[string]any) { c["sub"] = "root\u200b" })), ErrInvalidToken},
+		{"principal root with a space", ti.token(t, with(func(c map[string]any) { c["sub"] = "root " })), ErrInvalidToken},
+		{"principal with a NUL", ti.token(t, with(func(c map[string]any) { c["sub"] = "ro\x00ot" })), ErrInvalidToken},
+		{"principal with a bidi override", ti.token(t, with(func(c map[string]any) { c["sub"] = "alice\u202egnp.exe" })), ErrInvalidToken},
 		{"garbage", "a.b.c", ErrInvalidToken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
