@@ -188,9 +188,9 @@ func (v *OIDCVerifier) idTokenVerifier(ctx context.Context, force bool) (*oidc.I
 // Leeway) and nbf, and a non-empty string principal claim that is not Reserved. It returns the
 // principal (Via ViaOIDC) with the roles of RolesClaim. Errors wrap
 // ErrExpiredToken for an expired token, ErrUnavailable while discovery
-// fails, and ErrInvalidToken for everything else (including keys that
-// could not be fetched: go-oidc does not tell that apart from a bad
-// signature).
+// fails or the keys a token needs could not be fetched (the issuer's keys
+// cannot tell it from a forgery then), and ErrInvalidToken for everything
+// else.
 //
 // A token no cached key verifies makes the issuer's keys be fetched
 // again, at most once per 100ms, so that forged tokens cannot make floe
@@ -201,7 +201,11 @@ func (v *OIDCVerifier) Verify(ctx context.Context, raw string) (Principal, error
 	if err != nil {
 		return Principal{}, err
 	}
+	ctx, unreachable := withKeysUnreachable(ctx)
 	tok, err := verifier.Verify(ctx, raw)
+	if err != nil && unreachable.Load() {
+		return Principal{}, fmt.Errorf("%w: the issuer's signing keys could not be fetched: %v", ErrUnavailable, err)
+	}
 	if err != nil {
 		var expired *oidc.TokenExpiredError
 		if errors.As(err, &expired) && expired.Expiry.IsZero() {

@@ -537,7 +537,10 @@ func TestOIDCLateTokenUsesTheFetchThatEnded(t *testing.T) {
 }
 
 // A failed fetch keeps the keys of the last good one; a token without a
-// kid is checked against every key.
+// kid is checked against every key. A token no cached key verifies while
+// the keys cannot be fetched could not be checked: 503 (ErrUnavailable),
+// not 401, which would make a client drop valid credentials; once the
+// keys are fetched again, a forgery is a 401.
 func TestOIDCKeepsKeysWhenAFetchFails(t *testing.T) {
 	ti, clock, v, _ := warmVerifier(t)
 	ctx := context.Background()
@@ -548,7 +551,7 @@ func TestOIDCKeepsKeysWhenAFetchFails(t *testing.T) {
 	clock.Advance(time.Second)
 	_, jwksBefore := ti.counts()
 	_, err := v.Verify(ctx, signRSA(t, "unknown", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
-	wantErr(t, err, ErrInvalidToken)
+	wantErr(t, err, ErrUnavailable)
 	if _, jwks := ti.counts(); jwks != jwksBefore+1 {
 		t.Fatalf("the unknown kid fetched the JWKS %d times, want 1", jwks-jwksBefore)
 	}
@@ -558,6 +561,15 @@ func TestOIDCKeepsKeysWhenAFetchFails(t *testing.T) {
 	if _, err := v.Verify(ctx, signRSA(t, "", rsaKeys()[0], oidcClaims(ti.URL(), clock.Now()))); err != nil {
 		t.Fatalf("token without a kid: %v", err)
 	}
+	_, err = v.Verify(ctx, signRSA(t, "", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
+	wantErr(t, err, ErrUnavailable)
+
+	ti.mu.Lock()
+	ti.jwksDown = false
+	ti.mu.Unlock()
+	clock.Advance(time.Second)
+	_, err = v.Verify(ctx, signRSA(t, "unknown", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
+	wantErr(t, err, ErrInvalidToken)
 	_, err = v.Verify(ctx, signRSA(t, "", rsaKeys()[2], oidcClaims(ti.URL(), clock.Now())))
 	wantErr(t, err, ErrInvalidToken)
 }

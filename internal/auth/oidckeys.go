@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -57,6 +58,7 @@ type issuerKeys struct {
 	gen       uint64            // counts successful fetches
 	lastFetch time.Time         // start of the last fetch
 	fetched   time.Time         // end of the last successful fetch
+	fetchErr  error             // of the last fetch that ended; nil: it succeeded
 	agedRetry time.Time         // no refresh for age before this (one failed)
 	inflight  *keyFetch         // nil unless a fetch runs
 }
@@ -123,12 +125,38 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, e
 	}
 	fresh, err := k.refresh(ctx, gen)
 	if err != nil {
+		k.mu.Lock()
+		failed := k.fetchErr != nil
+		k.mu.Unlock()
+		if failed && ctx.Err() == nil {
+			// The keys the token needs could not be fetched, now or by
+			// the fetch the spacing waits on: not the token's fault.
+			markKeysUnreachable(ctx)
+		}
 		return nil, err
 	}
 	if payload, ok := verifyWith(jws, kid, fresh); ok {
 		return payload, nil
 	}
 	return nil, errors.New("no signing key of the issuer verifies the token")
+}
+
+// keysUnreachableKey carries, through go-oidc (which keeps only the text
+// of a KeySet's error), whether the keys a token needed could not be
+// fetched: OIDCVerifier.Verify then answers ErrUnavailable, not
+// ErrInvalidToken, so that clients keep valid credentials.
+type keysUnreachableKey struct{}
+
+// withKeysUnreachable returns ctx carrying a flag markKeysUnreachable sets.
+func withKeysUnreachable(ctx context.Context) (context.Context, *atomic.Bool) {
+	flag := &atomic.Bool{}
+	return context.WithValue(ctx, keysUnreachableKey{}, flag), flag
+}
+
+func markKeysUnreachable(ctx context.Context) {
+	if flag, ok := ctx.Value(keysUnreachableKey{}).(*atomic.Bool); ok {
+		flag.Store(true)
+	}
 }
 
 // verifyWith tries the keys of kid (every key when kid is empty).
@@ -190,6 +218,7 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 		k.gen++
 		k.fetched = k.now()
 	}
+	k.fetchErr = err
 	k.inflight = nil
 	k.mu.Unlock()
 	if err != nil {
