@@ -118,7 +118,11 @@ type readYourWrites struct {
 
 func (s readYourWrites) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	res, err := s.Store.Propose(ctx, cmd)
-	if stale, _ := ctx.Value(staleReaderKey{}).(bool); stale && err == nil {
+	// Only after a change, or the replay of one (applied on the leader,
+	// maybe not here yet): a refusal (a commit that lost its race, under
+	// the table's commit lock) changed nothing to wait for.
+	changed := (err == nil && res.Err() == nil) || errors.Is(err, idempotency.ErrReplayed)
+	if stale, _ := ctx.Value(staleReaderKey{}).(bool); stale && changed {
 		wctx, cancel := context.WithTimeout(ctx, readYourWritesWait)
 		_ = s.Store.Read(wctx, func(*fsm.Reader) error { return nil })
 		cancel()
