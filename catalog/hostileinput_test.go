@@ -608,4 +608,17 @@ func TestSnapshotSummariesOtherClientsCannotParseAreRefused(t *testing.T) {
 		assert.Contains(t, string(r.body), "snapshot 33", "summary %v", summary)
 		assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a/tables/"+name, nil).status)
 	}
+	// A format version 1 file written long ago may lack summaries: every
+	// client's v1 parser reads such snapshots.
+	m := maps.Clone(meta)
+	m["location"] = fmt.Sprintf("%s-regv1", meta["location"])
+	m["table-uuid"] = "6a1c1f4e-0000-4000-8000-000000000099"
+	m["snapshots"] = []any{map[string]any{"snapshot-id": 33, "timestamp-ms": meta["last-updated-ms"],
+		"manifest-list": m["location"].(string) + "/metadata/snap-33.avro", "schema-id": 0}}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	file := m["location"].(string) + "/metadata/00001-reg.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	r = n.doRaw(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "regv1", "metadata-location": file})
+	assert.Equal(t, 200, r.status, "%s", r.body)
 }

@@ -143,10 +143,10 @@ func checkNewIDs(before, after table.Metadata) error {
 // checkNewSnapshots refuses a snapshot after adds without a manifest list
 // (or, in a format version 1 table, the manifests it embeds instead):
 // Java's SnapshotParser refuses such a request, and no client could load
-// the table. A missing summary or an operation outside append, replace,
-// overwrite and delete is let through, as Java's reference server lets it
-// through (DESIGN-BRIEF promise 9), though PyIceberg and iceberg-rust read
-// the operation as an enum.
+// the table. Nor may it lack a summary naming one of the four operations
+// (checkSnapshotSummary): Java's reference server lets such a snapshot
+// through, but no Iceberg client writes one, and PyIceberg and iceberg-rust
+// could no longer load the table.
 func checkNewSnapshots(before, after table.Metadata) error {
 	old := map[int64]bool{}
 	if before != nil {
@@ -172,7 +172,7 @@ func checkNewSnapshots(before, after table.Metadata) error {
 		if s.Summary != nil {
 			op = string(s.Summary.Operation)
 		}
-		if err := checkSnapshotSummary(s.SnapshotID, s.Summary != nil, op); err != nil {
+		if err := checkSnapshotSummary(s.SnapshotID, s.Summary != nil, false, op); err != nil {
 			return err
 		}
 	}
@@ -187,13 +187,15 @@ var snapshotOperations = []table.Operation{table.OpAppend, table.OpReplace, tabl
 // checkSnapshotSummary refuses a snapshot (id) that PyIceberg or
 // iceberg-rust could not parse, and with it every load of the table:
 // without a summary (the REST spec's Snapshot requires one, in every
-// format version; iceberg-rust requires it from version 2), or with a
-// summary whose operation (op, "" for none) is not one of
-// snapshotOperations. A summary that names properties but no operation
-// never gets here without one: iceberg-go reads it as an overwrite, as
-// Java does.
-func checkSnapshotSummary(id any, hasSummary bool, op string) error {
+// format version; iceberg-rust requires it from version 2) unless
+// summaryOptional, or with a summary whose operation (op, "" for none) is
+// not one of snapshotOperations. A summary that names properties but no
+// operation never gets here without one: iceberg-go reads it as an
+// overwrite, as Java does.
+func checkSnapshotSummary(id any, hasSummary, summaryOptional bool, op string) error {
 	switch {
+	case !hasSummary && summaryOptional:
+		return nil
 	case !hasSummary:
 		return badRequest("snapshot %v has no summary: the REST spec requires one, naming its operation (append, replace, overwrite or delete)", id)
 	case op == "":

@@ -697,11 +697,14 @@ func checkSnapshotKeyIDs(updates json.RawMessage) error {
 	return nil
 }
 
-// checkRegisteredSnapshots refuses metadata to register (raw) whose snapshots have a key-id (errSnapshotKeyID), or a summary
-// other clients cannot parse (checkSnapshotSummary).
+// checkRegisteredSnapshots refuses metadata to register (raw) whose
+// snapshots have a key-id (errSnapshotKeyID), or a summary other clients
+// cannot parse (checkSnapshotSummary; a format version 1 file's snapshots
+// may have none).
 func checkRegisteredSnapshots(raw []byte) error {
 	var doc struct {
-		Snapshots []map[string]json.RawMessage `json:"snapshots"`
+		FormatVersion int                          `json:"format-version"`
+		Snapshots     []map[string]json.RawMessage `json:"snapshots"`
 	}
 	if json.Unmarshal(raw, &doc) != nil {
 		return nil
@@ -722,7 +725,9 @@ func checkRegisteredSnapshots(raw []byte) error {
 		if raw, ok := summary["operation"]; ok && json.Unmarshal(raw, &op) != nil {
 			return badRequest("snapshot %s: its summary's operation is not a string", id)
 		}
-		if err := checkSnapshotSummary(id, hasSummary, op); err != nil {
+		// A format version 1 table written long ago may have snapshots
+		// without a summary: every client's v1 parser reads them.
+		if err := checkSnapshotSummary(id, hasSummary, doc.FormatVersion == 1, op); err != nil {
 			return err
 		}
 	}
