@@ -505,7 +505,7 @@ func TestOIDCRefusesAnOversizedKeySet(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	k := newIssuerKeys(srv.URL, srv.Client(), time.Now, slog.New(slog.DiscardHandler))
-	_, err := k.refresh(context.Background(), 0)
+	_, _, err := k.refresh(context.Background(), 0)
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("oversized key set: %v", err)
 	}
@@ -519,19 +519,19 @@ func TestOIDCLateTokenUsesTheFetchThatEnded(t *testing.T) {
 	clock := newFakeClock()
 	k := newIssuerKeys(ti.URL()+"/keys", ti.srv.Client(), clock.Now, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
-	keys, err := k.refresh(ctx, 0)
+	keys, _, err := k.refresh(ctx, 0)
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("first fetch: %v keys, %v", len(keys), err)
 	}
 	_, jwks := ti.counts()
-	keys, err = k.refresh(ctx, 0) // saw generation 0, before the fetch ended
+	keys, _, err = k.refresh(ctx, 0) // saw generation 0, before the fetch ended
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("late token: %v keys, %v", len(keys), err)
 	}
 	if _, now := ti.counts(); now != jwks {
 		t.Fatal("a late token fetched again")
 	}
-	if _, err := k.refresh(ctx, 1); !errors.Is(err, errKidSpaced) {
+	if _, _, err := k.refresh(ctx, 1); !errors.Is(err, errKidSpaced) {
 		t.Fatalf("a token that saw the fetched keys, within the spacing: %v", err)
 	}
 }

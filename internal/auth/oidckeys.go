@@ -82,6 +82,7 @@ var (
 type keyFetch struct {
 	done chan struct{}
 	keys []jose.JSONWebKey
+	gen  uint64 // the generation of keys
 	err  error
 }
 
@@ -110,20 +111,20 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, jwt string) ([]byte, e
 	k.mu.Unlock()
 	if aged {
 		rctx, cancel := context.WithTimeout(ctx, agedRefreshWait)
-		fresh, err := k.refresh(rctx, gen)
+		fresh, freshGen, err := k.refresh(rctx, gen)
 		cancel()
-		k.mu.Lock()
 		if err == nil {
-			cached, gen = fresh, k.gen
+			cached, gen = fresh, freshGen
 		} else if ctx.Err() == nil {
+			k.mu.Lock()
 			k.agedRetry = now.Add(agedRetryAfter)
+			k.mu.Unlock()
 		}
-		k.mu.Unlock()
 	}
 	if payload, ok := verifyWith(jws, kid, cached); ok {
 		return payload, nil
 	}
-	fresh, err := k.refresh(ctx, gen)
+	fresh, _, err := k.refresh(ctx, gen)
 	if err != nil {
 		k.mu.Lock()
 		failed := k.fetchErr != nil
@@ -172,23 +173,23 @@ func verifyWith(jws *jose.JSONWebSignature, kid string, keys []jose.JSONWebKey) 
 	return nil, false
 }
 
-// refresh returns keys newer than those of generation seen: the cached
-// ones when a fetch has ended since, else those of the fetch running or of
-// one it starts; errKidSpaced when the last one started less than
-// minForcedRefresh ago.
-func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKey, error) {
+// refresh returns keys newer than those of generation seen, and their
+// generation: the cached ones when a fetch has ended since, else those of
+// the fetch running or of one it starts; errKidSpaced when the last one
+// started less than minForcedRefresh ago.
+func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKey, uint64, error) {
 	k.mu.Lock()
 	if k.gen != seen {
-		keys := k.keys
+		keys, gen := k.keys, k.gen
 		k.mu.Unlock()
-		return keys, nil
+		return keys, gen, nil
 	}
 	f := k.inflight
 	if f == nil {
 		now := k.now()
 		if !k.lastFetch.IsZero() && now.Sub(k.lastFetch) < minForcedRefresh {
 			k.mu.Unlock()
-			return nil, errKidSpaced
+			return nil, 0, errKidSpaced
 		}
 		k.lastFetch = now
 		f = &keyFetch{done: make(chan struct{})}
@@ -198,9 +199,9 @@ func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKe
 	k.mu.Unlock()
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	case <-f.done:
-		return f.keys, f.err
+		return f.keys, f.gen, f.err
 	}
 }
 
@@ -217,6 +218,7 @@ func (k *issuerKeys) fetch(f *keyFetch) {
 		k.keys = keys
 		k.gen++
 		k.fetched = k.now()
+		f.gen = k.gen
 	}
 	k.fetchErr = err
 	k.inflight = nil
