@@ -518,11 +518,7 @@ func TestWhatIcebergGoWouldDropIsRefused(t *testing.T) {
 	m["snapshots"] = []any{map[string]any{"snapshot-id": 12, "sequence-number": 1, "timestamp-ms": m["last-updated-ms"], "first-row-id": 0, "added-rows": 1,
 		"key-id": "k1", "manifest-list": m["location"].(string) + "/metadata/snap-12.avro", "summary": map[string]any{"operation": "append"}, "schema-id": 0}}
 	m["refs"] = map[string]any{"main": map[string]any{"snapshot-id": 12, "type": "branch"}}
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
-	file := m["location"].(string) + "/metadata/00001-enc.metadata.json"
-	require.NoError(t, n.objects.Write(context.Background(), file, b))
-	r = n.doRaw(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "enc", "metadata-location": file})
+	r = registerDoc(t, n, "enc", m, true)
 	assert.Equal(t, 400, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "key-id")
 	assert.Equal(t, 404, n.doRaw(t, "GET", "/v1/namespaces/a/tables/enc", nil).status)
@@ -598,12 +594,8 @@ func TestSnapshotSummariesOtherClientsCannotParseAreRefused(t *testing.T) {
 			snap["summary"] = summary
 		}
 		m["snapshots"] = []any{snap}
-		b, err := json.Marshal(m)
-		require.NoError(t, err)
-		file := m["location"].(string) + "/metadata/00001-reg.metadata.json"
-		require.NoError(t, n.objects.Write(context.Background(), file, b))
 		name := fmt.Sprintf("reg%d", i)
-		r = n.do(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": name, "metadata-location": file})
+		r = registerDoc(t, n, name, m, false)
 		assert.Equal(t, 400, r.status, "summary %v: %s", summary, r.body)
 		assert.Contains(t, string(r.body), "snapshot 33", "summary %v", summary)
 		assert.Equal(t, 404, n.do(t, "GET", "/v1/namespaces/a/tables/"+name, nil).status)
@@ -615,10 +607,22 @@ func TestSnapshotSummariesOtherClientsCannotParseAreRefused(t *testing.T) {
 	m["table-uuid"] = "6a1c1f4e-0000-4000-8000-000000000099"
 	m["snapshots"] = []any{map[string]any{"snapshot-id": 33, "timestamp-ms": meta["last-updated-ms"],
 		"manifest-list": m["location"].(string) + "/metadata/snap-33.avro", "schema-id": 0}}
+	r = registerDoc(t, n, "regv1", m, true)
+	assert.Equal(t, 200, r.status, "%s", r.body)
+}
+
+// registerDoc writes the metadata document m into its own location's
+// metadata directory and registers it in namespace a as name; raw skips
+// the spec validation of the answer.
+func registerDoc(t *testing.T, n *node, name string, m map[string]any, raw bool) response {
+	t.Helper()
 	b, err := json.Marshal(m)
 	require.NoError(t, err)
-	file := m["location"].(string) + "/metadata/00001-reg.metadata.json"
+	file := m["location"].(string) + "/metadata/00001-" + name + ".metadata.json"
 	require.NoError(t, n.objects.Write(context.Background(), file, b))
-	r = n.doRaw(t, "POST", "/v1/namespaces/a/register", map[string]any{"name": "regv1", "metadata-location": file})
-	assert.Equal(t, 200, r.status, "%s", r.body)
+	body := map[string]any{"name": name, "metadata-location": file}
+	if raw {
+		return n.doRaw(t, "POST", "/v1/namespaces/a/register", body)
+	}
+	return n.do(t, "POST", "/v1/namespaces/a/register", body)
 }
