@@ -608,14 +608,12 @@ Flags:
 		if nodeID == "" {
 			nodeID = clusterAddr // a node's default --node-id
 		}
-		if host, _, err := net.SplitHostPort(clusterAddr); err != nil {
-			problem = fmt.Sprintf("--cluster-addr %q: want host:port: %v", clusterAddr, err)
-		} else if err := raftnode.CheckClusterAddr(clusterAddr); err != nil {
+		if err := raftnode.CheckClusterAddr(clusterAddr); err != nil {
 			// The seeded node is the cluster's one voter at this address:
 			// one no node can listen on or be dialed at is refused now,
 			// not when the first node started on the directory is.
 			problem = fmt.Sprintf("--cluster-addr: %v", err)
-		} else if wildcardHost(host) {
+		} else if host, _, _ := net.SplitHostPort(clusterAddr); wildcardHost(host) {
 			// A node started on the directory advertises an address the
 			// others can dial; a wildcard is none, and a node that
 			// listens on every interface is started with
