@@ -43,7 +43,6 @@ func newLimiter(next http.Handler, max int, uncapped []string, readTimeout, writ
 func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.running.Add(1)
 	defer l.running.Add(-1)
-	conn := http.NewResponseController(w)
 	w = l.stallBound(w)
 	if l.slots == nil || slices.Contains(l.uncapped, r.URL.Path) {
 		l.next.ServeHTTP(w, r)
@@ -60,7 +59,7 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeUnavailable(w, r, fmt.Sprintf("this node is serving its maximum of %d requests; retry shortly or on another node", l.max))
 		if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody {
-			endUnreadBody(conn)
+			endUnreadBody(http.NewResponseController(w))
 		}
 		return
 	}
@@ -89,7 +88,7 @@ func (l *limiter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					// An answer not written yet (the handler wrote
 					// nothing) closes the connection too.
 					cu.answering(http.StatusOK)
-					endUnreadBody(conn)
+					endUnreadBody(b.rc)
 				}
 			}()
 			w = cu
