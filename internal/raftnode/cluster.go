@@ -499,6 +499,11 @@ type nodeInfo struct {
 	// snapshot: 1 after a bootstrap until a first leader appends (see
 	// stillForming).
 	LastIndex uint64 `json:"last-index"`
+	// Members are the ids in the node's latest configuration (nil from a
+	// binary that predates it): how a node removed while it was down, or
+	// that never received the entry removing it, learns of its removal
+	// from the leader (see askMembership).
+	Members []string `json:"members,omitempty"`
 }
 
 func (n *Node) info() nodeInfo {
@@ -518,8 +523,22 @@ func (n *Node) info() nodeInfo {
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
 		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(), ClusterIDAware: true,
-		LeaderReady: &leaderReady,
+		LeaderReady: &leaderReady, Members: n.memberIDs(),
 	}
+}
+
+// memberIDs returns the ids in this node's latest configuration, nil when
+// it cannot read one.
+func (n *Node) memberIDs() []string {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	ids := make([]string, 0, len(f.Configuration().Servers))
+	for _, s := range f.Configuration().Servers {
+		ids = append(ids, string(s.ID))
+	}
+	return ids
 }
 
 type memberRequest struct {
@@ -530,6 +549,12 @@ type memberRequest struct {
 	// voter entry under ID to a non-voter instead of refusing (see
 	// Config.RejoinAsNonvoter).
 	AsNonvoter bool `json:"as-nonvoter,omitempty"`
+	// Readdress, on a join request, asks only to move a member's address
+	// (a node restarted at another): refused with ErrNoSuchMember for an
+	// id the leader's membership does not hold, so a removed node
+	// restarted elsewhere does not add itself back. An older leader
+	// ignores it.
+	Readdress bool `json:"readdress,omitempty"`
 	// Forwarded marks a request a follower sent on to the leader: it is
 	// not forwarded again (one hop).
 	Forwarded bool `json:"forwarded,omitempty"`
@@ -569,7 +594,7 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 		if err = json.Unmarshal(body, &req); err != nil {
 			return nil, &transport.RemoteError{Code: codeBadRequest, Message: err.Error()}
 		}
-		err = n.addServer(ctx, req.ID, req.Addr, req.Voter, !req.Forwarded)
+		err = n.addServer(ctx, memberRequest{ID: req.ID, Addr: req.Addr, Voter: req.Voter, Readdress: req.Readdress}, !req.Forwarded)
 	case rpcAdmit:
 		var req memberRequest
 		if err = json.Unmarshal(body, &req); err != nil {
@@ -636,12 +661,12 @@ func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, r
 // already answer at addr as id (checkAnswersAs), else ErrInvalidMember and
 // nothing changes.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
-	return n.addServer(ctx, id, addr, true, true)
+	return n.addServer(ctx, memberRequest{ID: id, Addr: addr, Voter: true}, true)
 }
 
 // AddNonvoter adds a member that replicates the log but does not vote.
 func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
-	return n.addServer(ctx, id, addr, false, true)
+	return n.addServer(ctx, memberRequest{ID: id, Addr: addr}, true)
 }
 
 // addServer adds a member on the leader. An existing member with the same ID
@@ -652,8 +677,11 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // re-addressed. A voter is never turned into a non-voter (ErrInvalidMember
 // at its own address; at another, it is re-addressed as a voter). A change
 // that makes id a voter at addr is made only once
-// the node there has answered as id (checkAnswersAs).
-func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bool) error {
+// the node there has answered as id (checkAnswersAs). A request marked
+// Readdress is refused with ErrNoSuchMember when id is not a member.
+// forward sends the request on to the leader when this node is not it.
+func (n *Node) addServer(ctx context.Context, req memberRequest, forward bool) error {
+	id, addr, voter := req.ID, req.Addr, req.Voter
 	if id == "" || addr == "" {
 		return fmt.Errorf("%w: id and address are required", ErrInvalidMember)
 	}
@@ -667,8 +695,8 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		if !forward {
 			return ErrNotLeader
 		}
-		return n.onLeader(ctx, rpcJoin, memberRequest{ID: id, Addr: addr, Voter: voter}, nil, func() error {
-			return n.addServer(ctx, id, addr, voter, false)
+		return n.onLeader(ctx, rpcJoin, req, nil, func() error {
+			return n.addServer(ctx, req, false)
 		})
 	}
 	n.memberMu.Lock()
@@ -678,6 +706,9 @@ func (n *Node) addServer(ctx context.Context, id, addr string, voter, forward bo
 		return err
 	}
 	prev := cf.Index()
+	if req.Readdress && !slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+		return fmt.Errorf("%w: %s is not a member (it was removed): its address is not updated", ErrNoSuchMember, id)
+	}
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == id && string(s.Address) == addr && (s.Suffrage == raft.Voter) == voter {
 			return nil
@@ -1242,11 +1273,16 @@ func (n *Node) readdress() {
 		for _, addr := range candidates {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 			// The recorded suffrage, so that a non-voter is not promoted.
-			err := n.call(ctx, addr, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: voter}, nil)
+			err := n.call(ctx, addr, rpcJoin, memberRequest{ID: string(n.id), Addr: n.Addr(), Voter: voter, Readdress: true}, nil)
 			cancel()
 			if err == nil {
 				n.logger.Info("asked the leader to update this node's address", "old", recorded, "new", n.Addr(), "via", addr)
 				break
+			}
+			if errors.Is(fromRemote(err, true), ErrNoSuchMember) {
+				// Removed: askMembership finds it and Ready says so.
+				n.logger.Info("the leader refused to update this node's address: it is not a member", "via", addr, "error", err)
+				return
 			}
 			n.logger.Debug("address update request failed", "via", addr, "error", err)
 		}

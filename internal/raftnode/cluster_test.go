@@ -930,6 +930,46 @@ func TestRemovedNodeSaysSo(t *testing.T) {
 	}
 }
 
+// A node cut off when it was removed, then restarted at another address,
+// never receives the entry removing it (the leader stops replicating to
+// it, and only ever tried its old address), so its own log still lists
+// it. Its request to move its address is refused (it does not add itself
+// back), and once it has known no leader for a while it asks the others
+// and says it was removed, and how to come back.
+func TestNodeRemovedWhileCutOffSaysSo(t *testing.T) {
+	nodes, cfgs := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	var gone *Node
+	var cfg Config
+	for i, n := range nodes {
+		if n != leader {
+			gone, cfg = n, cfgs[i]
+			break
+		}
+	}
+	isolate(gone, true)
+	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
+	require.NoError(t, gone.Shutdown())
+	isolate(gone, false)
+
+	cfg.ClusterAddr = freeAddr(t)
+	again := mustOpen(t, cfg)
+	require.Contains(t, again.memberIDs(), gone.ID(), "the removed node must not have learned of it through Raft")
+	var last error
+	if !assert.Eventually(t, func() bool {
+		last = again.Ready()
+		return errors.Is(last, ErrNotMember) && errors.Is(last, ErrNoLeader) &&
+			strings.Contains(last.Error(), "the membership of the leader, "+leader.ID()) &&
+			strings.Contains(last.Error(), "floe members add-voter "+gone.ID())
+	}, 30*time.Second, 20*time.Millisecond) {
+		t.Fatalf("last Ready: %v", last)
+	}
+	assert.NotContains(t, leader.memberIDs(), gone.ID(), "the removed node added itself back")
+	for _, n := range others(nodes, gone) {
+		assert.NoError(t, n.Ready(), n.ID())
+	}
+}
+
 // A node whose --join addresses never answer (mistyped, or the others not
 // started) says so at Warn, naming them, instead of only "no leader".
 func TestJoinNobodyAnswersIsWarned(t *testing.T) {

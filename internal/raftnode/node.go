@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,8 +333,12 @@ type Node struct {
 	readyWant   uint64 // the leader's commit index, once it answered
 	// stamping: a stampClusterID runs; lastStamp is when it last asked
 	// the members, stampWaitLogged when it last said why it waits.
-	stamping        atomic.Bool
-	lastStamp       time.Time
+	stamping  atomic.Bool
+	lastStamp time.Time
+	// askingMembers: an askMembership runs; removedBy is what it last
+	// learned (nil: nothing, or a leader was heard since).
+	askingMembers   atomic.Bool
+	removedBy       atomic.Pointer[removal]
 	stampWaitLogged string
 	targetSet       bool
 
@@ -994,14 +999,67 @@ func (n *Node) notMember() error {
 	if len(servers) == 0 {
 		return nil
 	}
-	for _, s := range servers {
-		if s.ID == n.id {
+	if slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == n.id }) {
+		r := n.removedBy.Load()
+		if r == nil {
 			return nil
 		}
+		return fmt.Errorf("%w: %w: node %s was removed from the cluster (the membership of the leader, %s, lists %d nodes, not this one; "+
+			"this node never received the change); to bring it back, run `floe members add-voter %s %s` against a member, or empty its data directory and start it with --join",
+			ErrNoLeader, ErrNotMember, n.id, r.leader, r.members, n.id, n.Addr())
 	}
 	return fmt.Errorf("%w: %w: node %s was removed from the cluster (the membership it last knew lists %d other nodes); "+
 		"to bring it back, run `floe members add-voter %s %s` against a member, or empty its data directory and start it with --join",
 		ErrNoLeader, ErrNotMember, n.id, len(servers), n.id, n.Addr())
+}
+
+// removal is what askMembership learned: the leader whose membership does
+// not list this node, and how many it lists.
+type removal struct {
+	leader  string
+	members int
+}
+
+// membershipAskAfter is how long a node that still finds itself in its
+// latest membership must have known no leader before it asks the others
+// whether it was removed; membershipAskEvery spaces the asking.
+const (
+	membershipAskAfter = 5 * time.Second
+	membershipAskEvery = 5 * time.Second
+)
+
+// askMembership asks the other servers of this node's latest membership,
+// in parallel and each within a heartbeat timeout, what they know. A leader
+// that has applied its term's entries, holds this cluster's state and lists
+// a membership without this node means it was removed without learning so:
+// Raft stops replicating to a server once the leader appends the
+// configuration that removes it, so a node that was down then, or whose
+// last best-effort replication lost a race, never receives that entry,
+// and its own log still lists it. The finding stands (see notMember) until
+// a leader is heard again. Servers that do not answer, or answer from an
+// older binary, teach nothing.
+func (n *Node) askMembership() {
+	defer n.askingMembers.Store(false)
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers := f.Configuration().Servers
+	infos, errs := n.askAll(n.ctx, servers, n.cfg.HeartbeatTimeout)
+	own := n.ClusterID()
+	for i, info := range infos {
+		if servers[i].ID == n.id || errs[i] != nil || info.ID != string(servers[i].ID) ||
+			info.State != stateLabel(raft.Leader) || info.LeaderReady == nil || !*info.LeaderReady ||
+			len(info.Members) == 0 || (own != "" && info.ClusterID != own) {
+			continue
+		}
+		if !slices.Contains(info.Members, string(n.id)) {
+			if n.removedBy.Swap(&removal{leader: info.ID, members: len(info.Members)}) == nil {
+				n.logger.Info("the leader's membership does not list this node", "leader_id", info.ID, "members", info.Members)
+			}
+		}
+		return
+	}
 }
 
 // updateReadiness is called by Ready and by the monitor loop.
@@ -1184,7 +1242,7 @@ func (n *Node) monitor() {
 	defer n.wg.Done()
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
-	var lastNotMember, notMemberSince time.Time
+	var lastNotMember, notMemberSince, noLeaderSince, lastMembershipAsk time.Time
 	for {
 		n.metrics.setState(n.raft.State())
 		n.metrics.term.Set(float64(n.raft.CurrentTerm()))
@@ -1219,6 +1277,20 @@ func (n *Node) monitor() {
 		// Only without a leader, and only once it has lasted: a node
 		// joining replays the configurations that predate its own
 		// addition, with a leader known, for a moment.
+		if _, id := n.raft.LeaderWithID(); id != "" {
+			noLeaderSince = time.Time{}
+			n.removedBy.Store(nil)
+		} else if noLeaderSince.IsZero() {
+			noLeaderSince = time.Now()
+		} else if time.Since(noLeaderSince) >= membershipAskAfter && time.Since(lastMembershipAsk) >= membershipAskEvery &&
+			n.notMember() == nil && n.askingMembers.CompareAndSwap(false, true) {
+			lastMembershipAsk = time.Now()
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				n.askMembership()
+			}()
+		}
 		if _, id := n.raft.LeaderWithID(); id != "" || n.notMember() == nil {
 			notMemberSince = time.Time{}
 		} else if notMemberSince.IsZero() {
