@@ -212,6 +212,39 @@ func TestRegisteredTableAdoptsThePlaceItLeft(t *testing.T) {
 	require.Equal(t, 200, r.status, "%s", r.body)
 }
 
+// A format version 1 snapshot may name its manifests itself instead of a
+// manifest list: a register adopts the place they lie in as it adopts a
+// list's, so another table cannot take it (and its purge the files).
+func TestRegisterAdoptsThePlaceOfEmbeddedManifests(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/namespaces/ns/tables", withName("x"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	meta := r.json(t)["metadata"].(map[string]any)
+	old := meta["location"].(string)
+	require.Equal(t, 204, n.do(t, "DELETE", "/v1/namespaces/ns/tables/x", nil).status)
+
+	m := maps.Clone(meta)
+	m["format-version"] = 1
+	m["location"] = old + "-moved"
+	m["metadata-log"] = []any{}
+	m["current-snapshot-id"] = 7
+	m["snapshots"] = []any{map[string]any{"snapshot-id": 7, "timestamp-ms": meta["last-updated-ms"],
+		"manifests": []any{old + "/metadata/embedded-7.avro"}, "summary": map[string]any{"operation": "append"}}}
+	m["refs"] = map[string]any{"main": map[string]any{"snapshot-id": 7, "type": "branch"}}
+	delete(m, "last-sequence-number")
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	file := old + "-moved/metadata/00001-x.metadata.json"
+	require.NoError(t, n.objects.Write(context.Background(), file, b))
+	// Served as stored: the spec's Snapshot requires a manifest list.
+	r = n.doRaw(t, "POST", "/v1/namespaces/ns/register", map[string]any{"name": "x", "metadata-location": file})
+	require.Equal(t, 200, r.status, "%s", r.body)
+
+	r = n.do(t, "POST", "/v1/namespaces/ns/tables", withLocation("t", old))
+	assert.Equal(t, 409, r.status, "the embedded manifests' place is x's: %s", r.body)
+}
+
 // While a node's heartbeat says its binary predates body version 3, a
 // commit that would move a table is a 503 that writes nothing: that node
 // would stop at the entry. Once the node announces the feature, or has

@@ -1844,8 +1844,8 @@ func (s *Server) registerTable(w http.ResponseWriter, r *http.Request) error {
 // placesOutside returns the places meta points into outside its own
 // location, for a register to adopt (fsm.TableChange.Adopts): the table
 // roots (the directory holding "metadata/") of its metadata log's files
-// and its snapshots' manifest lists, where a table that moved (set-location)
-// left its files. Only places a new location could be are kept: strictly
+// and its snapshots' manifest lists (or, in format version 1, embedded
+// manifests), where a table that moved (set-location) left its files. Only places a new location could be are kept: strictly
 // inside the allowed locations and spelled as a new location must be.
 // Data files are not listed (that would read every manifest); they lie
 // beside the manifest lists unless the table was written oddly. A place
@@ -1888,6 +1888,10 @@ func (s *Server) placesOutside(ctx context.Context, namespace []string, meta tab
 	}
 	for _, snap := range meta.Snapshots() {
 		add(snap.ManifestList)
+		// A format version 1 snapshot without a list names its manifests.
+		for _, m := range snap.ManifestLocations {
+			add(m)
+		}
 	}
 	return out
 }

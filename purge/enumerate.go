@@ -89,6 +89,12 @@ type File struct {
 	Offset int64
 	URI    string
 	Size   int64
+	// Decoded is URI's other spelling on a local file system
+	// (decodedLocalURI), "" when it has none or when that spelling names
+	// a file the walk must not pass in this phase: the root metadata
+	// file, or a manifest list or manifest read later (readLater). The
+	// walk checked it as it checks URI; a purge deletes both.
+	Decoded string
 }
 
 // ReadMetadata reads and parses a table metadata file. A missing file is an
@@ -176,9 +182,16 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 			offset  int64
 			entered bool
 		)
+		waits := func(uri string) bool {
+			return (phase != PhaseRoot && sameObject(uri, metadataLocation)) || later.keeps(phase, uri)
+		}
 		emit := func(uri string, size int64) error {
-			if uri == "" || (phase != PhaseRoot && sameObject(uri, metadataLocation)) || later.keeps(phase, uri) {
+			if uri == "" || waits(uri) {
 				return nil
+			}
+			decoded, ok := decodedLocalURI(uri)
+			if !ok || waits(decoded) {
+				decoded = ""
 			}
 			off := offset
 			offset++
@@ -196,7 +209,7 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 					}
 				}
 			}
-			return fn(File{Phase: phase, Offset: off, URI: uri, Size: size})
+			return fn(File{Phase: phase, Offset: off, URI: uri, Size: size, Decoded: decoded})
 		}
 		if err := w.walkPhase(ctx, meta, metadataLocation, phase, emit); err != nil {
 			return err
@@ -213,6 +226,14 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 // it was deleted before the walk read it, and the files it leads to were
 // left while the job succeeded.
 type readLater struct{ lists, manifests map[string]bool }
+
+// mark records uri, in both of its spellings (see decodedLocalURI), in set.
+func mark(set map[string]bool, uri string) {
+	set[objectKey(uri)] = true
+	if dec, ok := decodedLocalURI(uri); ok {
+		set[objectKey(dec)] = true
+	}
+}
 
 // keeps reports whether uri, met in phase, must wait for its own phase.
 func (l readLater) keeps(phase int, uri string) bool {
@@ -250,7 +271,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	l.lists = map[string]bool{}
 	for _, snap := range meta.Snapshots() {
 		if snap.ManifestList != "" {
-			l.lists[objectKey(snap.ManifestList)] = true
+			mark(l.lists, snap.ManifestList)
 		}
 	}
 	if from > PhaseData || !meta.Properties().GetBool("gc.enabled", true) {
@@ -260,7 +281,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	quiet.OnMissing, quiet.OnNotRead = nil, nil
 	l.manifests = map[string]bool{}
 	err := quiet.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
-		l.manifests[objectKey(mf.FilePath())] = true
+		mark(l.manifests, mf.FilePath())
 		return nil
 	})
 	return l, err
@@ -326,12 +347,27 @@ func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLoca
 }
 
 // manifests calls fn once for every distinct manifest of every snapshot, in
-// snapshot order then manifest-list order.
+// snapshot order then manifest-list order. A format version 1 snapshot
+// without a manifest list names its manifests itself ("manifests"): they
+// are data manifests of format version 1, as Java's BaseSnapshot and
+// iceberg-go's Snapshot.Manifests read them.
 func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceberg.ManifestFile) error) error {
 	seenLists := map[string]bool{}
 	seen := map[string]bool{}
 	for _, snap := range meta.Snapshots() {
-		if snap.ManifestList == "" || seenLists[snap.ManifestList] {
+		if snap.ManifestList == "" {
+			for _, uri := range snap.ManifestLocations {
+				if uri == "" || seen[uri] {
+					continue
+				}
+				seen[uri] = true
+				if err := fn(iceberg.NewManifestFile(1, uri, 0, 0, snap.SnapshotID).Build()); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if seenLists[snap.ManifestList] {
 			continue
 		}
 		seenLists[snap.ManifestList] = true

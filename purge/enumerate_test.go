@@ -3,6 +3,7 @@ package purge_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -221,4 +222,88 @@ func TestWalkPassesWhatItReadsOnlyInItsPhase(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	assert.Empty(t, store.objs, "files left")
+}
+
+// A format version 1 snapshot without a manifest list names its manifests
+// itself ("manifests"): the walk passes those manifests and their data
+// files, as Java's dropTableData deletes them. They were left behind while
+// the job succeeded.
+func TestWalkReadsTheManifestsAV1SnapshotEmbeds(t *testing.T) {
+	const loc = "s3://bucket/v1"
+	store := newMemReader()
+	one := func(uri string) func() (entrySpec, bool) {
+		done := false
+		return func() (entrySpec, bool) {
+			if done {
+				return entrySpec{}, false
+			}
+			done = true
+			return entrySpec{status: iceberg.EntryStatusADDED, uri: uri, size: 1}, true
+		}
+	}
+	m1, m2 := loc+"/metadata/embedded-1.avro", loc+"/metadata/embedded-2.avro"
+	writeManifestVersion(t, store, m1, 1, 1, iceberg.ManifestContentData, one(loc+"/data/a.parquet"))
+	writeManifestVersion(t, store, m2, 1, 1, iceberg.ManifestContentData, one(loc+"/data/b.parquet"))
+	meta, err := table.ParseMetadataBytes(fmt.Appendf(nil, `{
+		"format-version": 1, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1", "location": %q,
+		"last-updated-ms": 1700000000000, "last-column-id": 1,
+		"schema": {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": true, "type": "long"}]},
+		"partition-spec": [], "properties": {}, "current-snapshot-id": 1,
+		"snapshots": [{"snapshot-id": 1, "timestamp-ms": 1700000000000, "manifests": [%q, %q], "summary": {"operation": "append"}}]
+	}`, loc, m1, m2))
+	require.NoError(t, err)
+
+	phaseOf := map[string]int{}
+	require.NoError(t, purge.Walker{Reader: store}.Walk(context.Background(), meta, loc+"/metadata/v1.metadata.json", purge.Checkpoint{}, func(f purge.File) error {
+		phaseOf[f.URI] = f.Phase
+		return nil
+	}))
+	assert.Equal(t, map[string]int{
+		loc + "/data/a.parquet":            purge.PhaseData,
+		loc + "/data/b.parquet":            purge.PhaseData,
+		m1:                                 purge.PhaseManifests,
+		m2:                                 purge.PhaseManifests,
+		loc + "/metadata/v1.metadata.json": purge.PhaseRoot,
+	}, phaseOf)
+}
+
+// A data file entry whose local-file-system spelling (its %-escapes
+// decoded) names the table's manifest list or root metadata file does not
+// have that spelling passed before the file's own phase: the list was gone
+// when the manifests phase read it, and its manifests were left.
+func TestWalkHoldsBackTheDecodedSpellingOfWhatItReadsLater(t *testing.T) {
+	dir := t.TempDir()
+	loc := "file://" + dir
+	store := newMemReader()
+	list := loc + "/metadata/snap-1.avro"
+	root := loc + "/metadata/v1.metadata.json"
+	escapedList := loc + "/metadata/snap%2D1.avro"
+	escapedRoot := loc + "/metadata/v1%2Emetadata.json"
+	plain := loc + "/data/x%2Fy/a.parquet"
+	uris := []string{escapedList, escapedRoot, plain}
+	m := writeManifest(t, store, loc+"/metadata/m1.avro", 1, iceberg.ManifestContentData, func() (entrySpec, bool) {
+		if len(uris) == 0 {
+			return entrySpec{}, false
+		}
+		e := entrySpec{status: iceberg.EntryStatusADDED, uri: uris[0], size: 1}
+		uris = uris[1:]
+		return e, true
+	})
+	writeManifestList(t, store, list, 1, m)
+	meta := streamMetadata(t, loc, nil, list)
+
+	var data []purge.File
+	require.NoError(t, purge.Walker{Reader: store}.Walk(context.Background(), meta, root, purge.Checkpoint{}, func(f purge.File) error {
+		if f.Phase == purge.PhaseData {
+			data = append(data, f)
+		}
+		return nil
+	}))
+	require.Len(t, data, 3)
+	assert.Equal(t, escapedList, data[0].URI)
+	assert.Empty(t, data[0].Decoded, "the manifest list's spelling passed in the data phase")
+	assert.Equal(t, escapedRoot, data[1].URI)
+	assert.Empty(t, data[1].Decoded, "the root metadata file's spelling passed in the data phase")
+	assert.Equal(t, plain, data[2].URI)
+	assert.Equal(t, loc+"/data/x/y/a.parquet", data[2].Decoded)
 }

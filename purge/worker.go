@@ -437,9 +437,9 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 	} else {
 		r.uris = append(r.uris, f.URI)
 		r.bytes += f.Size
-		if alt, ok := decodedLocalURI(f.URI); ok && r.inside(alt) {
+		if f.Decoded != "" && r.inside(f.Decoded) {
 			// Checked by the guard like any other file.
-			r.uris = append(r.uris, alt)
+			r.uris = append(r.uris, f.Decoded)
 		}
 	}
 	if len(r.uris) >= r.s.cfg.DeleteBatchSize {
