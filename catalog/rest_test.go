@@ -617,6 +617,7 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 		`{"requirements":[],"updates":[{"action":"remove-statistics","snapshot-id":999}]}`,
 		`{"requirements":[],"updates":[{"action":"remove-partition-statistics","snapshot-id":999}]}`,
 		`{"requirements":[],"updates":[{"action":"remove-encryption-key","key-id":"k"}]}`,
+		`{"requirements":[],"updates":[{"action":"remove-snapshot-ref","ref-name":"gone"}]}`,
 	} {
 		r := n.do(t, "POST", "/v1/namespaces/a/tables/t", body)
 		require.Equal(t, 200, r.status, "%s: %s", body, r.body)
@@ -642,6 +643,41 @@ func TestCommitThatChangesNothingWritesNothing(t *testing.T) {
 	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", guarded, "Idempotency-Key", key)
 	assert.Equal(t, 200, r.status, "%s", r.body)
 	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+}
+
+// A ref removal names a ref the table does not have when it applies: it
+// changes nothing, as in Java's builder, rather than a 400. Java sends it
+// with no requirement (an expiry dropping an aged ref, DROP BRANCH or DROP
+// TAG), so the second of two racing on the same ref failed.
+func TestRemovingARefTheTableLacksChangesNothing(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"a"}}).status)
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces/a/tables", withName("t")).status)
+	r := n.do(t, "POST", "/v1/namespaces/a/tables/t", refUpdate(`"type":"tag"`))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	removeTag := `{"requirements":[],"updates":[{"action":"remove-snapshot-ref","ref-name":"r"}]}`
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", removeTag)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	removed := r.json(t)["metadata-location"]
+	refs, _ := r.json(t)["metadata"].(map[string]any)["refs"].(map[string]any)
+	assert.NotContains(t, refs, "r")
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", removeTag)
+	require.Equal(t, 200, r.status, "removed again: %s", r.body)
+	assert.Equal(t, removed, r.json(t)["metadata-location"], "no new version")
+
+	// Within one commit: set, removed, removed again; and a ref that went
+	// with the snapshot it pointed to.
+	r = n.do(t, "POST", "/v1/namespaces/a/tables/t", `{"requirements":[],"updates":[
+		{"action":"set-snapshot-ref","ref-name":"b","type":"branch","snapshot-id":8},
+		{"action":"remove-snapshot-ref","ref-name":"b"},
+		{"action":"remove-snapshot-ref","ref-name":"b"},
+		{"action":"set-snapshot-ref","ref-name":"c","type":"tag","snapshot-id":8},
+		{"action":"remove-snapshots","snapshot-ids":[8]},
+		{"action":"remove-snapshot-ref","ref-name":"c"}]}`)
+	require.Equal(t, 200, r.status, "%s", r.body)
+	meta := r.json(t)["metadata"].(map[string]any)
+	assert.Empty(t, meta["refs"])
+	assert.Empty(t, meta["snapshots"])
 }
 
 // A purging drop of a table whose current metadata file the node holds

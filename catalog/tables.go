@@ -1473,7 +1473,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 	if err != nil {
 		return prepared{}, err
 	}
-	updates = withoutNoOpRemovals(base, withTrimmedLocations(updates))
+	updates = withoutNoOpRefRemovals(base, withoutNoOpRemovals(base, withTrimmedLocations(updates)))
 	updates = s.withoutStorageProperties(p.id, updates)
 	for _, u := range updates {
 		if err := u.Apply(builder); err != nil {
@@ -2127,6 +2127,62 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 			}
 		}
 		added[u.Action()] = true
+		if noop {
+			if out == nil {
+				out = slices.Clone(updates[:i])
+			}
+			continue
+		}
+		if out != nil {
+			out = append(out, u)
+		}
+	}
+	if out == nil {
+		return updates
+	}
+	return out
+}
+
+// withoutNoOpRefRemovals leaves out of updates a remove-snapshot-ref of a
+// ref the table does not have when it applies: not in base, or removed
+// by an earlier update of the request (directly, or with the snapshot it
+// pointed to), and not set since. iceberg-go's builder refuses it (a 400
+// a client does not retry); Java's builder records no change. Java
+// clients send such removals with no requirement (an expiry that drops an
+// aged ref, a DROP BRANCH or DROP TAG), so two of them racing on the same
+// ref failed the second.
+func withoutNoOpRefRemovals(base table.Metadata, updates table.Updates) table.Updates {
+	if base == nil || !slices.ContainsFunc(updates, func(u table.Update) bool { return u.Action() == table.UpdateRemoveSnapshotRef }) {
+		return updates
+	}
+	refs := map[string]int64{}
+	for name, ref := range base.Refs() {
+		refs[name] = ref.SnapshotID
+	}
+	var out table.Updates
+	for i, u := range updates {
+		var f struct {
+			RefName     string  `json:"ref-name"`
+			SnapshotID  int64   `json:"snapshot-id"`
+			SnapshotIDs []int64 `json:"snapshot-ids"`
+		}
+		noop := false
+		if updateFields(u, &f) {
+			switch u.Action() {
+			case table.UpdateSetSnapshotRef:
+				refs[f.RefName] = f.SnapshotID
+			case table.UpdateRemoveSnapshots:
+				for name, id := range refs {
+					if slices.Contains(f.SnapshotIDs, id) {
+						delete(refs, name)
+					}
+				}
+			case table.UpdateRemoveSnapshotRef:
+				_, ok := refs[f.RefName]
+				noop = !ok
+				delete(refs, f.RefName)
+			}
+		}
 		if noop {
 			if out == nil {
 				out = slices.Clone(updates[:i])
