@@ -333,14 +333,14 @@ type Node struct {
 	readyWant   uint64 // the leader's commit index, once it answered
 	// stamping: a stampClusterID runs; lastStamp is when it last asked
 	// the members, stampWaitLogged when it last said why it waits.
-	stamping  atomic.Bool
-	lastStamp time.Time
-	// askingMembers: an askMembership runs; removedBy is what it last
-	// learned (nil: nothing, or a leader was heard since).
-	askingMembers   atomic.Bool
-	removedBy       atomic.Pointer[removal]
+	stamping        atomic.Bool
+	lastStamp       time.Time
 	stampWaitLogged string
 	targetSet       bool
+	// askingMembers: an askMembership runs; removedBy is what it last
+	// learned (nil: nothing, or a leader was heard since).
+	askingMembers atomic.Bool
+	removedBy     atomic.Pointer[removal]
 
 	// leaderTasks run while this node leads (see OnLeadership).
 	leaderMu     sync.Mutex
@@ -1274,9 +1274,8 @@ func (n *Node) monitor() {
 		if !n.caughtUp.Load() {
 			_ = n.updateReadiness()
 		}
-		// Only without a leader, and only once it has lasted: a node
-		// joining replays the configurations that predate its own
-		// addition, with a leader known, for a moment.
+		// A node whose own log still lists it, without a leader for a
+		// while, asks whether it was removed (askMembership).
 		if _, id := n.raft.LeaderWithID(); id != "" {
 			noLeaderSince = time.Time{}
 			n.removedBy.Store(nil)
@@ -1291,6 +1290,9 @@ func (n *Node) monitor() {
 				n.askMembership()
 			}()
 		}
+		// Only without a leader, and only once it has lasted: a node
+		// joining replays the configurations that predate its own
+		// addition, with a leader known, for a moment.
 		if _, id := n.raft.LeaderWithID(); id != "" || n.notMember() == nil {
 			notMemberSince = time.Time{}
 		} else if notMemberSince.IsZero() {
