@@ -116,7 +116,7 @@ func newServer(c Cluster, records Records, cfg Config) *Server {
 	}
 	s := &Server{cluster: c, cfg: cfg, log: cfg.Logger}
 	if records != nil {
-		s.keys = s.keysOver(records)
+		s.keys = s.keysOver(leaving(records))
 	}
 	return s
 }
@@ -125,6 +125,33 @@ func newServer(c Cluster, records Records, cfg Config) *Server {
 // clock and idempotency lifetime.
 func (s *Server) keysOver(store idempotency.Store) *idempotency.Keys {
 	return idempotency.New(store, idempotency.Config{Lifetime: s.cfg.IdempotencyLifetime, Now: s.cfg.Now, Logger: s.log})
+}
+
+// leavingProposer is a store whose node can still propose after it removed
+// itself from the cluster: raftnode.Node.ProposeAfterLeaving.
+type leavingProposer interface {
+	ProposeAfterLeaving(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+}
+
+// leavingStore proposes through ProposeAfterLeaving: the membership
+// changes' keyed flow, so that the outcome of removing the node that took
+// the request is recorded through the members it left, and a retry on
+// another node is a replay.
+type leavingStore struct {
+	idempotency.Store
+	p leavingProposer
+}
+
+// leaving returns store proposing through ProposeAfterLeaving when it can.
+func leaving(store idempotency.Store) idempotency.Store {
+	if lp, ok := store.(leavingProposer); ok {
+		return leavingStore{Store: store, p: lp}
+	}
+	return store
+}
+
+func (l leavingStore) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	return l.p.ProposeAfterLeaving(ctx, cmd)
 }
 
 // New returns the operator API. With records non-nil the membership

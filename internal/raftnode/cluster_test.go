@@ -937,6 +937,16 @@ func TestRemovedNodeSaysSo(t *testing.T) {
 // back), and once it has known no leader for a while it asks the others
 // and says it was removed, and how to come back.
 func TestNodeRemovedWhileCutOffSaysSo(t *testing.T) {
+	testRemovedWhileCutOff(t, false)
+}
+
+// The same when the leader is a node added after the removal: none of the
+// members the removed node knows leads, so it asks the leader they name.
+func TestNodeRemovedWhileCutOffAsksTheLeaderNamed(t *testing.T) {
+	testRemovedWhileCutOff(t, true)
+}
+
+func testRemovedWhileCutOff(t *testing.T, replaced bool) {
 	nodes, cfgs := startJoinedCluster(t, 3)
 	leader := waitOneLeader(t, nodes)
 	var gone *Node
@@ -951,6 +961,18 @@ func TestNodeRemovedWhileCutOffSaysSo(t *testing.T) {
 	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
 	require.NoError(t, gone.Shutdown())
 	isolate(gone, false)
+	rest := others(nodes, gone)
+	if replaced {
+		ncfg := testConfig(t, t.TempDir(), freeAddr(t))
+		ncfg.NodeID = "node9"
+		ncfg.Join = []string{leader.Addr()}
+		newcomer := mustOpen(t, ncfg)
+		require.Eventually(t, func() bool { return newcomer.Ready() == nil }, 20*time.Second, 20*time.Millisecond)
+		require.NoError(t, leader.TransferLeadership(ctxTimeout(t, 10*time.Second), newcomer.ID()))
+		rest = append(rest, newcomer)
+		leader = waitOneLeader(t, rest)
+		require.Equal(t, newcomer, leader)
+	}
 
 	cfg.ClusterAddr = freeAddr(t)
 	again := mustOpen(t, cfg)
@@ -965,7 +987,7 @@ func TestNodeRemovedWhileCutOffSaysSo(t *testing.T) {
 		t.Fatalf("last Ready: %v", last)
 	}
 	assert.NotContains(t, leader.memberIDs(), gone.ID(), "the removed node added itself back")
-	for _, n := range others(nodes, gone) {
+	for _, n := range rest {
 		assert.NoError(t, n.Ready(), n.ID())
 	}
 }

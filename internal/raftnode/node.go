@@ -803,6 +803,44 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	return res, err
 }
 
+// ProposeAfterLeaving is Propose for a node that may have just removed
+// itself from the cluster (a membership change it made as leader, whose
+// outcome must still be recorded): such a node knows no leader and never
+// will, though the members it left have one. When Propose finds no leader
+// and this node's latest membership does not list it, cmd is sent to the
+// leader the remaining members name, one hop, as a follower forwards. The
+// error contract is Propose's; with no leader named by any member it is
+// Propose's error.
+func (n *Node) ProposeAfterLeaving(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	res, err := n.Propose(ctx, cmd)
+	if !errors.Is(err, ErrNoLeader) || ctx.Err() != nil || n.notMember() == nil {
+		return res, err
+	}
+	data, encErr := fsm.Encode(cmd)
+	f := n.raft.GetConfiguration()
+	if encErr != nil || f.Error() != nil {
+		return res, err
+	}
+	servers := slices.DeleteFunc(slices.Clone(f.Configuration().Servers), func(s raft.Server) bool { return s.ID == n.id })
+	infos, errs := n.askAll(ctx, servers, n.cfg.HeartbeatTimeout)
+	tried := map[string]bool{}
+	for i, info := range infos {
+		if errs[i] != nil || info.LeaderAddr == "" || info.LeaderID == "" || info.LeaderID == string(n.id) || tried[info.LeaderAddr] {
+			continue
+		}
+		tried[info.LeaderAddr] = true
+		got, ferr := n.forwardTo(ctx, ctx, info.LeaderAddr, data)
+		if ferr == nil {
+			return got, nil
+		}
+		if !errors.Is(ferr, ErrNotLeader) && !errors.Is(ferr, ErrNoLeader) {
+			// It may have been appended: not sent again.
+			return fsm.Result{}, ferr
+		}
+	}
+	return res, err
+}
+
 // proposeLocal appends an encoded command on this node, which believes it
 // leads. See Propose for the error contract.
 func (n *Node) proposeLocal(ctx context.Context, data []byte) (fsm.Result, error) {
@@ -1028,8 +1066,9 @@ const (
 	membershipAskEvery = 5 * time.Second
 )
 
-// askMembership asks the other servers of this node's latest membership,
-// in parallel and each within a heartbeat timeout, what they know. A leader
+// askMembership asks the other servers of this node's latest membership
+// and its Join addresses, in parallel and each within a heartbeat timeout,
+// what they know, then the leader they name if it is none of them. A leader
 // that has applied its term's entries, holds this cluster's state and lists
 // a membership without this node means it was removed without learning so:
 // Raft stops replicating to a server once the leader appends the
@@ -1044,11 +1083,38 @@ func (n *Node) askMembership() {
 	if f.Error() != nil {
 		return
 	}
-	servers := f.Configuration().Servers
+	servers := slices.DeleteFunc(slices.Clone(f.Configuration().Servers), func(s raft.Server) bool { return s.ID == n.id })
+	// The Join nodes too, and the leader a member names: the leader may
+	// be a node added since this one last heard (its replacement, say).
+	for _, addr := range n.cfg.Join {
+		servers = append(servers, raft.Server{Address: raft.ServerAddress(addr)})
+	}
 	infos, errs := n.askAll(n.ctx, servers, n.cfg.HeartbeatTimeout)
+	if n.learnRemoval(servers, infos, errs) {
+		return
+	}
+	var named []raft.Server
+	for i, info := range infos {
+		if errs[i] == nil && info.LeaderID != "" && info.LeaderAddr != "" && info.LeaderID != string(n.id) &&
+			!slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.Address) == info.LeaderAddr }) &&
+			!slices.ContainsFunc(named, func(s raft.Server) bool { return string(s.Address) == info.LeaderAddr }) {
+			named = append(named, raft.Server{ID: raft.ServerID(info.LeaderID), Address: raft.ServerAddress(info.LeaderAddr)})
+		}
+	}
+	if len(named) > 0 {
+		infos, errs = n.askAll(n.ctx, named, n.cfg.HeartbeatTimeout)
+		n.learnRemoval(named, infos, errs)
+	}
+}
+
+// learnRemoval records what the first of the answers from a ready leader
+// of this cluster says (see askMembership) and reports whether there was
+// one. A server with an ID must answer as that ID; a Join address, asked
+// without one, may be any node.
+func (n *Node) learnRemoval(servers []raft.Server, infos []nodeInfo, errs []error) bool {
 	own := n.ClusterID()
 	for i, info := range infos {
-		if servers[i].ID == n.id || errs[i] != nil || info.ID != string(servers[i].ID) ||
+		if errs[i] != nil || (servers[i].ID != "" && info.ID != string(servers[i].ID)) || info.ID == string(n.id) ||
 			info.State != stateLabel(raft.Leader) || info.LeaderReady == nil || !*info.LeaderReady ||
 			len(info.Members) == 0 || (own != "" && info.ClusterID != own) {
 			continue
@@ -1058,8 +1124,9 @@ func (n *Node) askMembership() {
 				n.logger.Info("the leader's membership does not list this node", "leader_id", info.ID, "members", info.Members)
 			}
 		}
-		return
+		return true
 	}
+	return false
 }
 
 // updateReadiness is called by Ready and by the monitor loop.
