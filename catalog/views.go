@@ -647,11 +647,11 @@ func (s *Server) commitView(ctx context.Context, id fsm.Ident, req commitViewReq
 		if err != nil {
 			return nil, err
 		}
-		// Without updates nothing was written: after is the current file,
-		// never to be discarded. Under an Idempotency-Key the
+		// Without a change nothing was written: after is the current
+		// file, never to be discarded. Under an Idempotency-Key the
 		// compare-and-set of that file onto itself is proposed all the
 		// same, as for a table, so that the record keeps the answer.
-		unchanged := len(req.Updates) == 0
+		unchanged := cmd.MetadataLocation == cmd.ExpectedMetadataLocation
 		if unchanged && !idempotency.InRun(ctx) {
 			return after, nil
 		}
@@ -713,15 +713,19 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 			return fsm.ReplaceView{}, nil, commitFailed("requirement failed for view %s: %v", id, err)
 		}
 	}
+	// Nothing to change (no updates, or each a no-op: the version
+	// already current, the same location or format version, an empty
+	// set-properties, a version the view already has), as a table commit
+	// without changes: no new metadata file, the current one is the
+	// answer, as Java's reference catalog answers; the command, if
+	// proposed, sets the pointer to the file it holds.
+	unchanged := fsm.ReplaceView{
+		Ident: id, ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
+		MetadataLocation: cur.MetadataLocation, Location: cur.Location, LocationKey: fsm.LocationKey(cur.Location),
+		AtMs: s.cfg.Now().UnixMilli(),
+	}
 	if len(req.Updates) == 0 {
-		// Nothing to change, as a table commit without changes: no new
-		// metadata file, the current one is the answer; the command, if
-		// proposed, sets the pointer to the file it holds.
-		return fsm.ReplaceView{
-			Ident: id, ExpectedMetadataLocation: cur.MetadataLocation, ExpectedUUID: cur.UUID,
-			MetadataLocation: cur.MetadataLocation, Location: cur.Location, LocationKey: fsm.LocationKey(cur.Location),
-			AtMs: s.cfg.Now().UnixMilli(),
-		}, before, nil
+		return unchanged, before, nil
 	}
 	builder, err := view.MetadataBuilderFromBase(before.meta)
 	if err != nil {
@@ -729,6 +733,9 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 	}
 	if err := applyViewUpdates(builder, before.meta, req.Updates); err != nil {
 		return fsm.ReplaceView{}, nil, refusedByState("cannot apply updates to view %s: %v", id, err)
+	}
+	if builder.Err() == nil && !builder.HasChanges() {
+		return unchanged, before, nil
 	}
 	meta, err := builder.Build()
 	if err != nil {

@@ -300,10 +300,19 @@ func testViewLifecycle(t *testing.T, nodes []*node, f *node) {
 	assert.Equal(t, int64(2), reverted.CurrentVersion().VersionID)
 	second = reverted.MetadataLocation()
 
-	// A commit without updates changes nothing and writes no file, as a
-	// table's; its requirements are still checked.
+	// A commit without updates, or whose updates are each a no-op,
+	// changes nothing and writes no file, as a table's; its requirements
+	// are still checked.
 	files := f.listFiles(t, f.warehouse+"/vs/v")
-	for _, body := range []string{`{"requirements":[],"updates":[]}`, `{}`} {
+	lv := f.do(t, "GET", "/v1/floe/namespaces/vs/views/v", nil)
+	require.Equal(t, 200, lv.status, "%s", lv.body)
+	vloc := lv.json(t)["metadata"].(map[string]any)["location"].(string)
+	for _, body := range []string{`{"requirements":[],"updates":[]}`, `{}`,
+		`{"requirements":[],"updates":[{"action":"set-current-view-version","view-version-id":2}]}`,
+		`{"requirements":[],"updates":[{"action":"set-properties","updates":{}}]}`,
+		`{"requirements":[],"updates":[{"action":"upgrade-format-version","format-version":1}]}`,
+		`{"requirements":[],"updates":[{"action":"set-location","location":"` + vloc + `"}]}`,
+	} {
 		r := f.do(t, "POST", "/v1/floe/namespaces/vs/views/v", body)
 		require.Equal(t, 200, r.status, "%s: %s", body, r.body)
 		assert.Equal(t, second, r.json(t)["metadata-location"], body)
