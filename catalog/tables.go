@@ -2112,9 +2112,8 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 	if base == nil {
 		return updates
 	}
-	var out table.Updates
 	added := map[string]bool{}
-	for i, u := range updates {
+	return withoutUpdates(updates, func(u table.Update) bool {
 		var ids struct {
 			SnapshotIDs []int64 `json:"snapshot-ids"`
 			SnapshotID  *int64  `json:"snapshot-id"`
@@ -2127,20 +2126,8 @@ func withoutNoOpRemovals(base table.Metadata, updates table.Updates) table.Updat
 			}
 		}
 		added[u.Action()] = true
-		if noop {
-			if out == nil {
-				out = slices.Clone(updates[:i])
-			}
-			continue
-		}
-		if out != nil {
-			out = append(out, u)
-		}
-	}
-	if out == nil {
-		return updates
-	}
-	return out
+		return noop
+	})
 }
 
 // withoutNoOpRefRemovals leaves out of updates a remove-snapshot-ref of a
@@ -2159,8 +2146,7 @@ func withoutNoOpRefRemovals(base table.Metadata, updates table.Updates) table.Up
 	for name, ref := range base.Refs() {
 		refs[name] = ref.SnapshotID
 	}
-	var out table.Updates
-	for i, u := range updates {
+	return withoutUpdates(updates, func(u table.Update) bool {
 		var f struct {
 			RefName     string  `json:"ref-name"`
 			SnapshotID  int64   `json:"snapshot-id"`
@@ -2183,7 +2169,16 @@ func withoutNoOpRefRemovals(base table.Metadata, updates table.Updates) table.Up
 				delete(refs, f.RefName)
 			}
 		}
-		if noop {
+		return noop
+	})
+}
+
+// withoutUpdates returns updates without those drop reports, called on
+// each in order; updates itself when it drops none.
+func withoutUpdates(updates table.Updates, drop func(table.Update) bool) table.Updates {
+	var out table.Updates
+	for i, u := range updates {
+		if drop(u) {
 			if out == nil {
 				out = slices.Clone(updates[:i])
 			}

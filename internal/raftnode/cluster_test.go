@@ -902,20 +902,23 @@ func TestHandOverBeforeStopping(t *testing.T) {
 	require.NoError(t, res.Err())
 }
 
+// aFollower returns a node of nodes other than leader, and its Config.
+func aFollower(nodes []*Node, cfgs []Config, leader *Node) (*Node, Config) {
+	for i, n := range nodes {
+		if n != leader {
+			return n, cfgs[i]
+		}
+	}
+	return nil, Config{}
+}
+
 // A node removed from the cluster says so in Ready (wrapping ErrNoLeader
 // and ErrNotMember, with the way back), also after a restart on its data
 // directory, rather than only "no leader".
 func TestRemovedNodeSaysSo(t *testing.T) {
 	nodes, cfgs := startJoinedCluster(t, 3)
 	leader := waitOneLeader(t, nodes)
-	var gone *Node
-	var cfg Config
-	for i, n := range nodes {
-		if n != leader {
-			gone, cfg = n, cfgs[i]
-			break
-		}
-	}
+	gone, cfg := aFollower(nodes, cfgs, leader)
 	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
 	require.Eventually(t, func() bool { return errors.Is(gone.Ready(), ErrNotMember) }, 20*time.Second, 20*time.Millisecond)
 	err := gone.Ready()
@@ -949,14 +952,7 @@ func TestNodeRemovedWhileCutOffAsksTheLeaderNamed(t *testing.T) {
 func testRemovedWhileCutOff(t *testing.T, replaced bool) {
 	nodes, cfgs := startJoinedCluster(t, 3)
 	leader := waitOneLeader(t, nodes)
-	var gone *Node
-	var cfg Config
-	for i, n := range nodes {
-		if n != leader {
-			gone, cfg = n, cfgs[i]
-			break
-		}
-	}
+	gone, cfg := aFollower(nodes, cfgs, leader)
 	isolate(gone, true)
 	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
 	require.NoError(t, gone.Shutdown())
