@@ -264,6 +264,14 @@ func runGroup(ctx context.Context, group string, leaves []cliLeaf, args []string
 		printGroupHelp(stdout, group, leaves)
 		return exitOK
 	}
+	// Common flags may come before the subcommand too ("floe members
+	// --node URL remove ID"): moved after it, they are the leaf's.
+	if named > 0 {
+		if lead, rest := leadingCommonFlags(args); len(lead) > 0 && len(rest) > 0 &&
+			slices.ContainsFunc(leaves, func(l cliLeaf) bool { return l.name != "" && l.name == rest[0] }) {
+			args = append(append([]string{rest[0]}, rest[1:]...), lead...)
+		}
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && named > 0 {
 		for _, l := range leaves {
 			if l.name != "" && l.name == args[0] {
@@ -280,6 +288,24 @@ func runGroup(ctx context.Context, group string, leaves []cliLeaf, args []string
 		return exitUsage
 	}
 	return runLeaf(ctx, *own, args, stdout, stderr)
+}
+
+// leadingCommonFlags splits args into the common flags (cliOptions) it
+// starts with and the rest; lead is empty when args do not start with
+// common flags alone (another flag, "--", or one that does not parse).
+func leadingCommonFlags(args []string) (lead, rest []string) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	(&cliOptions{}).register(fs, 0)
+	if fs.Parse(args) != nil {
+		return nil, args
+	}
+	rest = fs.Args()
+	lead = args[:len(args)-len(rest)]
+	if len(lead) > 0 && lead[len(lead)-1] == "--" {
+		return nil, args
+	}
+	return lead, rest
 }
 
 func isHelpArg(s string) bool {

@@ -888,3 +888,30 @@ func TestStatusShowsAMemberOfAnotherCluster(t *testing.T) {
 	renderStatus(&out, "http://127.0.0.1:8181", "node1", st, map[string]string{"node3": "ready"})
 	assert.Contains(t, out.String(), "not in this cluster: holds another cluster's state (cluster id x)")
 }
+
+// The common flags may come before the subcommand too, as the help says
+// ("before or after the arguments"): "floe members --node URL remove ID"
+// said `unexpected argument "remove"`, and "floe leader --node URL
+// transfer" that a subcommand was needed.
+func TestCommonFlagsBeforeTheSubcommand(t *testing.T) {
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusNoContent) })
+	code, out, errOut := runCLI(t, "members", "--node", f.URL, "remove", "node4")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "removed member node4\n", out)
+	code, out, errOut = runCLI(t, "leader", "--node="+f.URL, "--json", "transfer", "node2", "--timeout", "5s")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Empty(t, out)
+	seen := f.requests()
+	require.Len(t, seen, 2)
+	assert.Equal(t, "/management/v1/cluster/members/node4", seen[0].path)
+	assert.JSONEq(t, `{"id":"node2"}`, seen[1].body)
+
+	// Given twice, before and after, a flag is still refused; a flag the
+	// group does not know before a subcommand is still a usage error.
+	code, _, errOut = runCLI(t, "members", "--node", f.URL, "remove", "node4", "--node", f.URL)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "given more than once")
+	code, _, _ = runCLI(t, "purge", "--state", "FAILED", "list", "--node", f.URL)
+	assert.Equal(t, exitUsage, code)
+	assert.Len(t, f.requests(), 2, "nothing sent")
+}
