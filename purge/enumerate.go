@@ -4,7 +4,6 @@
 package purge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -225,13 +224,13 @@ func (w Walker) Walk(ctx context.Context, meta table.Metadata, metadataLocation 
 // (a writer's mistake or a hostile one): passed on in an earlier phase,
 // it was deleted before the walk read it, and the files it leads to were
 // left while the job succeeded.
-type readLater struct{ lists, manifests map[string]bool }
+type readLater struct{ lists, manifests pathSet }
 
 // mark records uri, in both of its spellings (see decodedLocalURI), in set.
-func mark(set map[string]bool, uri string) {
-	set[objectKey(uri)] = true
+func mark(set pathSet, uri string) {
+	set.add(objectKey(uri))
 	if dec, ok := decodedLocalURI(uri); ok {
-		set[objectKey(dec)] = true
+		set.add(objectKey(dec))
 	}
 }
 
@@ -240,9 +239,9 @@ func (l readLater) keeps(phase int, uri string) bool {
 	switch phase {
 	case PhaseData:
 		k := objectKey(uri)
-		return l.lists[k] || l.manifests[k]
+		return l.lists.has(k) || l.manifests.has(k)
 	case PhaseManifests:
-		return l.lists[objectKey(uri)]
+		return l.lists.has(objectKey(uri))
 	}
 	return false
 }
@@ -268,7 +267,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	if from > PhaseManifests {
 		return l, nil
 	}
-	l.lists = map[string]bool{}
+	l.lists = pathSet{}
 	for _, snap := range meta.Snapshots() {
 		if snap.ManifestList != "" {
 			mark(l.lists, snap.ManifestList)
@@ -279,7 +278,7 @@ func (w Walker) readLater(ctx context.Context, meta table.Metadata, from int) (r
 	}
 	quiet := w
 	quiet.OnMissing, quiet.OnNotRead = nil, nil
-	l.manifests = map[string]bool{}
+	l.manifests = pathSet{}
 	err := quiet.manifests(ctx, meta, func(mf iceberg.ManifestFile) error {
 		mark(l.manifests, mf.FilePath())
 		return nil
@@ -353,15 +352,23 @@ func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLoca
 // iceberg-go's Snapshot.Manifests read them.
 func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceberg.ManifestFile) error) error {
 	seenLists := map[string]bool{}
-	seen := map[string]bool{}
+	seen := pathSet{}
+	give := func(mf iceberg.ManifestFile) error {
+		if !seen.add(mf.FilePath()) {
+			return nil
+		}
+		if len(seen) > maxWalkManifests {
+			return errTooManyManifests()
+		}
+		return fn(mf)
+	}
 	for _, snap := range meta.Snapshots() {
 		if snap.ManifestList == "" {
 			for _, uri := range snap.ManifestLocations {
-				if uri == "" || seen[uri] {
+				if uri == "" {
 					continue
 				}
-				seen[uri] = true
-				if err := fn(iceberg.NewManifestFile(1, uri, 0, 0, snap.SnapshotID).Build()); err != nil {
+				if err := give(iceberg.NewManifestFile(1, uri, 0, 0, snap.SnapshotID).Build()); err != nil {
 					return err
 				}
 			}
@@ -374,7 +381,16 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 		if !w.mayRead(snap.ManifestList) {
 			continue
 		}
-		data, err := w.Reader.Read(ctx, snap.ManifestList)
+		// give's own errors pass unjudged: only the list's absence is
+		// told to OnMissing.
+		var giveErr error
+		err := w.listManifests(ctx, snap.ManifestList, func(mf iceberg.ManifestFile) error {
+			giveErr = give(mf)
+			return giveErr
+		})
+		if giveErr != nil {
+			return giveErr
+		}
 		if errors.Is(err, storage.ErrNotFound) {
 			if err := w.missing(snap.ManifestList, true); err != nil {
 				return err
@@ -383,19 +399,6 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 		}
 		if err != nil {
 			return err
-		}
-		mfs, err := iceberg.ReadManifestList(bytes.NewReader(data))
-		if err != nil {
-			return fmt.Errorf("%w: manifest list %s: %v", ErrCorruptMetadata, snap.ManifestList, err)
-		}
-		for _, mf := range mfs {
-			if seen[mf.FilePath()] {
-				continue
-			}
-			seen[mf.FilePath()] = true
-			if err := fn(mf); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

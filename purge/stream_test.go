@@ -54,8 +54,8 @@ func (m *memReader) Read(_ context.Context, uri string) ([]byte, error) {
 }
 
 // memOpener is a memReader that also streams objects (purge.Opener). When
-// failAfter is set, a body fails with errBroken once that many bytes of it
-// were read, like a connection that drops.
+// failAfter is set, a body longer than that fails with errBroken once that
+// many bytes of it were read, like a connection that drops.
 type memOpener struct {
 	*memReader
 	failAfter int
@@ -69,7 +69,7 @@ func (m memOpener) Open(_ context.Context, uri string) (io.ReadCloser, error) {
 		return nil, err
 	}
 	var r io.Reader = bytes.NewReader(data)
-	if m.failAfter > 0 {
+	if m.failAfter > 0 && len(data) > m.failAfter {
 		r = io.MultiReader(io.LimitReader(r, int64(m.failAfter)), failing{})
 	}
 	return io.NopCloser(r), nil
