@@ -5,6 +5,10 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,4 +105,69 @@ func TestLargeDocumentsTakeAndReturnASlot(t *testing.T) {
 		assert.Len(t, tm.meta.Properties()["pad"], bigMetadataBytes+1)
 	}
 	assert.True(t, s.bigDocs.TryAcquire(bigMetadataSlots), "every slot given back")
+}
+
+// A loaded table's answer is the body writeJSON writes, for a document
+// another writer left indented and with characters encoding/json escapes,
+// staged (no location) or not, with and without credentials; the document
+// is held once in that form and written as it is, not copied per answer.
+func TestLoadAnswerIsWhatTheEncoderWrites(t *testing.T) {
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(metadataDoc(t, 3, false), &doc))
+	doc["properties"] = map[string]any{"html": "<b>&amp;</b>", "sep": "a\u2028b\u2029c", "metadata": `"metadata":null`}
+	pretty, err := json.MarshalIndent(doc, "", "  ")
+	require.NoError(t, err)
+	objs := &countingObjects{doc: pretty, gate: make(chan struct{})}
+	close(objs.gate)
+	s, err := New(Config{Warehouse: "file:///wh", Registerer: prometheus.NewRegistry()}, nil, objs)
+	require.NoError(t, err)
+	defer s.Close()
+	tm, err := s.readMetadataFile(context.Background(), "file:///wh/ns/t/metadata/00001-a.metadata.json")
+	require.NoError(t, err)
+	assert.NotContains(t, string(tm.raw), "\n")
+	assert.NotContains(t, string(tm.raw), "<")
+
+	loc := `file:///wh/ns/t/metadata/00001-"<a>".metadata.json`
+	for name, res := range map[string]loadTableResult{
+		"staged":      {Metadata: tm.raw, Config: map[string]string{"k": "v"}},
+		"loaded":      {MetadataLocation: &loc, Metadata: tm.raw},
+		"credentials": {MetadataLocation: &loc, Metadata: tm.raw, Config: map[string]string{"z": "1", "a": "2"}, StorageCredentials: []storageCredential{{Prefix: "s3://b/", Config: map[string]string{"s3.access-key-id": "k"}}}},
+	} {
+		direct := httptest.NewRecorder()
+		writeLoadTableResult(direct, res)
+		viaEncoder := httptest.NewRecorder()
+		writeJSON(viaEncoder, http.StatusOK, res)
+		require.Equal(t, viaEncoder.Body.String(), direct.Body.String(), name)
+		assert.Equal(t, http.StatusOK, direct.Code)
+		assert.Equal(t, "application/json", direct.Header().Get("Content-Type"))
+		assert.Equal(t, strconv.Itoa(direct.Body.Len()), direct.Header().Get("Content-Length"))
+		// And as the encoder wrote the document held as read, before.
+		res.Metadata = withEmptyCollections(withRequiredFields(pretty))
+		viaEncoder = httptest.NewRecorder()
+		writeJSON(viaEncoder, http.StatusOK, res)
+		assert.Equal(t, viaEncoder.Body.String(), direct.Body.String(), name)
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps nothing of the body.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// Writing a large table's answer allocates next to nothing beside the
+// document: each concurrent answer used to hold a whole copy of it until
+// its client had read it (a dozen slow readers of a 120 MB table, 1.7 GB).
+func TestLoadAnswerDoesNotCopyTheDocument(t *testing.T) {
+	doc, err := encodedJSON(metadataDoc(t, 8<<20, false))
+	require.NoError(t, err)
+	loc := "file:///wh/ns/t/metadata/00001-a.metadata.json"
+	res := loadTableResult{MetadataLocation: &loc, Metadata: doc, Config: map[string]string{"k": "v"}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	writeLoadTableResult(&discardWriter{h: http.Header{}}, res)
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(len(doc)/8), "bytes allocated to answer with a %d-byte document", len(doc))
 }

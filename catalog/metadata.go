@@ -211,7 +211,31 @@ func (s *Server) readMetadataFile(ctx context.Context, loc string) (*tableMetada
 	}
 	// Answers carry the document with the fields old readers require, also
 	// when another writer (or floe before it wrote them) left them out.
-	return &tableMetadata{location: loc, raw: withEmptyCollections(withRequiredFields(raw)), meta: meta}, nil
+	raw, err = encodedJSON(withEmptyCollections(withRequiredFields(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata %s: %v", errCorruptMetadata, loc, err)
+	}
+	return &tableMetadata{location: loc, raw: raw, meta: meta}, nil
+}
+
+// encodedJSON returns raw as encoding/json writes a json.RawMessage:
+// compact, with <, >, & and U+2028/U+2029 escaped. A table's document is
+// held so once, when it is read, and answers write it as it is held
+// (writeLoadTableResult) rather than each copying it through an encoder.
+func encodedJSON(raw []byte) ([]byte, error) {
+	var compact bytes.Buffer
+	compact.Grow(len(raw))
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, err
+	}
+	out := compact.Bytes()
+	if !bytes.ContainsAny(out, "<>&\u2028\u2029") {
+		return out, nil
+	}
+	var escaped bytes.Buffer
+	escaped.Grow(len(out) + 64)
+	json.HTMLEscape(&escaped, out)
+	return escaped.Bytes(), nil
 }
 
 var errCorruptMetadata = errors.New("unreadable table metadata")
