@@ -68,15 +68,42 @@ func quietLogger() *slog.Logger {
 // delete first goes through the test's hook, which may block or fail it.
 type hooked struct {
 	*storage.Mux
-	mu      sync.Mutex
-	hook    func(ctx context.Context, uris []string) error
-	deleted atomic.Int64
+	mu       sync.Mutex
+	hook     func(ctx context.Context, uris []string) error
+	readHook func(uri string)
+	deleted  atomic.Int64
 }
 
 func (h *hooked) set(f func(ctx context.Context, uris []string) error) {
 	h.mu.Lock()
 	h.hook = f
 	h.mu.Unlock()
+}
+
+// setRead installs f, called with each URI the purge reads (it may panic).
+func (h *hooked) setRead(f func(uri string)) {
+	h.mu.Lock()
+	h.readHook = f
+	h.mu.Unlock()
+}
+
+func (h *hooked) reading(uri string) {
+	h.mu.Lock()
+	f := h.readHook
+	h.mu.Unlock()
+	if f != nil {
+		f(uri)
+	}
+}
+
+func (h *hooked) Read(ctx context.Context, uri string) ([]byte, error) {
+	h.reading(uri)
+	return h.Mux.Read(ctx, uri)
+}
+
+func (h *hooked) Open(ctx context.Context, uri string) (io.ReadCloser, error) {
+	h.reading(uri)
+	return h.Mux.Open(ctx, uri)
 }
 
 func (h *hooked) Delete(ctx context.Context, uris []string) (int, error) {

@@ -23,6 +23,7 @@ type metrics struct {
 	batchLatency     prometheus.Histogram
 	leases           *prometheus.CounterVec
 	staleLeases      prometheus.Counter
+	panics           prometheus.Counter
 	missingManifests prometheus.Counter
 	notRead          prometheus.Counter
 	wakes            prometheus.Counter
@@ -82,6 +83,9 @@ func newMetrics() *metrics {
 		staleLeases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_stale_leases_total", Help: "Runs on this node stopped because their lease token was no longer current.",
 		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_run_panics_total", Help: "Purge runs on this node that panicked (a decoder or storage client meeting input it was not written for); each failed its attempt instead of the process.",
+		}),
 		leaderBeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_new_leader_heartbeats_total", Help: "Heartbeats this node sent at once because a new leader became known.",
 		}),
@@ -96,7 +100,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.dirsRemoved, m.unrenewed, m.batches, m.batchLatency, m.leases, m.staleLeases, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.dirsRemoved, m.unrenewed, m.batches, m.batchLatency, m.leases, m.staleLeases, m.panics, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
 	return m
 }
 

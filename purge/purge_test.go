@@ -759,3 +759,40 @@ func TestJobOutsideThisNodesAllowedLocationsFails(t *testing.T) {
 	assert.ElementsMatch(t, tb.files, c.exist(tb.files), "no file deleted")
 	assert.True(t, job.HoldsTombstones(), "the name and location stay taken")
 }
+
+// A run that panics (a decoder meeting a crafted manifest list, a storage
+// client an answer it was not written for) fails its attempt, is retried
+// and then FAILED, and the node lives on: a panic ended the process,
+// which restarted into the same run, and the job's lease then took the
+// next node down the same way.
+func TestAPanickingRunFailsItsJobNotTheNode(t *testing.T) {
+	c := newCluster(t, fileWarehouse(), 1, 10)
+	n := c.nodes[0]
+	for _, tc := range []struct {
+		name, want string
+		arm        func()
+	}{
+		{"walk", "the run panicked: crafted", func() {
+			n.store.setRead(func(uri string) {
+				if strings.Contains(uri, "/metadata/snap-") {
+					panic("crafted")
+				}
+			})
+		}},
+		{"delete", "the delete panicked: odd answer", func() {
+			c.setHook(func(context.Context, []string) error { panic("odd answer") })
+		}},
+	} {
+		tt := c.makeTable(n, "panics", tc.name, nil, 1, 2)
+		tc.arm()
+		r := n.do(t, "DELETE", "/v1/namespaces/panics/tables/"+tc.name+"?purgeRequested=true", "", catalog.AsyncPurgeHeader, "true")
+		require.Equal(t, 204, r.status, r.body)
+		job := c.waitJob("panics", tc.name, 30*time.Second, func(j fsm.PurgeJob) bool { return j.State == fsm.JobFailed })
+		assert.Equal(t, 3, job.Attempts, tc.name)
+		assert.Contains(t, job.LastError, tc.want, tc.name)
+		n.store.setRead(nil)
+		c.setHook(nil)
+		assert.NotEmpty(t, c.exist(tt.files), "%s: nothing more was deleted", tc.name)
+	}
+	require.NoError(t, n.raft.Ready(), "the node lives on")
+}

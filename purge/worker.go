@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -63,7 +64,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		"first_phase", PhaseName(job.FirstPhase))
 	jr := &jobRun{s: s, job: job, token: rn.token, log: log, progress: job.Progress,
 		committed: Checkpoint{Phase: job.Progress.Phase, Offset: job.Progress.Offset}, reportedPhase: job.Progress.Phase}
-	err = jr.run(ctx, root)
+	err = jr.runRecovered(ctx, root)
 	progress := jr.snapshot()
 	switch {
 	case errors.Is(err, errStale):
@@ -451,6 +452,34 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 	return nil
 }
 
+// runRecovered is run with a panic turned into the run's failure: a
+// decoder or storage client meeting input it was not written for (a
+// crafted manifest, say) fails the attempt, retried and then FAILED like
+// any other, rather than killing the process, then the next node the
+// job's lease goes to, and so the cluster's quorum.
+func (r *jobRun) runRecovered(ctx context.Context, root openedJob) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.s.m.panics.Inc()
+			r.log.Error("purge run panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("purge: the run panicked: %v", p)
+		}
+	}()
+	return r.run(ctx, root)
+}
+
+// deleteRecovered is objs.Delete with a panic turned into its error (see
+// runRecovered): it runs on the delete pool's threads, where a panic would
+// end the process.
+func deleteRecovered(ctx context.Context, objs Objects, uris []string) (n int, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			n, err = 0, fmt.Errorf("purge: the delete panicked: %v", p)
+		}
+	}()
+	return objs.Delete(ctx, uris)
+}
+
 // decodedLocalURI returns, for a file: URI whose path holds %-escapes,
 // the same URI with its path decoded. Writers disagree on where such a
 // file lies: iceberg-go's local FileIO decodes the path of the URI a
@@ -528,7 +557,7 @@ func (r *jobRun) flush() {
 				r.complete(b, 0, 0, fmt.Errorf("deleting %d files: %w", len(uris), err))
 				return
 			}
-			n, err = r.objs.Delete(fctx, uris)
+			n, err = deleteRecovered(fctx, r.objs, uris)
 			// Cut off only when the fence cancelled the request: one it
 			// let finish past the deadline (written whole, awaiting its
 			// answer) and that then failed on its own (storage's own
