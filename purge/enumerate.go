@@ -348,8 +348,9 @@ func (w Walker) walkPhase(ctx context.Context, meta table.Metadata, metadataLoca
 // manifests calls fn once for every distinct manifest of every snapshot, in
 // snapshot order then manifest-list order. A format version 1 snapshot
 // without a manifest list names its manifests itself ("manifests"): they
-// are data manifests of format version 1, as Java's BaseSnapshot and
-// iceberg-go's Snapshot.Manifests read them.
+// are data manifests, as Java's BaseSnapshot and iceberg-go's
+// Snapshot.Manifests read them. A table of more than maxWalkManifests
+// distinct manifests is corrupt metadata.
 func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceberg.ManifestFile) error) error {
 	seenLists := map[string]bool{}
 	seen := pathSet{}
@@ -368,7 +369,10 @@ func (w Walker) manifests(ctx context.Context, meta table.Metadata, fn func(iceb
 				if uri == "" {
 					continue
 				}
-				if err := give(iceberg.NewManifestFile(1, uri, 0, 0, snap.SnapshotID).Build()); err != nil {
+				// As a list's (listManifests): the newest version, not
+				// judged against the snapshot's; data, as format version
+				// 1 has no other kind.
+				if err := give(iceberg.NewManifestFile(3, uri, 0, 0, snap.SnapshotID).Build()); err != nil {
 					return err
 				}
 			}

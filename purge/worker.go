@@ -77,7 +77,7 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		return
 	}
 	if err == nil {
-		jr.removeEmptyDirs(ctx)
+		jr.removeEmptyDirsRecovered(ctx)
 	}
 	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: progress, MaxAttempts: s.cfg.MaxAttempts, AtMs: s.cfg.Now().UnixMilli()}
 	switch {
@@ -252,7 +252,16 @@ type openedJob struct {
 
 // openJob builds the job's storage from its FileIO properties and reads
 // its root metadata file.
-func (s *Service) openJob(ctx context.Context, job fsm.PurgeJob) openedJob {
+// A panic (a metadata file a decoder was not written for) is the open's
+// error, as runRecovered makes a run's.
+func (s *Service) openJob(ctx context.Context, job fsm.PurgeJob) (opened openedJob) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.m.panics.Inc()
+			s.log.Error("purge run panicked opening its job", "job_id", job.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			opened = openedJob{err: fmt.Errorf("purge: opening the job panicked: %v", p)}
+		}
+	}()
 	warehouse, _ := fsm.SplitWarehouse(job.Ident.Namespace)
 	objs, err := s.cfg.Storage(warehouse, job.FileIO)
 	if err != nil {
@@ -463,9 +472,25 @@ func (r *jobRun) runRecovered(ctx context.Context, root openedJob) (err error) {
 			r.s.m.panics.Inc()
 			r.log.Error("purge run panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("purge: the run panicked: %v", p)
+			// As run does on an error: the batches in flight finish
+			// first, so the progress reported with the outcome counts
+			// them and nothing is deleted after it is recorded.
+			r.pending.Wait()
 		}
 	}()
 	return r.run(ctx, root)
+}
+
+// removeEmptyDirsRecovered is removeEmptyDirs with a panic logged (see
+// runRecovered): best effort, as removeEmptyDirs is.
+func (r *jobRun) removeEmptyDirsRecovered(ctx context.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.s.m.panics.Inc()
+			r.log.Error("purge run panicked removing empty directories", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	r.removeEmptyDirs(ctx)
 }
 
 // deleteRecovered is objs.Delete with a panic turned into its error (see
