@@ -269,7 +269,8 @@ func runGroup(ctx context.Context, group string, leaves []cliLeaf, args []string
 	if named > 0 {
 		if lead, rest := leadingCommonFlags(args); len(lead) > 0 && len(rest) > 0 &&
 			slices.ContainsFunc(leaves, func(l cliLeaf) bool { return l.name != "" && l.name == rest[0] }) {
-			args = append(append([]string{rest[0]}, rest[1:]...), lead...)
+			// Right after it: before any "--" that ends the flags.
+			args = append(append([]string{rest[0]}, lead...), rest[1:]...)
 		}
 	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && named > 0 {

@@ -901,10 +901,15 @@ func TestCommonFlagsBeforeTheSubcommand(t *testing.T) {
 	code, out, errOut = runCLI(t, "leader", "--node="+f.URL, "--json", "transfer", "node2", "--timeout", "5s")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Empty(t, out)
+	// Before a "--" that ends the flags, too.
+	code, out, errOut = runCLI(t, "members", "--node", f.URL, "remove", "--", "-odd")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Equal(t, "removed member -odd\n", out)
 	seen := f.requests()
-	require.Len(t, seen, 2)
+	require.Len(t, seen, 3)
 	assert.Equal(t, "/management/v1/cluster/members/node4", seen[0].path)
 	assert.JSONEq(t, `{"id":"node2"}`, seen[1].body)
+	assert.Equal(t, "/management/v1/cluster/members/-odd", seen[2].path)
 
 	// Given twice, before and after, a flag is still refused; a flag the
 	// group does not know before a subcommand is still a usage error.
@@ -913,5 +918,5 @@ func TestCommonFlagsBeforeTheSubcommand(t *testing.T) {
 	assert.Contains(t, errOut, "given more than once")
 	code, _, _ = runCLI(t, "purge", "--state", "FAILED", "list", "--node", f.URL)
 	assert.Equal(t, exitUsage, code)
-	assert.Len(t, f.requests(), 2, "nothing sent")
+	assert.Len(t, f.requests(), 3, "nothing sent")
 }
