@@ -14,7 +14,19 @@ import (
 // The same request retried on another node is a replay, not a wait for
 // the claim to expire and then a 404 for a member already gone.
 func TestKeyedRemovalOfTheLeaderThroughItselfReplays(t *testing.T) {
-	c := startTestCluster(t)
+	testKeyedRemovalOfTheLeader(t, startTestCluster(t))
+}
+
+// The same with Raft timeouts long enough that waiting for a leader would
+// outlast the time the outcome's record is given: the node that left asks
+// its former members at once.
+func TestKeyedRemovalOfTheLeaderWithLongRaftTimeouts(t *testing.T) {
+	testKeyedRemovalOfTheLeader(t, startTestClusterWith(t, func(*clusterProc) []string {
+		return []string{"--raft-heartbeat-timeout", "1500ms"}
+	}))
+}
+
+func testKeyedRemovalOfTheLeader(t *testing.T, c *testCluster) {
 	leader := c.awaitStable(t, 60*time.Second)
 	const key = "0190b2c4-8d3e-7a1b-9c2d-3e4f5a6b7c8e"
 	remove := func(p *clusterProc) (int, string) {

@@ -953,6 +953,9 @@ func testRemovedWhileCutOff(t *testing.T, replaced bool) {
 	nodes, cfgs := startJoinedCluster(t, 3)
 	leader := waitOneLeader(t, nodes)
 	gone, cfg := aFollower(nodes, cfgs, leader)
+	// It holds the membership in its own log before it is cut off (a node
+	// that never had it restarts as one joining afresh).
+	require.Eventually(t, func() bool { return gone.Ready() == nil && len(gone.memberIDs()) == 3 }, 20*time.Second, 10*time.Millisecond)
 	isolate(gone, true)
 	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
 	require.NoError(t, gone.Shutdown())

@@ -806,39 +806,55 @@ func (n *Node) Propose(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 // ProposeAfterLeaving is Propose for a node that may have just removed
 // itself from the cluster (a membership change it made as leader, whose
 // outcome must still be recorded): such a node knows no leader and never
-// will, though the members it left have one. When Propose finds no leader
-// and this node's latest membership does not list it, cmd is sent to the
-// leader the remaining members name, one hop, as a follower forwards. The
-// error contract is Propose's; with no leader named by any member it is
-// Propose's error.
+// will, though the members it left have one. When this node's latest
+// membership does not list it, cmd is sent to the leader the remaining
+// members name, one hop, as a follower forwards; they are asked again
+// every half heartbeat timeout until one names a leader other than this
+// node, or ctx ends (then ErrNoLeader). It does not first wait for a
+// leader of its own as Propose does (electionBound, four heartbeat
+// timeouts, which with long timeouts outlasts the caller's deadline).
+// Otherwise, and when Propose finds no leader before the node leaves, it
+// is Propose. The error contract is Propose's.
 func (n *Node) ProposeAfterLeaving(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	res, err := n.Propose(ctx, cmd)
-	if !errors.Is(err, ErrNoLeader) || ctx.Err() != nil || n.notMember() == nil {
-		return res, err
-	}
-	data, encErr := fsm.Encode(cmd)
-	f := n.raft.GetConfiguration()
-	if encErr != nil || f.Error() != nil {
-		return res, err
-	}
-	servers := slices.DeleteFunc(slices.Clone(f.Configuration().Servers), func(s raft.Server) bool { return s.ID == n.id })
-	infos, errs := n.askAll(ctx, servers, n.cfg.HeartbeatTimeout)
-	tried := map[string]bool{}
-	for i, info := range infos {
-		if errs[i] != nil || info.LeaderAddr == "" || info.LeaderID == "" || info.LeaderID == string(n.id) || tried[info.LeaderAddr] {
-			continue
-		}
-		tried[info.LeaderAddr] = true
-		got, ferr := n.forwardTo(ctx, ctx, info.LeaderAddr, data)
-		if ferr == nil {
-			return got, nil
-		}
-		if !errors.Is(ferr, ErrNotLeader) && !errors.Is(ferr, ErrNoLeader) {
-			// It may have been appended: not sent again.
-			return fsm.Result{}, ferr
+	if n.notMember() == nil {
+		res, err := n.Propose(ctx, cmd)
+		if !errors.Is(err, ErrNoLeader) || ctx.Err() != nil || n.notMember() == nil {
+			return res, err
 		}
 	}
-	return res, err
+	data, err := fsm.Encode(cmd)
+	if err != nil {
+		return fsm.Result{}, fmt.Errorf("raftnode: %w", err)
+	}
+	for {
+		f := n.raft.GetConfiguration()
+		if f.Error() == nil {
+			servers := slices.DeleteFunc(slices.Clone(f.Configuration().Servers), func(s raft.Server) bool { return s.ID == n.id })
+			infos, errs := n.askAll(ctx, servers, n.cfg.HeartbeatTimeout)
+			tried := map[string]bool{}
+			for i, info := range infos {
+				if errs[i] != nil || info.LeaderAddr == "" || info.LeaderID == "" || info.LeaderID == string(n.id) || tried[info.LeaderAddr] {
+					continue
+				}
+				tried[info.LeaderAddr] = true
+				res, ferr := n.forwardTo(ctx, ctx, info.LeaderAddr, data)
+				if ferr == nil {
+					return res, nil
+				}
+				if !errors.Is(ferr, ErrNotLeader) && !errors.Is(ferr, ErrNoLeader) {
+					// It may have been appended: not sent again.
+					return fsm.Result{}, ferr
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fsm.Result{}, fmt.Errorf("%w: no member this node left names a leader: %w", ErrNoLeader, ctx.Err())
+		case <-n.ctx.Done():
+			return fsm.Result{}, ErrShutdown
+		case <-time.After(n.cfg.HeartbeatTimeout / 2):
+		}
+	}
 }
 
 // proposeLocal appends an encoded command on this node, which believes it
@@ -1114,6 +1130,11 @@ func (n *Node) askMembership() {
 func (n *Node) learnRemoval(servers []raft.Server, infos []nodeInfo, errs []error) bool {
 	own := n.ClusterID()
 	for i, info := range infos {
+		// A Join address, asked without an ID, counts only when both hold
+		// the same cluster's identity: it may name another cluster.
+		if servers[i].ID == "" && (own == "" || info.ClusterID != own) {
+			continue
+		}
 		if errs[i] != nil || (servers[i].ID != "" && info.ID != string(servers[i].ID)) || info.ID == string(n.id) ||
 			info.State != stateLabel(raft.Leader) || info.LeaderReady == nil || !*info.LeaderReady ||
 			len(info.Members) == 0 || (own != "" && info.ClusterID != own) {
