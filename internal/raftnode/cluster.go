@@ -644,6 +644,10 @@ func (n *Node) onLeader(ctx context.Context, method string, req memberRequest, r
 	}
 	addr, err := n.leaderAddr()
 	if err != nil {
+		if removed := n.notMember(); removed != nil {
+			// Say why no leader will come: send the change to a member.
+			return fmt.Errorf("%w: %w", ErrUnavailable, removed)
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	req.Forwarded = true

@@ -986,6 +986,10 @@ func testRemovedWhileCutOff(t *testing.T, replaced bool) {
 		t.Fatalf("last Ready: %v", last)
 	}
 	assert.NotContains(t, leader.memberIDs(), gone.ID(), "the removed node added itself back")
+	// A membership change sent to it says why it cannot be made there.
+	err := again.Remove(ctxTimeout(t, 5*time.Second), leader.ID())
+	require.ErrorIs(t, err, ErrUnavailable)
+	assert.ErrorIs(t, err, ErrNotMember)
 	for _, n := range rest {
 		assert.NoError(t, n.Ready(), n.ID())
 	}
