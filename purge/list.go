@@ -63,7 +63,11 @@ func (w Walker) listManifests(ctx context.Context, uri string, fn func(iceberg.M
 		}
 		return fmt.Errorf("%w: manifest list %s: %v", ErrCorruptMetadata, uri, err)
 	}
-	rd, err := ocf.NewReader(src, ocf.WithReaderSchemaFunc(func(rd *ocf.Reader) (*avro.Schema, error) {
+	hdr, err := checkedHeader(src)
+	if err != nil {
+		return corrupt(err)
+	}
+	rd, err := ocf.NewReader(hdr, ocf.WithReaderSchemaFunc(func(rd *ocf.Reader) (*avro.Schema, error) {
 		return projectedList(rd.Schema())
 	}))
 	if err != nil {

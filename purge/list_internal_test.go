@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"testing"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/avro"
+	"github.com/twmb/avro/ocf"
 )
 
 // mapReader serves objects from a map.
@@ -123,4 +126,107 @@ func walkMeta(t *testing.T, loc string, lists ...string) table.Metadata {
 	meta, err := table.ParseMetadataBytes([]byte(FixtureMetadata{Location: loc, Lists: lists}.JSON()))
 	require.NoError(t, err)
 	return meta
+}
+
+// avroFile is an Avro object container file of one record {"a": 1}, its
+// schema text schemaText and its header carrying meta.
+func avroFile(t *testing.T, schemaText string, meta map[string][]byte) []byte {
+	t.Helper()
+	sc, err := avro.Parse(schemaText)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	w, err := ocf.NewWriter(&buf, sc, ocf.WithSchema(schemaText), ocf.WithMetadata(meta))
+	require.NoError(t, err)
+	require.NoError(t, w.Encode(map[string]any{"a": int32(1)}))
+	require.NoError(t, w.Close())
+	return buf.Bytes()
+}
+
+// A file's header is read within bounds before any decoder sees it: a
+// header of millions of tiny keys took 1.2 GB to open, and a padded writer
+// schema stayed in iceberg-go's cache of reader schemas for good. The
+// whole file is given back as it was otherwise.
+func TestAvroHeaderWithinBounds(t *testing.T) {
+	const rec = `{"type":"record","name":"r","fields":[{"name":"a","type":"int"}]}`
+	ok := avroFile(t, rec, map[string][]byte{"schema": bytes.Repeat([]byte("x"), 1<<20)})
+	r, err := checkedHeader(bytes.NewReader(ok))
+	require.NoError(t, err)
+	back, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Equal(t, ok, back, "the whole file, header and all")
+
+	manyKeys := map[string][]byte{}
+	for i := range maxHeaderKeys {
+		manyKeys[fmt.Sprint(i)] = nil
+	}
+	hugeHeader := map[string][]byte{}
+	for i := range maxHeaderBytes/1_000_000 + 1 {
+		hugeHeader[fmt.Sprint("k", i)] = bytes.Repeat([]byte("x"), 1_000_000)
+	}
+	padded := rec[:len(rec)-1] + string(bytes.Repeat([]byte(" "), maxWriterSchema)) + "}"
+	for name, file := range map[string][]byte{
+		"many keys":     avroFile(t, rec, manyKeys),
+		"padded schema": avroFile(t, padded, nil),
+		"huge header":   avroFile(t, rec, hugeHeader),
+		"cut short":     ok[:20],
+		"not avro":      []byte("not an avro file at all"),
+	} {
+		_, err := checkedHeader(bytes.NewReader(file))
+		assert.ErrorIs(t, err, errHeader, name)
+		// Through a walk: corrupt metadata, for a list and a manifest.
+		rd := mapReader{"l": file}
+		err = Walker{Reader: rd}.listManifests(context.Background(), "l", func(iceberg.ManifestFile) error { return nil })
+		assert.ErrorIs(t, err, ErrCorruptMetadata, name)
+		mf := iceberg.NewManifestFile(2, "l", int64(len(file)), 0, 1).SequenceNum(1, 1).Build()
+		err = Walker{Reader: rd}.manifestEntries(context.Background(), mf, func(string, int64) error { return nil })
+		assert.ErrorIs(t, err, ErrCorruptMetadata, name)
+	}
+}
+
+// A real manifest list given a header of too many keys is refused by the
+// walk, where the decoders alone read it.
+func TestWalkRefusesAListWithAnOversizedHeader(t *testing.T) {
+	raw := listOf(t, 2, iceberg.NewManifestFile(2, "s3://b/t/metadata/m.avro", 1, 0, 1).SequenceNum(1, 1).Build())
+	rd, err := ocf.NewReader(bytes.NewReader(raw))
+	require.NoError(t, err)
+	meta := map[string][]byte{}
+	for k, v := range rd.Metadata() {
+		if len(k) < 5 || k[:5] != "avro." {
+			meta[k] = v
+		}
+	}
+	var recs []any
+	for {
+		var v any
+		if err := rd.Decode(&v); err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		recs = append(recs, v)
+	}
+	rewrite := func(extra int) []byte {
+		m := maps.Clone(meta)
+		for i := range extra {
+			m[fmt.Sprint("k", i)] = nil
+		}
+		var buf bytes.Buffer
+		w, err := ocf.NewWriter(&buf, rd.Schema(), ocf.WithMetadata(m))
+		require.NoError(t, err)
+		for _, v := range recs {
+			require.NoError(t, w.Encode(v))
+		}
+		require.NoError(t, w.Close())
+		return buf.Bytes()
+	}
+	count := func(file []byte) (int, error) {
+		n := 0
+		err := Walker{Reader: mapReader{"l": file}}.listManifests(context.Background(), "l", func(iceberg.ManifestFile) error { n++; return nil })
+		return n, err
+	}
+	n, err := count(rewrite(10))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	_, err = count(rewrite(maxHeaderKeys))
+	assert.ErrorIs(t, err, ErrCorruptMetadata)
+	assert.Contains(t, err.Error(), "metadata keys")
 }

@@ -59,7 +59,12 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 	// the column statistics (sizes, counts, lower and upper bounds per
 	// column), which are most of an entry's bytes in a wide table, and the
 	// reader checks the manifest's metadata as NewManifestReader does.
-	mr, err := iceberg.NewManifestReaderWithProjection(mf, src, iceberg.ManifestEntryProjection{})
+	// Its header first, within bounds (checkedHeader).
+	hdr, err := checkedHeader(src)
+	if err != nil {
+		return manifestError(mf, src, err)
+	}
+	mr, err := iceberg.NewManifestReaderWithProjection(mf, hdr, iceberg.ManifestEntryProjection{})
 	if err != nil {
 		return manifestError(mf, src, err)
 	}
