@@ -57,12 +57,7 @@ func (w Walker) listManifests(ctx context.Context, uri string, fn func(iceberg.M
 	}
 	defer func() { _ = body.Close() }()
 	src := &trackedReader{r: body}
-	corrupt := func(err error) error {
-		if src.err != nil {
-			return fmt.Errorf("purge: reading manifest list %s: %w", uri, src.err)
-		}
-		return fmt.Errorf("%w: manifest list %s: %v", ErrCorruptMetadata, uri, err)
-	}
+	corrupt := func(err error) error { return decodeError("manifest list", uri, src, err) }
 	hdr, err := checkedHeader(src)
 	if err != nil {
 		return corrupt(err)

@@ -62,11 +62,11 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 	// Its header first, within bounds (checkedHeader).
 	hdr, err := checkedHeader(src)
 	if err != nil {
-		return manifestError(mf, src, err)
+		return decodeError("manifest", mf.FilePath(), src, err)
 	}
 	mr, err := iceberg.NewManifestReaderWithProjection(mf, hdr, iceberg.ManifestEntryProjection{})
 	if err != nil {
-		return manifestError(mf, src, err)
+		return decodeError("manifest", mf.FilePath(), src, err)
 	}
 	defer func() { _ = mr.Close() }()
 	for {
@@ -80,7 +80,7 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 			break
 		}
 		if err != nil {
-			return manifestError(mf, src, err)
+			return decodeError("manifest", mf.FilePath(), src, err)
 		}
 		df := entry.DataFile()
 		if err := fn(df.FilePath(), df.FileSizeBytes()); err != nil {
@@ -88,7 +88,7 @@ func (w Walker) manifestEntries(ctx context.Context, mf iceberg.ManifestFile, fn
 		}
 	}
 	if err := mr.Close(); err != nil {
-		return manifestError(mf, src, err)
+		return decodeError("manifest", mf.FilePath(), src, err)
 	}
 	return nil
 }
@@ -106,13 +106,14 @@ func (w Walker) open(ctx context.Context, uri string) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(data)), nil
 }
 
-// manifestError classifies a failure to decode the manifest mf: a failed
-// read of its body is a storage error, anything else is corrupt content.
-func manifestError(mf iceberg.ManifestFile, src *trackedReader, err error) error {
+// decodeError classifies a failure to decode the file at uri, a kind
+// ("manifest", "manifest list") read through src: a failed read of its
+// body is a storage error, anything else is corrupt content.
+func decodeError(kind, uri string, src *trackedReader, err error) error {
 	if src.err != nil {
-		return fmt.Errorf("purge: reading manifest %s: %w", mf.FilePath(), src.err)
+		return fmt.Errorf("purge: reading %s %s: %w", kind, uri, src.err)
 	}
-	return fmt.Errorf("%w: manifest %s: %v", ErrCorruptMetadata, mf.FilePath(), err)
+	return fmt.Errorf("%w: %s %s: %v", ErrCorruptMetadata, kind, uri, err)
 }
 
 // trackedReader remembers the first error other than io.EOF that the

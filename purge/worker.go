@@ -257,9 +257,7 @@ type openedJob struct {
 func (s *Service) openJob(ctx context.Context, job fsm.PurgeJob) (opened openedJob) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.m.panics.Inc()
-			s.log.Error("purge run panicked opening its job", "job_id", job.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			opened = openedJob{err: fmt.Errorf("purge: opening the job panicked: %v", p)}
+			opened = openedJob{err: s.recovered(s.log.With("job_id", job.ID), "opening the job", p)}
 		}
 	}()
 	warehouse, _ := fsm.SplitWarehouse(job.Ident.Namespace)
@@ -469,9 +467,7 @@ func (r *jobRun) file(ctx context.Context, f File) error {
 func (r *jobRun) runRecovered(ctx context.Context, root openedJob) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.s.m.panics.Inc()
-			r.log.Error("purge run panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			err = fmt.Errorf("purge: the run panicked: %v", p)
+			err = r.s.recovered(r.log, "the run", p)
 			// As run does on an error: the batches in flight finish
 			// first, so the progress reported with the outcome counts
 			// them and nothing is deleted after it is recorded.
@@ -486,23 +482,30 @@ func (r *jobRun) runRecovered(ctx context.Context, root openedJob) (err error) {
 func (r *jobRun) removeEmptyDirsRecovered(ctx context.Context) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.s.m.panics.Inc()
-			r.log.Error("purge run panicked removing empty directories", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			_ = r.s.recovered(r.log, "removing empty directories", p)
 		}
 	}()
 	r.removeEmptyDirs(ctx)
 }
 
-// deleteRecovered is objs.Delete with a panic turned into its error (see
+// deleteRecovered is r.objs.Delete with a panic turned into its error (see
 // runRecovered): it runs on the delete pool's threads, where a panic would
 // end the process.
-func deleteRecovered(ctx context.Context, objs Objects, uris []string) (n int, err error) {
+func (r *jobRun) deleteRecovered(ctx context.Context, uris []string) (n int, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			n, err = 0, fmt.Errorf("purge: the delete panicked: %v", p)
+			n, err = 0, r.s.recovered(r.log, "the delete", p)
 		}
 	}()
-	return objs.Delete(ctx, uris)
+	return r.objs.Delete(ctx, uris)
+}
+
+// recovered counts and logs (with the stack) a panic p recovered in a
+// purge run at where, and returns it as the error it becomes.
+func (s *Service) recovered(log *slog.Logger, where string, p any) error {
+	s.m.panics.Inc()
+	log.Error("purge run panicked", "where", where, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return fmt.Errorf("purge: %s panicked: %v", where, p)
 }
 
 // decodedLocalURI returns, for a file: URI whose path holds %-escapes,
@@ -582,7 +585,7 @@ func (r *jobRun) flush() {
 				r.complete(b, 0, 0, fmt.Errorf("deleting %d files: %w", len(uris), err))
 				return
 			}
-			n, err = deleteRecovered(fctx, r.objs, uris)
+			n, err = r.deleteRecovered(fctx, uris)
 			// Cut off only when the fence cancelled the request: one it
 			// let finish past the deadline (written whole, awaiting its
 			// answer) and that then failed on its own (storage's own
