@@ -575,8 +575,8 @@ func (c *config) validate() error {
 		}
 	}
 	if c.ClusterAdvertise != "" {
-		if _, _, err := net.SplitHostPort(c.ClusterAdvertise); err != nil {
-			return usagef("--cluster-advertise %q: want host:port: %v", c.ClusterAdvertise, err)
+		if err := raftnode.CheckClusterAddr(c.ClusterAdvertise); err != nil {
+			return usagef("--cluster-advertise: %v", err)
 		}
 	}
 	if c.HTTPAdvertise, err = c.httpAdvertise(); err != nil {

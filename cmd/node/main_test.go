@@ -339,6 +339,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{args: []string{"--tls-cert=c.pem"}, want: "set together"},
 		{args: []string{"--cluster-addr=0.0.0.0:8182"}, want: "--cluster-advertise"},
 		{args: []string{"--cluster-advertise=nope"}, want: "--cluster-advertise"},
+		{args: []string{"--cluster-advertise=node1:08182"}, want: "write it as 8182"},
+		{args: []string{"--cluster-advertise=node1:0"}, want: "--cluster-advertise"},
 		{args: []string{"--snapshot-threshold=0"}, want: "must be positive"},
 	} {
 		t.Run(strings.Join(append(tc.args, tc.env...), " "), func(t *testing.T) {

@@ -1618,7 +1618,7 @@ func CheckMemberID(id string) error {
 
 // CheckClusterAddr refuses a member address Raft could never dial: it
 // must be host:port with a host free of spaces and control characters and
-// a port from 1 to 65535. A voter at such an address would count towards
+// a port from 1 to 65535 in plain decimal. A voter at such an address would count towards
 // the quorum and never answer.
 func CheckClusterAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
@@ -1633,6 +1633,10 @@ func CheckClusterAddr(addr string) error {
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("address %q has no port from 1 to 65535", addr)
+	} else if port != strconv.Itoa(p) {
+		// "+44312" or "044312": one port under another spelling, which a
+		// node's own address (as it advertises it) never matches.
+		return fmt.Errorf("address %q spells its port %q; write it as %d", addr, port, p)
 	}
 	return nil
 }

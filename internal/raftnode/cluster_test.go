@@ -523,7 +523,7 @@ func TestAddMemberRefusesUndialableAddresses(t *testing.T) {
 	n := mustOpen(t, cfg)
 	waitLeaderOf(t, n)
 	before := suffrages(t, n)
-	for _, addr := range []string{"not-an-addr", "127.0.0.1", ":8080", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", "[::1", "a b:1", "x\ty:5"} {
+	for _, addr := range []string{"not-an-addr", "127.0.0.1", ":8080", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", "127.0.0.1:044312", "127.0.0.1:+44312", "[::1", "a b:1", "x\ty:5"} {
 		err := n.AddVoter(ctxTimeout(t, 5*time.Second), "x", addr)
 		require.ErrorIs(t, err, ErrInvalidMember, addr)
 		err = n.AddNonvoter(ctxTimeout(t, 5*time.Second), "x", addr)
