@@ -184,19 +184,12 @@ func checkBodyIdentifier(ctx context.Context, body tableIdentifier, route fsm.Id
 }
 
 func (s *Server) listTables(w http.ResponseWriter, r *http.Request) error {
-	return s.listIdents(w, r, func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool) {
-		list, more := rd.Tables(levels, after, limit)
-		ids := make([]fsm.Ident, len(list))
-		for i, t := range list {
-			ids[i] = t.Ident()
-		}
-		return ids, more
-	})
+	return s.listIdents(w, r, (*fsm.Reader).TableNames)
 }
 
 // listIdents serves a paginated listing of the tables or views (list) of
 // the namespace in the path: 404 NoSuchNamespace when it does not exist.
-func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool)) error {
+func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd *fsm.Reader, levels []string, after string, limit int) ([]string, bool)) error {
 	levels, err := namespaceVar(r)
 	if err != nil {
 		return err
@@ -210,12 +203,15 @@ func (s *Server) listIdents(w http.ResponseWriter, r *http.Request, list func(rd
 		if _, ok := rd.Namespace(levels); !ok {
 			return notFoundNamespace("namespace does not exist: %s", nsString(levels))
 		}
-		ids, more := list(rd, levels, after, limit)
-		for _, id := range ids {
-			resp.Identifiers = append(resp.Identifiers, tableIdentifier{Namespace: external(id.Namespace), Name: id.Name})
+		names, more := list(rd, levels, after, limit)
+		// Every identifier shares one namespace: the encoder only reads it.
+		ns := external(levels)
+		resp.Identifiers = make([]tableIdentifier, len(names))
+		for i, name := range names {
+			resp.Identifiers[i] = tableIdentifier{Namespace: ns, Name: name}
 		}
-		if len(ids) > 0 {
-			resp.NextPageToken = nextToken(more, ids[len(ids)-1].Name)
+		if len(names) > 0 {
+			resp.NextPageToken = nextToken(more, names[len(names)-1])
 		}
 		return nil
 	})

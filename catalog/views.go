@@ -377,14 +377,7 @@ func (s *Server) lookupView(r *http.Request, id fsm.Ident) (fsm.View, error) {
 }
 
 func (s *Server) listViews(w http.ResponseWriter, r *http.Request) error {
-	return s.listIdents(w, r, func(rd *fsm.Reader, levels []string, after string, limit int) ([]fsm.Ident, bool) {
-		list, more := rd.Views(levels, after, limit)
-		ids := make([]fsm.Ident, len(list))
-		for i, v := range list {
-			ids[i] = v.Ident()
-		}
-		return ids, more
-	})
+	return s.listIdents(w, r, (*fsm.Reader).ViewNames)
 }
 
 type createViewRequest struct {

@@ -202,6 +202,21 @@ func TestListingPaginates(t *testing.T) {
 		require.Len(t, tables, 1)
 		assert.True(t, more)
 		assert.Equal(t, "t2", tables[0].Name)
+		// The names alone, from the keys: the same pages, and no table of
+		// a child namespace.
+		names, more := r.TableNames([]string{"a"}, "", 0)
+		assert.Equal(t, []string{"t1", "t2", "t3"}, names)
+		assert.False(t, more)
+		names, more = r.TableNames([]string{"a"}, "t1", 1)
+		assert.Equal(t, []string{"t2"}, names)
+		assert.True(t, more)
+		names, more = r.TableNames([]string{"a"}, "t2", 5)
+		assert.Equal(t, []string{"t3"}, names)
+		assert.False(t, more)
+		names, _ = r.TableNames([]string{"a", "x"}, "", 0)
+		assert.Equal(t, []string{"t0"}, names)
+		names, _ = r.TableNames([]string{"b"}, "", 0)
+		assert.Empty(t, names)
 		return nil
 	}))
 }

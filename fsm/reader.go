@@ -90,6 +90,30 @@ func (r *Reader) Tables(namespace []string, after string, limit int) (out []Tabl
 	return out, false
 }
 
+// TableNames lists the names of a namespace's tables as Tables does, from
+// the keys alone: no record is decoded, so a listing of many tables costs
+// their names, not their records.
+func (r *Reader) TableNames(namespace []string, after string, limit int) (out []string, more bool) {
+	return names(r.tx.Bucket(bucketTables), tablePrefix(namespace), after, limit)
+}
+
+// names lists the keys of b under prefix, with the prefix cut off, in
+// order, starting after after, at most limit of them (limit <= 0: all).
+func names(b *bolt.Bucket, prefix []byte, after string, limit int) (out []string, more bool) {
+	c := b.Cursor()
+	for k, _ := c.Seek(append(append([]byte{}, prefix...), after...)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		name := string(k[len(prefix):])
+		if after != "" && name <= after {
+			continue
+		}
+		if limit > 0 && len(out) == limit {
+			return out, true
+		}
+		out = append(out, name)
+	}
+	return out, false
+}
+
 // ForEachTable calls fn for every table in the catalog, stopping at the first error.
 func (r *Reader) ForEachTable(fn func(Table) error) error {
 	return r.tx.Bucket(bucketTables).ForEach(func(k, v []byte) error {

@@ -339,6 +339,12 @@ func (r *Reader) View(id Ident) (View, bool) {
 	return v, ok
 }
 
+// ViewNames lists the names of a namespace's views as Views does, from the
+// keys alone.
+func (r *Reader) ViewNames(namespace []string, after string, limit int) (out []string, more bool) {
+	return names(r.tx.Bucket(bucketViews), tablePrefix(namespace), after, limit)
+}
+
 // Views lists the views of a namespace in name order, starting after the
 // view named after, at most limit of them (limit <= 0: all). more reports
 // whether any follow.

@@ -261,6 +261,16 @@ func TestListViews(t *testing.T) {
 		assert.False(t, more)
 		tables, _ := r.Tables(nsA, "", 0)
 		assert.Len(t, tables, 1, "views are not tables")
+		viewNames, more := r.ViewNames(nsA, "", 0)
+		assert.Equal(t, []string{"a", "b", "c"}, viewNames)
+		assert.False(t, more)
+		viewNames, more = r.ViewNames(nsA, "a", 1)
+		assert.Equal(t, []string{"b"}, viewNames)
+		assert.True(t, more)
+		viewNames, _ = r.ViewNames([]string{"a", "sub"}, "", 0)
+		assert.Equal(t, []string{"z"}, viewNames)
+		tableNames, _ := r.TableNames(nsA, "", 0)
+		assert.Equal(t, []string{"t"}, tableNames)
 		return nil
 	}))
 }
