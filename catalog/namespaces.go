@@ -167,7 +167,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 	}
 	for {
 		var (
-			list []fsm.Namespace
+			list [][]string
 			more bool
 		)
 		err = s.read(r, func(rd *fsm.Reader) error {
@@ -176,14 +176,14 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 					return notFoundNamespace("namespace does not exist: %s", nsString(parent))
 				}
 			}
-			list, more = rd.Namespaces(parent, cursor, chunk)
+			list, more = rd.NamespaceLevels(parent, cursor, chunk)
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for i, ns := range list {
-			ok, err := s.visible(r, ns.Levels)
+		for i, levels := range list {
+			ok, err := s.visible(r, levels)
 			if err != nil {
 				return err
 			}
@@ -196,11 +196,11 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 				writeJSON(w, http.StatusOK, resp)
 				return nil
 			}
-			resp.Namespaces = append(resp.Namespaces, external(ns.Levels))
+			resp.Namespaces = append(resp.Namespaces, external(levels))
 			if limit > 0 && len(resp.Namespaces) == limit {
 				if s.cfg.Authorizer == nil {
 					// Everything is visible: what follows is known.
-					resp.NextPageToken = nextToken(more || i < len(list)-1, ns.Levels[len(ns.Levels)-1])
+					resp.NextPageToken = nextToken(more || i < len(list)-1, levels[len(levels)-1])
 					writeJSON(w, http.StatusOK, resp)
 					return nil
 				}
@@ -210,7 +210,7 @@ func (s *Server) listNamespaces(w http.ResponseWriter, r *http.Request) error {
 		if !more || len(list) == 0 {
 			break
 		}
-		last := list[len(list)-1].Levels
+		last := list[len(list)-1]
 		cursor = last[len(last)-1]
 	}
 	writeJSON(w, http.StatusOK, resp)

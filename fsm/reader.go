@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -42,6 +43,27 @@ const firstUserKey = "\x20"
 // is its root alone) in name order, starting after the child named after, at
 // most limit of them (limit <= 0: all). more reports whether any follow.
 func (r *Reader) Namespaces(parent []string, after string, limit int) (out []Namespace, more bool) {
+	more = r.children(parent, after, limit, func(k, v []byte) {
+		var ns Namespace
+		mustUnmarshal(k, v, &ns)
+		out = append(out, ns)
+	})
+	return out, more
+}
+
+// NamespaceLevels lists the levels of parent's direct children as
+// Namespaces does, from the keys alone: no record (with its properties)
+// is decoded.
+func (r *Reader) NamespaceLevels(parent []string, after string, limit int) (out [][]string, more bool) {
+	more = r.children(parent, after, limit, func(k, _ []byte) {
+		out = append(out, strings.Split(string(k), levelSep))
+	})
+	return out, more
+}
+
+// children calls fn with the key and value of each of parent's direct
+// children, as Namespaces lists them, and reports whether more follow.
+func (r *Reader) children(parent []string, after string, limit int, fn func(k, v []byte)) (more bool) {
 	prefix := []byte{}
 	if len(parent) > 0 {
 		prefix = append(namespaceKey(parent), levelSep...)
@@ -54,20 +76,19 @@ func (r *Reader) Namespaces(parent []string, after string, limit int) (out []Nam
 		start = []byte(firstUserKey)
 	}
 	c := r.tx.Bucket(bucketNamespaces).Cursor()
-	k, v := c.Seek(start)
-	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	n := 0
+	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		rest := k[len(prefix):]
 		if bytes.Contains(rest, []byte(levelSep)) || (after != "" && string(rest) <= after) {
 			continue // a grandchild, or the page boundary itself
 		}
-		if limit > 0 && len(out) == limit {
-			return out, true
+		if limit > 0 && n == limit {
+			return true
 		}
-		var ns Namespace
-		mustUnmarshal(k, v, &ns)
-		out = append(out, ns)
+		fn(k, v)
+		n++
 	}
-	return out, false
+	return false
 }
 
 // Tables lists the tables of a namespace in name order, starting after the
