@@ -50,3 +50,29 @@ func TestMetadataCacheCountsConcurrentAddsOnce(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(2000*100), c.bytes.Load())
 }
+
+// Views' documents share the cache and its bounds with tables', under
+// keys of their own: a view's file is never answered as a table's at the
+// same location, nor the other way round.
+func TestMetadataCacheKeepsViewsApart(t *testing.T) {
+	c := newMetadataCache(100, 1000)
+	loc := "file:///wh/v/metadata/00000.metadata.json"
+	c.addView(&viewMetadata{location: loc, raw: make([]byte, 150)})
+	_, ok := c.get(loc)
+	assert.False(t, ok, "a view's document is not a table's")
+	vm, ok := c.getView(loc)
+	assert.True(t, ok)
+	assert.Equal(t, loc, vm.location)
+	c.add(&tableMetadata{location: loc, raw: make([]byte, 200)})
+	assert.Equal(t, int64(350), c.bytes.Load(), "both count towards the bound")
+	c.removeView(loc)
+	_, ok = c.getView(loc)
+	assert.False(t, ok)
+	_, ok = c.get(loc)
+	assert.True(t, ok, "removing the view's leaves the table's")
+	assert.Equal(t, int64(200), c.bytes.Load())
+	for i := range 10 {
+		c.addView(&viewMetadata{location: fmt.Sprintf("file:///wh/v/metadata/%05d.metadata.json", i+1), raw: make([]byte, 200)})
+	}
+	assert.LessOrEqual(t, c.bytes.Load(), int64(1000), "views are bounded by the same bytes")
+}

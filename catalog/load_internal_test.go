@@ -171,3 +171,50 @@ func TestLoadAnswerDoesNotCopyTheDocument(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(len(doc)/8), "bytes allocated to answer with a %d-byte document", len(doc))
 }
+
+// A view's metadata file is read once and then served from the cache, as
+// a table's; loads that miss it at once share one read. Each load used to
+// read and parse the file.
+func TestViewLoadsShareReadsAndTheCache(t *testing.T) {
+	doc := []byte(`{"view-uuid":"fa6506c3-7681-40c8-86dc-e36561f83385","format-version":1,"location":"file:///wh/ns/v",` +
+		`"current-version-id":1,"properties":{},"schemas":[{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"x","type":"long","required":false}]}],` +
+		`"versions":[{"version-id":1,"timestamp-ms":1,"schema-id":0,"summary":{},"default-namespace":["ns"],` +
+		`"representations":[{"type":"sql","sql":"select 1","dialect":"spark"}]}],"version-log":[{"version-id":1,"timestamp-ms":1}]}`)
+	objs := &countingObjects{doc: doc, gate: make(chan struct{})}
+	s, err := New(Config{Warehouse: "file:///wh", Registerer: prometheus.NewRegistry()}, nil, objs)
+	require.NoError(t, err)
+	defer s.Close()
+	loc := "file:///wh/ns/v/metadata/00000-a.metadata.json"
+	const loads = 16
+	var (
+		wg      sync.WaitGroup
+		started atomic.Int64
+	)
+	for range loads {
+		wg.Go(func() {
+			started.Add(1)
+			vm, err := s.readViewMetadata(context.Background(), loc)
+			if assert.NoError(t, err) {
+				assert.Equal(t, "file:///wh/ns/v", vm.meta.Location())
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return started.Load() == loads && objs.reads.Load() >= 1 }, 5*time.Second, time.Millisecond)
+	close(objs.gate)
+	wg.Wait()
+	assert.Less(t, objs.reads.Load(), int64(loads), "loads waiting at once share a read")
+	before := objs.reads.Load()
+	for range 10 {
+		_, err := s.readViewMetadata(context.Background(), loc)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, before, objs.reads.Load(), "later loads are served from the cache")
+	_, ok := s.cache.get(loc)
+	assert.False(t, ok, "a view's file is not a table's")
+
+	// A discarded file leaves the cache.
+	s.discard(context.Background(), loc)
+	_, err = s.readViewMetadata(context.Background(), loc)
+	require.NoError(t, err)
+	assert.Equal(t, before+1, objs.reads.Load())
+}

@@ -29,14 +29,28 @@ type tableMetadata struct {
 	meta     table.Metadata
 }
 
-// metadataCache keeps parsed metadata files by location, at most count
-// of them and at most maxBytes of documents (a parsed object takes a few
-// times its document's size again). A document over a quarter of
-// maxBytes is not kept: a table whose metadata is that large is read from
-// storage each time, so one such table cannot evict every other. A nil
-// lru (cache disabled) keeps nothing.
+// cachedDoc is a parsed metadata file the cache keeps: a table's
+// (*tableMetadata) or a view's (*viewMetadata).
+type cachedDoc interface {
+	docBytes() int64
+}
+
+func (tm *tableMetadata) docBytes() int64 { return int64(len(tm.raw)) }
+func (vm *viewMetadata) docBytes() int64  { return int64(len(vm.raw)) }
+
+// viewKeyPrefix sets a view's documents apart in the cache's keys. A
+// location holds one table or one view, never both, but a register may
+// point either at any file.
+const viewKeyPrefix = "view\x00"
+
+// metadataCache keeps parsed metadata files, tables' and views', by
+// location, at most count of them and at most maxBytes of documents (a
+// parsed object takes a few times its document's size again). A document
+// over a quarter of maxBytes is not kept: a table whose metadata is that
+// large is read from storage each time, so one such table cannot evict
+// every other. A nil lru (cache disabled) keeps nothing.
 type metadataCache struct {
-	lru      *lru.Cache[string, *tableMetadata]
+	lru      *lru.Cache[string, cachedDoc]
 	maxBytes int64
 	bytes    atomic.Int64
 }
@@ -46,8 +60,8 @@ func newMetadataCache(count int, maxBytes int64) *metadataCache {
 	if count < 0 {
 		return c
 	}
-	l, err := lru.NewWithEvict(count, func(_ string, tm *tableMetadata) {
-		c.bytes.Add(-int64(len(tm.raw)))
+	l, err := lru.NewWithEvict(count, func(_ string, d cachedDoc) {
+		c.bytes.Add(-d.docBytes())
 	})
 	if err != nil {
 		panic(err) // only for count <= 0, which New rules out
@@ -60,11 +74,32 @@ func (c *metadataCache) get(loc string) (*tableMetadata, bool) {
 	if c.lru == nil {
 		return nil, false
 	}
-	return c.lru.Get(loc)
+	d, ok := c.lru.Get(loc)
+	if !ok {
+		return nil, false
+	}
+	tm, ok := d.(*tableMetadata)
+	return tm, ok
 }
 
-func (c *metadataCache) add(tm *tableMetadata) {
-	if c.lru == nil || int64(len(tm.raw)) > c.maxBytes/4 {
+func (c *metadataCache) getView(loc string) (*viewMetadata, bool) {
+	if c.lru == nil {
+		return nil, false
+	}
+	d, ok := c.lru.Get(viewKeyPrefix + loc)
+	if !ok {
+		return nil, false
+	}
+	vm, ok := d.(*viewMetadata)
+	return vm, ok
+}
+
+func (c *metadataCache) add(tm *tableMetadata) { c.put(tm.location, tm) }
+
+func (c *metadataCache) addView(vm *viewMetadata) { c.put(viewKeyPrefix+vm.location, vm) }
+
+func (c *metadataCache) put(key string, d cachedDoc) {
+	if c.lru == nil || d.docBytes() > c.maxBytes/4 {
 		return
 	}
 	// One step: two loads missing the same location at once must count
@@ -72,10 +107,10 @@ func (c *metadataCache) add(tm *tableMetadata) {
 	// second count would never be given back). The bytes are counted
 	// just after the entry is in; an eviction in between gives back
 	// bytes not yet counted, for a moment only.
-	if found, _ := c.lru.ContainsOrAdd(tm.location, tm); found {
+	if found, _ := c.lru.ContainsOrAdd(key, d); found {
 		return // immutable: the same document
 	}
-	c.bytes.Add(int64(len(tm.raw)))
+	c.bytes.Add(d.docBytes())
 	for c.bytes.Load() > c.maxBytes {
 		if _, _, ok := c.lru.RemoveOldest(); !ok {
 			return
@@ -86,6 +121,12 @@ func (c *metadataCache) add(tm *tableMetadata) {
 func (c *metadataCache) remove(loc string) {
 	if c.lru != nil {
 		c.lru.Remove(loc)
+	}
+}
+
+func (c *metadataCache) removeView(loc string) {
+	if c.lru != nil {
+		c.lru.Remove(viewKeyPrefix + loc)
 	}
 }
 
@@ -494,6 +535,7 @@ func (s *Server) discard(ctx context.Context, locs ...string) {
 	}
 	for _, l := range locs {
 		s.cache.remove(l)
+		s.cache.removeView(l)
 	}
 	if _, err := s.whOf(ctx).objects.Delete(context.WithoutCancel(ctx), locs); err != nil {
 		s.metrics.orphanedFiles.Add(float64(len(locs)))

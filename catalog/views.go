@@ -85,9 +85,40 @@ func opOutcomeError(op string, res fsm.Result) error {
 
 var errCorruptViewMetadata = errors.New("unreadable view metadata")
 
-// readViewMetadata reads and parses the view metadata file at loc. View
-// metadata is not cached: views are loaded far less often than tables.
+// readViewMetadata returns the view metadata file at loc, from the cache
+// when it can; concurrent loads of one location that miss it share one
+// read and parse, as a table's do (readMetadata).
 func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadata, error) {
+	if vm, ok := s.cache.getView(loc); ok {
+		s.metrics.cacheHits.Inc()
+		return vm, nil
+	}
+	s.metrics.cacheMisses.Inc()
+	wh := s.whOf(ctx)
+	ch := s.loads.DoChan(viewKeyPrefix+wh.location+"\x00"+loc, func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedLoadTimeout)
+		defer cancel()
+		vm, err := s.readViewMetadataFile(lctx, loc)
+		if err != nil {
+			return nil, err
+		}
+		s.cache.addView(vm)
+		return vm, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*viewMetadata), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read view metadata %s: %w", loc, ctx.Err())
+	}
+}
+
+// readViewMetadataFile reads and parses the view metadata file at loc
+// from storage.
+func (s *Server) readViewMetadataFile(ctx context.Context, loc string) (*viewMetadata, error) {
 	raw, err := s.whOf(ctx).objects.Read(ctx, loc)
 	if err != nil {
 		return nil, fmt.Errorf("read view metadata %s: %w", loc, err)
@@ -130,7 +161,9 @@ func (s *Server) writeViewMetadata(ctx context.Context, meta view.Metadata, vers
 	if err := s.whOf(ctx).objects.Write(ctx, loc, raw); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errMetadataNotWritten, loc, err)
 	}
-	return &viewMetadata{location: loc, raw: raw, meta: meta}, nil
+	vm := &viewMetadata{location: loc, raw: raw, meta: meta}
+	s.cache.addView(vm)
+	return vm, nil
 }
 
 // checkViewOwner answers early, before any file is written, when loc is
@@ -928,7 +961,9 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkViewName(r.Context(), id); err != nil {
 		return err
 	}
-	vm, err := s.readViewMetadata(r.Context(), req.MetadataLocation)
+	// From storage, not the cache: a cached copy can outlive its file.
+	s.cache.removeView(req.MetadataLocation)
+	vm, err := s.readViewMetadataFile(r.Context(), req.MetadataLocation)
 	if err != nil {
 		return unreadableMetadataLocation(req.MetadataLocation, err)
 	}
