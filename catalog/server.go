@@ -446,6 +446,9 @@ var unsupportedRoutes = []unsupportedRoute{
 	{"GET", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
 	{"DELETE", "/namespaces/{namespace}/tables/{table}/plan/{plan-id}", http.StatusNotFound, "NoSuchPlanIdException", "plan does not exist: " + noPlanning},
 	{"POST", "/namespaces/{namespace}/tables/{table}/tasks", http.StatusNotFound, "NoSuchPlanTaskException", "plan task does not exist: " + noPlanning},
+	// signRequest lists no 404 or 406: a 5XX is what it may answer.
+	{"POST", "/namespaces/{namespace}/tables/{table}/sign", http.StatusNotImplemented, "UnsupportedOperationException",
+		"this catalog does not sign storage requests: a table's config never enables remote signing (s3.remote-signing-enabled)"},
 }
 
 func (s *Server) routes() *mux.Router {

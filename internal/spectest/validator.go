@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,17 @@ type Operation struct {
 	Method string // GET, POST, ...
 	Path   string // the spec's path template, e.g. /v1/{prefix}/namespaces
 	ID     string // operationId
+	// Responses are the response keys the operation lists: "200", "5XX",
+	// "default".
+	Responses []string
+}
+
+// Lists reports whether the operation lists status among its responses,
+// itself or as its class ("5XX") or by a default.
+func (o Operation) Lists(status int) bool {
+	return slices.Contains(o.Responses, strconv.Itoa(status)) ||
+		slices.Contains(o.Responses, fmt.Sprintf("%dXX", status/100)) ||
+		slices.Contains(o.Responses, "default")
 }
 
 // SpecOperations lists every operation the spec defines, sorted by path and
@@ -80,7 +92,14 @@ func (v *Validator) SpecOperations() []Operation {
 	var out []Operation
 	for path, item := range v.doc.Paths.Map() {
 		for method, op := range item.Operations() {
-			out = append(out, Operation{Method: method, Path: path, ID: op.OperationID})
+			var codes []string
+			if op.Responses != nil {
+				for code := range op.Responses.Map() {
+					codes = append(codes, code)
+				}
+			}
+			slices.Sort(codes)
+			out = append(out, Operation{Method: method, Path: path, ID: op.OperationID, Responses: codes})
 		}
 	}
 	slices.SortFunc(out, func(a, b Operation) int {
