@@ -228,6 +228,12 @@ func toAPIError(err error, kind opKind) *apiError {
 	case errors.Is(err, errMetadataNotWritten):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: msg, retryAfter: "5"}
+	case errors.Is(err, errCorruptMetadata):
+		// A metadata file of the catalog's that cannot be parsed, or
+		// names another table. A commit reads its base before it proposes
+		// anything: its outcome is not unknown, and resending will not
+		// help until an operator mends the file.
+		return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)

@@ -35,6 +35,7 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"unknown outcome, commit", fmt.Errorf("propose: %w", replica.ErrUnknownOutcome), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
 		{"unknown outcome, other", replica.ErrUnknownOutcome, opOther, http.StatusInternalServerError, "InternalServerError"},
 		{"anything else, commit", errors.New("disk on fire"), opCommit, http.StatusInternalServerError, "CommitStateUnknownException"},
+		{"a base metadata file that cannot be parsed, commit", fmt.Errorf("read: %w: metadata s3://b/m.json: bad JSON", errCorruptMetadata), opCommit, http.StatusInternalServerError, "InternalServerError"},
 		{"object storage stalled before proposing, commit", &storage.ObjectError{Op: "write", URI: "s3://b/k", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage unreachable before proposing, commit", fmt.Errorf("write metadata: %w", storage.ErrUnreachable), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},

@@ -188,7 +188,10 @@ func (s *Server) tableRecord(ctx context.Context, id fsm.Ident) (t fsm.Table, ok
 func (s *Server) readTableMetadata(ctx context.Context, id fsm.Ident, t fsm.Table) (fsm.Table, *tableMetadata, error) {
 	for moves := 0; ; moves++ {
 		tm, err := s.readMetadata(ctx, t.MetadataLocation)
-		if err == nil || !errors.Is(err, storage.ErrNotFound) || moves == maxMetadataMoves {
+		if err == nil {
+			return t, tm, checkTableUUID(id, t, tm)
+		}
+		if !errors.Is(err, storage.ErrNotFound) || moves == maxMetadataMoves {
 			return t, tm, err
 		}
 		now, ok, rerr := s.tableRecord(ctx, id)
@@ -203,6 +206,25 @@ func (s *Server) readTableMetadata(ctx context.Context, id fsm.Ident, t fsm.Tabl
 		}
 		t = now
 	}
+}
+
+// checkTableUUID refuses the metadata file tm of the table id, whose
+// record is t, when the file names another table (its table-uuid is not
+// the one the catalog recorded): a file replaced outside the catalog, by
+// a copy of another table's, say. Served, it would hand out that table's
+// metadata; committed on, it would give this table the other's identity
+// and location, and a purge of this table would then delete files of
+// that one. A record without a UUID (a release that kept none) is not
+// judged.
+func checkTableUUID(id fsm.Ident, t fsm.Table, tm *tableMetadata) error {
+	if t.UUID == "" {
+		return nil
+	}
+	if got := tm.meta.TableUUID().String(); got != t.UUID {
+		return fmt.Errorf("%w: metadata %s names table-uuid %s, but table %s is %s: the file was replaced outside the catalog",
+			errCorruptMetadata, tm.location, got, id, t.UUID)
+	}
+	return nil
 }
 
 // maxMetadataMoves bounds how many times readTableMetadata follows a table

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -800,4 +801,42 @@ func TestViewFilesAreNoTables(t *testing.T) {
 	_, err = n.objects.Read(ctx, own)
 	assert.Error(t, err, "the table's own expired metadata file goes")
 	assert.Equal(t, 200, n.vdo(t, "GET", "/v1/namespaces/vq/views/sales", nil).status)
+}
+
+// A table's metadata file replaced outside the catalog by a copy of
+// another table's: the table's loads and commits are refused, naming the
+// file, and nothing is written. The commit took the other table's
+// identity and location, and a purge of it then deleted that table's
+// files.
+func TestMetadataFileOfAnotherTableIsRefused(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("victim"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	victimMeta := r.json(t)["metadata-location"].(string)
+	victimLoc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("other"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	otherMeta := r.json(t)["metadata-location"].(string)
+
+	doc, err := os.ReadFile(strings.TrimPrefix(victimMeta, "file://"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(strings.TrimPrefix(otherMeta, "file://"), doc, 0o644))
+	n.restart() // a node that never cached the file as it was
+
+	victimFiles := n.listFiles(t, victimLoc)
+	r = n.do(t, "GET", "/v1/floe/namespaces/ns/tables/other", nil)
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "replaced outside the catalog")
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/other", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"k": "v"}}},
+	})
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Equal(t, "InternalServerError", r.errorType(t), "read before anything was proposed: not an unknown outcome")
+	assert.Contains(t, string(r.body), otherMeta)
+	r = n.do(t, "GET", "/v1/floe/namespaces/ns/tables/other", nil)
+	assert.Contains(t, string(r.body), otherMeta, "the table still points at its file")
+	assert.Equal(t, victimFiles, n.listFiles(t, victimLoc), "nothing written where the file points")
+	require.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/ns/tables/victim", nil).status)
 }
