@@ -228,7 +228,7 @@ func toAPIError(err error, kind opKind) *apiError {
 	case errors.Is(err, errMetadataNotWritten):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableException",
 			msg: msg, retryAfter: "5"}
-	case errors.Is(err, errCorruptMetadata):
+	case errors.Is(err, errCorruptMetadata), errors.Is(err, errCorruptViewMetadata):
 		// A metadata file of the catalog's that cannot be parsed, or
 		// names another table. A commit reads its base before it proposes
 		// anything: its outcome is not unknown, and resending will not

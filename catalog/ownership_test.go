@@ -840,3 +840,34 @@ func TestMetadataFileOfAnotherTableIsRefused(t *testing.T) {
 	assert.Equal(t, victimFiles, n.listFiles(t, victimLoc), "nothing written where the file points")
 	require.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/ns/tables/victim", nil).status)
 }
+
+// The same for a view: a file replaced by a copy of another view's is
+// refused at load and replace, and nothing is written.
+func TestMetadataFileOfAnotherViewIsRefused(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/views", createViewBody("victim", "select 1", "ns"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	victimMeta := r.json(t)["metadata-location"].(string)
+	victimLoc := r.json(t)["metadata"].(map[string]any)["location"].(string)
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/views", createViewBody("other", "select 2", "ns"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	otherMeta := r.json(t)["metadata-location"].(string)
+
+	doc, err := os.ReadFile(strings.TrimPrefix(victimMeta, "file://"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(strings.TrimPrefix(otherMeta, "file://"), doc, 0o644))
+	n.restart()
+
+	victimFiles := n.listFiles(t, victimLoc)
+	// doRaw: the spec gives view routes' errors the bare ErrorModel
+	// (catalog/DESIGN.md, "View routes answer the error model").
+	r = n.doRaw(t, "GET", "/v1/floe/namespaces/ns/views/other", nil)
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "replaced outside the catalog")
+	r = n.doRaw(t, "POST", "/v1/floe/namespaces/ns/views/other", addVersionBody("select 3", "ns"))
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Equal(t, "InternalServerError", r.errorType(t))
+	assert.Equal(t, victimFiles, n.listFiles(t, victimLoc), "nothing written where the file points")
+	require.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/ns/views/victim", nil).status)
+}

@@ -116,6 +116,21 @@ func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadat
 	}
 }
 
+// readViewOf reads the metadata file of the view id, whose record is v,
+// and refuses it when its view-uuid is not the record's: a file replaced
+// outside the catalog by another view's (as checkTableUUID for tables).
+func (s *Server) readViewOf(ctx context.Context, id fsm.Ident, v fsm.View) (*viewMetadata, error) {
+	vm, err := s.readViewMetadata(ctx, v.MetadataLocation)
+	if err != nil {
+		return nil, err
+	}
+	if got := vm.meta.ViewUUID().String(); v.UUID != "" && got != v.UUID {
+		return nil, fmt.Errorf("%w: %s names view-uuid %s, but view %s is %s: the file was replaced outside the catalog",
+			errCorruptViewMetadata, vm.location, got, id, v.UUID)
+	}
+	return vm, nil
+}
+
 // readViewMetadataFile reads and parses the view metadata file at loc
 // from storage.
 func (s *Server) readViewMetadataFile(ctx context.Context, loc string) (*viewMetadata, error) {
@@ -555,7 +570,7 @@ func (s *Server) loadView(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	vm, err := s.readViewMetadata(r.Context(), v.MetadataLocation)
+	vm, err := s.readViewOf(r.Context(), id, v)
 	if err != nil {
 		return err
 	}
@@ -730,7 +745,7 @@ func (s *Server) prepareViewCommit(ctx context.Context, id fsm.Ident, req commit
 	if err != nil {
 		return fsm.ReplaceView{}, nil, err
 	}
-	before, err := s.readViewMetadata(ctx, cur.MetadataLocation)
+	before, err := s.readViewOf(ctx, id, cur)
 	if err != nil {
 		return fsm.ReplaceView{}, nil, err
 	}
