@@ -132,6 +132,10 @@ const maxReopen = 10
 // opened.
 var errChanged = errors.New("replaced while being opened")
 
+// errNotRegular is returned for an object that is not a regular file: a
+// directory, a FIFO, a device or a socket.
+var errNotRegular = errors.New("not a regular file")
+
 // openChild opens the directory name in parent, whose full path is path,
 // without following a link. See openDir.
 func openChild(parent *os.Root, path, name string, create bool) (*os.Root, error) {
@@ -334,7 +338,15 @@ func readName(root *os.Root, key, name string) ([]byte, error) {
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		return nil, symlinkErr(key)
 	}
-	f, err := root.Open(name)
+	if !fi.Mode().IsRegular() {
+		// A FIFO's open waits for a writer, and its read for data, for
+		// ever; a device reads without end.
+		return nil, &fs.PathError{Op: "read", Path: key, Err: fmt.Errorf("%w (%s)", errNotRegular, fi.Mode().Type())}
+	}
+	// O_NONBLOCK: should a FIFO be put at name after the Lstat, its open
+	// returns at once (and SameFile refuses it) instead of waiting for a
+	// writer. A regular file's reads ignore the flag.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: key, Err: unwrapPathErr(err)}
 	}
