@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -176,4 +177,62 @@ func TestOpenRefusesAnotherClustersStateUnderJoin(t *testing.T) {
 	cfg.Join = nil
 	n = mustOpen(t, cfg)
 	waitLeaderOf(t, n)
+}
+
+// A damaged newest snapshot is refused at start, naming it: Raft sends
+// only the newest to a follower that needs one, so a node that started on
+// it answered ready while every catch-up it led failed on the CRC. And a
+// log record changed on disk is ErrDamaged with the way out, not Raft's
+// bare message.
+func TestOpenRefusesADamagedSnapshotOrLogRecord(t *testing.T) {
+	t.Run("snapshot", func(t *testing.T) {
+		dir, addr := t.TempDir(), freeAddr(t)
+		cfg := testConfig(t, dir, addr)
+		cfg.NodeID, cfg.Bootstrap = "n1", true
+		node, err := Open(cfg)
+		require.NoError(t, err)
+		waitLeaderOf(t, node)
+		for i := range 20 {
+			require.NoError(t, mustPropose(t, node, createNS(fmt.Sprintf("ns%d", i))).Err())
+		}
+		require.NoError(t, node.raft.Snapshot().Error())
+		require.NoError(t, node.Shutdown())
+		metas, err := filepath.Glob(filepath.Join(dir, snapshotsDir, "*", "state.bin"))
+		require.NoError(t, err)
+		require.Len(t, metas, 1)
+		f, err := os.OpenFile(metas[0], os.O_RDWR, 0)
+		require.NoError(t, err)
+		fi, err := f.Stat()
+		require.NoError(t, err)
+		_, err = f.WriteAt(make([]byte, 64), fi.Size()/2)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+
+		cfg = testConfig(t, dir, addr)
+		cfg.NodeID = "n1"
+		_, err = Open(cfg)
+		require.ErrorIs(t, err, ErrDamaged)
+		assert.Contains(t, err.Error(), "state.bin")
+		assert.Contains(t, err.Error(), "floe members remove")
+	})
+	t.Run("log record", func(t *testing.T) {
+		dir, addr := t.TempDir(), freeAddr(t)
+		startLone(t, dir, addr, "n1", 5)
+		db, err := bolt.Open(filepath.Join(dir, raftFile), 0o600, nil)
+		require.NoError(t, err)
+		require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("logs"))
+			k, v := b.Cursor().Last()
+			changed := append([]byte{}, v...)
+			changed[len(changed)/2] ^= 0xff
+			return b.Put(k, changed)
+		}))
+		require.NoError(t, db.Close())
+		cfg := testConfig(t, dir, addr)
+		cfg.NodeID = "n1"
+		_, err = Open(cfg)
+		require.ErrorIs(t, err, ErrDamaged)
+		assert.Contains(t, err.Error(), "raft.db")
+		assert.Contains(t, err.Error(), "floe members remove")
+	})
 }

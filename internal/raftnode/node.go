@@ -425,6 +425,9 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.restoreIfBehindSnapshot(); err != nil {
 		return nil, err
 	}
+	if err := n.checkNewestSnapshot(); err != nil {
+		return nil, err
+	}
 	if err := n.checkStateMachineNotAhead(); err != nil {
 		return nil, err
 	}
@@ -655,12 +658,44 @@ func (n *Node) restoreIfBehindSnapshot() error {
 		"applied_index", applied, "snapshot_index", meta.Index, "snapshot_id", meta.ID)
 	_, rc, err := n.snaps.Open(meta.ID)
 	if err != nil {
-		return fmt.Errorf("raftnode: open snapshot %s: %w", meta.ID, err)
+		return snapshotDamaged(meta.ID, err)
 	}
 	if err := n.fsm.Restore(rc); err != nil { // Restore closes rc
 		return fmt.Errorf("raftnode: restore snapshot %s: %w", meta.ID, err)
 	}
 	return nil
+}
+
+// checkNewestSnapshot reads the newest snapshot whole, as the snapshot
+// store's Open does to check its CRC: Raft sends only the newest one to a
+// follower that needs it, and never falls back to an older one, so a
+// damaged one (found only when a snapshot had to be sent) left a follower
+// or a joining node catching up for ever while this node answered ready.
+// It costs one read of the snapshot per start.
+func (n *Node) checkNewestSnapshot() error {
+	metas, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftnode: list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	_, rc, err := n.snaps.Open(metas[0].ID)
+	if err != nil {
+		return snapshotDamaged(metas[0].ID, err)
+	}
+	return rc.Close()
+}
+
+// snapshotDamaged is the error of a snapshot the store cannot open: a
+// read error as it is, anything else (a CRC mismatch, metadata that does
+// not parse) ErrDamaged with the way out.
+func snapshotDamaged(id string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("raftnode: open snapshot %s: %w", id, err)
+	}
+	return fmt.Errorf("%w: snapshot %s (snapshots/%s/state.bin) cannot be read: %v; %s", ErrDamaged, id, id, err, damagedHint)
 }
 
 // fsmTarget returns the applied index the state machine must reach to
@@ -1570,7 +1605,13 @@ func newRaft(rc *raft.Config, f *fsm.FSM, logs *raftlog.Store, snaps raft.Snapsh
 			r, err = nil, fmt.Errorf("%w: Raft could not start from its log and snapshots (%v); %s", ErrDamaged, p, damagedHint)
 		}
 	}()
-	return raft.NewRaft(rc, f, logs, logs, snaps, trans)
+	r, err = raft.NewRaft(rc, f, logs, logs, snaps, trans)
+	// Raft formats its stores' errors with %v: a damaged log record
+	// (raftlog.ErrCorruptRecord) is known by its text.
+	if err != nil && strings.Contains(err.Error(), raftlog.ErrCorruptRecord.Error()) {
+		return nil, fmt.Errorf("%w: raft.db: %v; %s", ErrDamaged, err, damagedHint)
+	}
+	return r, err
 }
 
 // unfinishedSnapshotSuffix ends the name of the directory raft's file
