@@ -24,6 +24,7 @@ type metrics struct {
 	leases           *prometheus.CounterVec
 	staleLeases      prometheus.Counter
 	panics           prometheus.Counter
+	lostRuns         prometheus.Counter
 	missingManifests prometheus.Counter
 	notRead          prometheus.Counter
 	wakes            prometheus.Counter
@@ -86,6 +87,9 @@ func newMetrics() *metrics {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_run_panics_total", Help: "Purge runs on this node that panicked (a decoder or storage client meeting input it was not written for); each failed its attempt instead of the process.",
 		}),
+		lostRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floe_purge_lost_runs_total", Help: "Purge runs this node's previous process ended during (crash, OOM kill, SIGKILL), each recorded as a failed attempt when the node got the job's lease back.",
+		}),
 		leaderBeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floe_purge_new_leader_heartbeats_total", Help: "Heartbeats this node sent at once because a new leader became known.",
 		}),
@@ -100,7 +104,7 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.jobs, m.oldestPending, m.completed, m.failed, m.retried, m.filesDeleted, m.bytesDeleted,
-		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.dirsRemoved, m.unrenewed, m.batches, m.batchLatency, m.leases, m.staleLeases, m.panics, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
+		m.skippedOutside, m.skippedOwned, m.deleteErrors, m.dirsRemoved, m.unrenewed, m.batches, m.batchLatency, m.leases, m.staleLeases, m.panics, m.lostRuns, m.missingManifests, m.notRead, m.wakes, m.leaderBeats}
 	return m
 }
 

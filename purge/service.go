@@ -103,6 +103,13 @@ type Config struct {
 	// HeartbeatTimeout, between 20ms and 1s.
 	PollInterval time.Duration
 
+	// RunMarkDir, when set, is a directory of this node's where each run
+	// in flight is marked, so that a run the process ended during (a
+	// crash, an OOM kill) counts as a failed attempt when the node gets
+	// its lease back (runMarks). Empty: no marks; such a run is resumed
+	// under the same attempt.
+	RunMarkDir string
+
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Now stamps commands. Default time.Now.
@@ -165,10 +172,11 @@ func (c *Config) setDefaults() error {
 //
 // Every background loop stops when Stop is called, and Stop waits for them.
 type Service struct {
-	cfg  Config
-	log  *slog.Logger
-	m    *metrics
-	pool *deletePool
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	pool  *deletePool
+	marks *runMarks // nil without Config.RunMarkDir
 
 	// ctx is canceled by Stop; runs and loops derive from it.
 	ctx    context.Context
@@ -218,14 +226,20 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("component", "purge", "node_id", cfg.NodeID)
+	marks, err := openRunMarks(cfg.RunMarkDir, log)
+	if err != nil {
+		return nil, err
+	}
 	m := newMetrics()
 	if err := m.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	s := &Service{
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "purge", "node_id", cfg.NodeID),
+		log:      log,
 		m:        m,
+		marks:    marks,
 		pool:     newDeletePool(cfg.DeleteThreads),
 		runs:     map[string]*run{},
 		ended:    map[string]uint64{},
@@ -530,8 +544,14 @@ func (s *Service) poll(gauges bool) {
 		oldest   int64
 	)
 	local := s.localRuns()
+	left := s.marks.leftOver()
 	err := s.cfg.Store.StaleRead(func(r *fsm.Reader) error {
 		applied = r.AppliedIndex()
+		for id := range left {
+			if j, ok := r.PurgeJob(id); ok {
+				current[id] = j
+			}
+		}
 		running, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobRunning}, 0)
 		for _, j := range running {
 			if j.Lease != nil && j.Lease.Node == s.cfg.NodeID {
@@ -565,6 +585,18 @@ func (s *Service) poll(gauges bool) {
 		j, ok := current[id]
 		if !ok || j.State != fsm.JobRunning || j.Lease == nil || j.Lease.Token != token {
 			s.stopStale(id, token, j)
+		}
+	}
+	// A mark left by the previous process whose job this node no longer
+	// holds under the mark's token (the lease moved on while the node was
+	// down, or the job ended): nothing to count here.
+	for id, token := range left {
+		if applied < token {
+			continue
+		}
+		j, ok := current[id]
+		if !ok || j.State != fsm.JobRunning || j.Lease == nil || j.Lease.Node != s.cfg.NodeID || j.Lease.Token != token {
+			s.marks.drop(id, token)
 		}
 	}
 	s.forgetEnded(mine)

@@ -57,6 +57,14 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		return
 	}
 	rn.started.Store(true)
+	if s.marks.lost(job.ID, rn.token) {
+		stopOpen()
+		<-opened
+		s.lostRun(ctx, log, job, rn)
+		return
+	}
+	s.marks.begin(job.ID, rn.token)
+	defer s.marks.end(job.ID)
 	root := <-opened
 	start := time.Now()
 	log.Info("purge job started", "attempt", job.Attempts+1, "sync", rn.sync, "location", job.Location,
@@ -117,6 +125,43 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 		s.m.failed.Inc()
 		log.Error("purge job failed", append(attrs, "attempt", job.Attempts+1, "error", err)...)
 	}
+}
+
+// errLostRun is the error recorded for a run the node's process ended
+// during.
+var errLostRun = errors.New("this node's process ended during the previous run under this lease (a crash, an out-of-memory kill, SIGKILL or a power loss)")
+
+// lostRun records the run the previous process left marked under rn's
+// lease as a failed attempt, as a run that failed would: the job goes
+// back to PENDING after its backoff, or to FAILED at MaxAttempts. A job
+// whose runs end the process so reaches FAILED instead of ending it at
+// every restart. If the outcome cannot be recorded, the mark stays and
+// the next run under this lease tries again.
+func (s *Service) lostRun(ctx context.Context, log *slog.Logger, job fsm.PurgeJob, rn *run) {
+	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: job.Progress, MaxAttempts: s.cfg.MaxAttempts,
+		AtMs: s.cfg.Now().UnixMilli(), Outcome: fsm.OutcomeRetry, Error: errLostRun.Error(),
+		NotBeforeMs: s.cfg.Now().Add(s.backoff(job.Attempts)).UnixMilli()}
+	rn.finishing.Store(true)
+	if err := s.proposeLeased(ctx, log, cmd); err != nil {
+		rn.finishing.Store(false)
+		if errors.Is(err, errStale) {
+			s.m.staleLeases.Inc()
+			s.marks.end(job.ID)
+		}
+		log.Info("lost purge run not recorded yet", "error", err)
+		return
+	}
+	s.marks.end(job.ID)
+	s.noteEnded(job.ID, rn.token)
+	s.m.lostRuns.Inc()
+	s.m.failed.Inc()
+	if job.Attempts+1 < s.cfg.MaxAttempts {
+		s.m.retried.Inc()
+		log.Warn("purge attempt failed: the process ended during its run; job back to PENDING", "attempt", job.Attempts+1,
+			"max_attempts", s.cfg.MaxAttempts, "retry_after", s.backoff(job.Attempts), "checkpoint_phase", PhaseName(job.Progress.Phase))
+		return
+	}
+	log.Error("purge job failed: the process ended during its runs", "attempt", job.Attempts+1, "error", errLostRun)
 }
 
 // committedJob reads the job linearizably and returns it if it is still

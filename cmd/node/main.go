@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -194,6 +195,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		HeartbeatTimeout: cfg.PurgeHeartbeatTimeout,
 		MaxAttempts:      cfg.PurgeMaxAttempts,
 		Retention:        cfg.PurgeRetention,
+		RunMarkDir:       filepath.Join(cfg.DataDir, "purge-runs"),
 		Logger:           logger,
 		Registerer:       reg,
 	})

@@ -305,8 +305,21 @@ func TestPurgeProcesses(t *testing.T) {
 		assert.Equal(t, 0, done.Attempts, "a reassignment is not a failed attempt")
 		assert.Empty(t, done.LastError)
 
+		// The killed process left its run marked; the job went on
+		// elsewhere, so the mark counts nothing and is removed.
+		marks := filepath.Join(c.root, owner.id, "purge-runs")
+		entries, err := os.ReadDir(marks)
+		require.NoError(t, err)
+		assert.Len(t, entries, 1, "the run SIGKILL ended is marked")
 		owner.start(t, c.bin) // back for the next scenario
 		c.awaitStable(t, 60*time.Second)
+		require.Eventually(t, func() bool {
+			entries, err := os.ReadDir(marks)
+			return err == nil && len(entries) == 0
+		}, 30*time.Second, 50*time.Millisecond, "the mark of a lease that moved on is removed")
+		after, ok := c.job(ns, "t1")
+		require.True(t, ok)
+		assert.Equal(t, done, after, "and counts nothing")
 	})
 
 	t.Run("SIGSTOP the node running the job until it is fenced off", func(t *testing.T) {
