@@ -234,6 +234,10 @@ func toAPIError(err error, kind opKind) *apiError {
 		// anything: its outcome is not unknown, and resending will not
 		// help until an operator mends the file.
 		return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
+	case errors.Is(err, errBaseNotRead):
+		// Any other failure to read a commit's base (a missing file, a
+		// bucket gone): nothing was proposed.
+		return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
 	case errors.Is(err, replica.ErrUnknownOutcome):
 		if kind == opCommit {
 			return commitStateUnknown(err).(*apiError)
@@ -246,6 +250,10 @@ func toAPIError(err error, kind opKind) *apiError {
 	}
 	return &apiError{status: http.StatusInternalServerError, typ: "InternalServerError", msg: msg}
 }
+
+// errBaseNotRead wraps a commit's failure to read the table's current
+// metadata file, which comes before anything is written or proposed.
+var errBaseNotRead = errors.New("the table's current metadata could not be read, nothing was applied")
 
 // outcomeError turns a domain outcome of op (fresh from Apply, or stored
 // under an Idempotency-Key) into op's answer. The first answer and every

@@ -871,3 +871,25 @@ func TestMetadataFileOfAnotherViewIsRefused(t *testing.T) {
 	assert.Equal(t, victimFiles, n.listFiles(t, victimLoc), "nothing written where the file points")
 	require.Equal(t, 200, n.do(t, "GET", "/v1/floe/namespaces/ns/views/victim", nil).status)
 }
+
+// A commit whose base file cannot be read (here a directory stands where
+// the file was) failed before anything was proposed: a plain 500 saying
+// so, not CommitStateUnknown, which tells a client to keep the files it
+// wrote because the commit may have happened.
+func TestACommitWhoseBaseCannotBeReadSaysNothingWasApplied(t *testing.T) {
+	n := startNode(t, warehouses()[0])
+	require.Equal(t, 200, n.do(t, "POST", "/v1/namespaces", map[string]any{"namespace": []string{"ns"}}).status)
+	r := n.do(t, "POST", "/v1/floe/namespaces/ns/tables", withName("t"))
+	require.Equal(t, 200, r.status, "%s", r.body)
+	meta := strings.TrimPrefix(r.json(t)["metadata-location"].(string), "file://")
+	require.NoError(t, os.Remove(meta))
+	require.NoError(t, os.Mkdir(meta, 0o755))
+	n.restart()
+	r = n.do(t, "POST", "/v1/floe/namespaces/ns/tables/t", map[string]any{
+		"requirements": []any{},
+		"updates":      []any{map[string]any{"action": "set-properties", "updates": map[string]string{"k": "v"}}},
+	})
+	require.Equal(t, 500, r.status, "%s", r.body)
+	assert.Equal(t, "InternalServerError", r.errorType(t))
+	assert.Contains(t, string(r.body), "nothing was applied")
+}

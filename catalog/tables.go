@@ -1467,7 +1467,7 @@ func (s *Server) prepareOne(ctx context.Context, p pendingCommit, cur *fsm.Table
 		builder, err = table.NewMetadataBuilder(stagedFormatVersion(p.req.Updates))
 	default:
 		if *cur, before, err = s.readTableMetadata(ctx, p.id, *cur); err != nil {
-			return prepared{}, err
+			return prepared{}, fmt.Errorf("%w: %w", errBaseNotRead, err)
 		}
 		base = before.meta
 		builder, err = table.MetadataBuilderFromBase(base, cur.MetadataLocation)
