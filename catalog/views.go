@@ -124,7 +124,9 @@ func (s *Server) readViewOf(ctx context.Context, id fsm.Ident, v fsm.View) (*vie
 	if err != nil {
 		return nil, err
 	}
-	if got := vm.meta.ViewUUID().String(); v.UUID != "" && got != v.UUID {
+	// A record without a UUID, or with the nil one (a view registered so
+	// before registers refused it), is not judged.
+	if got := vm.meta.ViewUUID().String(); v.UUID != "" && v.UUID != uuid.Nil.String() && got != v.UUID {
 		return nil, fmt.Errorf("%w: %s names view-uuid %s, but view %s is %s: the file was replaced outside the catalog",
 			errCorruptViewMetadata, vm.location, got, id, v.UUID)
 	}
@@ -986,6 +988,12 @@ func (s *Server) registerView(w http.ResponseWriter, r *http.Request) error {
 	// would be one that Java's client cannot load.
 	if err := checkRegisteredViewFile(vm.raw); err != nil {
 		return err
+	}
+	// iceberg-go's builder gives a view without a UUID (the nil one) a
+	// new one at its next replace, while the record keeps the nil one:
+	// the view would read as another's from then on.
+	if vm.meta.ViewUUID() == uuid.Nil {
+		return badRequest("view metadata %s has the nil view-uuid: a view needs a UUID of its own", req.MetadataLocation)
 	}
 	if err := checkNewVersions(nil, vm.meta); err != nil {
 		return err

@@ -741,6 +741,19 @@ func testRegisterView(t *testing.T, f *node) {
 	assert.Contains(t, string(r.body), `must contain \".json\"`)
 	assert.Equal(t, 404, f.vdo(t, "GET", "/v1/namespaces/rg/views/p", nil).status)
 
+	// A view without a UUID of its own (the nil one) is refused: its
+	// first replace would give it a new one while the record kept nil.
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	doc["view-uuid"] = "00000000-0000-0000-0000-000000000000"
+	nilUUID, err := json.Marshal(doc)
+	require.NoError(t, err)
+	nilLoc := dir + "/00011-01937a5e-0000-7000-8000-00000000009c.metadata.json"
+	require.NoError(t, f.objects.Write(context.Background(), nilLoc, nilUUID))
+	r = f.vdo(t, "POST", "/v1/namespaces/rg/register-view", map[string]any{"name": "z", "metadata-location": nilLoc})
+	assert.Equal(t, 400, r.status, "%s", r.body)
+	assert.Contains(t, string(r.body), "nil view-uuid")
+
 	r = f.vdo(t, "POST", "/v1/namespaces/nope/register-view", map[string]any{"name": "c", "metadata-location": loc})
 	assert.Equal(t, 404, r.status, "%s", r.body)
 	assert.Equal(t, "NoSuchNamespaceException", r.errorType(t))
