@@ -179,14 +179,16 @@ func TestOpenRefusesAnotherClustersStateUnderJoin(t *testing.T) {
 	waitLeaderOf(t, n)
 }
 
-// A damaged newest snapshot is refused at start, naming it: Raft sends
-// only the newest to a follower that needs one, so a node that started on
-// it answered ready while every catch-up it led failed on the CRC. And a
-// log record changed on disk is ErrDamaged with the way out, not Raft's
-// bare message.
-func TestOpenRefusesADamagedSnapshotOrLogRecord(t *testing.T) {
-	t.Run("snapshot", func(t *testing.T) {
-		dir, addr := t.TempDir(), freeAddr(t)
+// A damaged newest snapshot: Raft sends only the newest to a follower
+// that needs one, so a node that started on it answered ready while every
+// catch-up it led failed on the CRC. When fsm.db holds its state the node
+// starts and replaces it with a new snapshot; when fsm.db is behind it
+// (the snapshot's state is nowhere else) the node refuses to start,
+// naming it. And a log record changed on disk is ErrDamaged with the way
+// out, not Raft's bare message.
+func TestOpenHandlesADamagedSnapshotOrLogRecord(t *testing.T) {
+	damagedDir := func(t *testing.T) (dir, addr, id string) {
+		dir, addr = t.TempDir(), freeAddr(t)
 		cfg := testConfig(t, dir, addr)
 		cfg.NodeID, cfg.Bootstrap = "n1", true
 		node, err := Open(cfg)
@@ -197,22 +199,45 @@ func TestOpenRefusesADamagedSnapshotOrLogRecord(t *testing.T) {
 		}
 		require.NoError(t, node.raft.Snapshot().Error())
 		require.NoError(t, node.Shutdown())
-		metas, err := filepath.Glob(filepath.Join(dir, snapshotsDir, "*", "state.bin"))
+		states, err := filepath.Glob(filepath.Join(dir, snapshotsDir, "*", "state.bin"))
 		require.NoError(t, err)
-		require.Len(t, metas, 1)
-		f, err := os.OpenFile(metas[0], os.O_RDWR, 0)
+		require.Len(t, states, 1)
+		f, err := os.OpenFile(states[0], os.O_RDWR, 0)
 		require.NoError(t, err)
 		fi, err := f.Stat()
 		require.NoError(t, err)
 		_, err = f.WriteAt(make([]byte, 64), fi.Size()/2)
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
-
-		cfg = testConfig(t, dir, addr)
+		return dir, addr, filepath.Base(filepath.Dir(states[0]))
+	}
+	t.Run("snapshot, fsm.db current", func(t *testing.T) {
+		dir, addr, damaged := damagedDir(t)
+		cfg := testConfig(t, dir, addr)
 		cfg.NodeID = "n1"
-		_, err = Open(cfg)
+		node := mustOpen(t, cfg)
+		waitLeaderOf(t, node)
+		require.NoError(t, mustPropose(t, node, createNS("after")).Err())
+		require.Eventually(t, func() bool {
+			metas, err := node.snaps.List()
+			if err != nil || len(metas) == 0 || metas[0].ID == damaged {
+				return false
+			}
+			_, rc, err := node.snaps.Open(metas[0].ID)
+			if err != nil {
+				return false
+			}
+			return rc.Close() == nil
+		}, 20*time.Second, 50*time.Millisecond, "a readable snapshot replaces the damaged one as the newest")
+	})
+	t.Run("snapshot, fsm.db lost", func(t *testing.T) {
+		dir, addr, damaged := damagedDir(t)
+		require.NoError(t, os.Remove(filepath.Join(dir, fsmFile)))
+		cfg := testConfig(t, dir, addr)
+		cfg.NodeID = "n1"
+		_, err := Open(cfg)
 		require.ErrorIs(t, err, ErrDamaged)
-		assert.Contains(t, err.Error(), "state.bin")
+		assert.Contains(t, err.Error(), damaged+"/state.bin")
 		assert.Contains(t, err.Error(), "floe members remove")
 	})
 	t.Run("log record", func(t *testing.T) {

@@ -422,11 +422,15 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
-	if err := n.restoreIfBehindSnapshot(); err != nil {
+	restored, err := n.restoreIfBehindSnapshot()
+	if err != nil {
 		return nil, err
 	}
-	if err := n.checkNewestSnapshot(); err != nil {
-		return nil, err
+	var damagedSnapshot string
+	if !restored {
+		if damagedSnapshot, err = n.checkNewestSnapshot(); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.checkStateMachineNotAhead(); err != nil {
 		return nil, err
@@ -582,6 +586,10 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchLeader(leaderCh)
 	n.wg.Add(1)
 	go n.formCluster()
+	if damagedSnapshot != "" {
+		n.wg.Add(1)
+		go n.replaceDamagedSnapshot(damagedSnapshot)
+	}
 
 	n.logger.Info("raft node started", "cluster_addr", string(n.trans.LocalAddr()), "data_dir", cfg.DataDir,
 		"applied_index", n.fsm.AppliedIndex(), "last_index", n.raft.LastIndex())
@@ -631,60 +639,94 @@ func (n *Node) bootstrap(rc *raft.Config) error {
 // between. The state machine's applied index counts only entries it is
 // given: a snapshot index above it is normal when the entries in between are
 // no-ops or barriers, so the log decides.
-func (n *Node) restoreIfBehindSnapshot() error {
+func (n *Node) restoreIfBehindSnapshot() (restored bool, err error) {
 	metas, err := n.snaps.List()
 	if err != nil {
-		return fmt.Errorf("raftnode: list snapshots: %w", err)
+		return false, fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
 	if len(metas) == 0 {
-		return nil
+		return false, nil
 	}
 	meta := metas[0]
 	applied := n.fsm.AppliedIndex()
 	if applied >= meta.Index {
-		return nil
+		return false, nil
 	}
 	// Entries above the applied index that are still in the log tell: if
 	// they are all no-ops or barriers, the state machine has everything. An
 	// entry compacted away is known only to the snapshot.
 	target, compacted, err := n.lastVisible(meta.Index)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !compacted && target <= applied {
-		return nil
+		return false, nil
 	}
 	n.logger.Warn("state machine is behind the newest snapshot; restoring it from the snapshot",
 		"applied_index", applied, "snapshot_index", meta.Index, "snapshot_id", meta.ID)
 	_, rc, err := n.snaps.Open(meta.ID)
 	if err != nil {
-		return snapshotDamaged(meta.ID, err)
+		// The state it holds is nowhere else on this node.
+		return false, snapshotDamaged(meta.ID, err)
 	}
 	if err := n.fsm.Restore(rc); err != nil { // Restore closes rc
-		return fmt.Errorf("raftnode: restore snapshot %s: %w", meta.ID, err)
+		return false, fmt.Errorf("raftnode: restore snapshot %s: %w", meta.ID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // checkNewestSnapshot reads the newest snapshot whole, as the snapshot
-// store's Open does to check its CRC: Raft sends only the newest one to a
-// follower that needs it, and never falls back to an older one, so a
-// damaged one (found only when a snapshot had to be sent) left a follower
-// or a joining node catching up for ever while this node answered ready.
-// It costs one read of the snapshot per start.
-func (n *Node) checkNewestSnapshot() error {
+// store's Open does to check its CRC, and returns its id when it is
+// damaged. Raft sends only the newest snapshot to a follower that needs
+// one and never falls back to an older one, so a damaged one (found only
+// when a snapshot had to be sent) left a follower or a joining node
+// catching up for ever while this node answered ready. fsm.db holds what
+// it holds (restoreIfBehindSnapshot did not need it), so the node starts
+// and replaces it (replaceDamagedSnapshot). It costs one read of the
+// snapshot per start.
+func (n *Node) checkNewestSnapshot() (damaged string, err error) {
 	metas, err := n.snaps.List()
 	if err != nil {
-		return fmt.Errorf("raftnode: list snapshots: %w", err)
+		return "", fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
 	if len(metas) == 0 {
-		return nil
+		return "", nil
 	}
 	_, rc, err := n.snaps.Open(metas[0].ID)
 	if err != nil {
-		return snapshotDamaged(metas[0].ID, err)
+		if derr := snapshotDamaged(metas[0].ID, err); !errors.Is(derr, ErrDamaged) {
+			return "", derr
+		}
+		n.logger.Error("the newest snapshot is damaged; fsm.db holds its state, so the node starts and replaces it with a new snapshot as soon as one can be taken; until then a follower that needs a snapshot from this node waits",
+			"snapshot_id", metas[0].ID, "error", err)
+		return metas[0].ID, nil
 	}
-	return rc.Close()
+	return "", rc.Close()
+}
+
+// replaceDamagedSnapshot takes a snapshot, until one is taken or the node
+// shuts down, so that the damaged snapshot id is no longer the newest.
+// Raft refuses one while nothing was applied since the newest (the next
+// leader's no-op entry is enough), so it tries again every second.
+func (n *Node) replaceDamagedSnapshot(id string) {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		err := n.raft.Snapshot().Error()
+		if err == nil {
+			n.logger.Info("the damaged snapshot is replaced by a new one", "damaged_snapshot_id", id)
+			return
+		}
+		if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			n.logger.Warn("could not yet replace the damaged snapshot", "damaged_snapshot_id", id, "error", err)
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // snapshotDamaged is the error of a snapshot the store cannot open: a
