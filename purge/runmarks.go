@@ -55,22 +55,41 @@ func openRunMarks(dir string, log *slog.Logger) (*runMarks, error) {
 	}
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
-		id, err := hex.DecodeString(e.Name())
-		raw, rerr := os.ReadFile(path)
-		token, perr := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64)
-		if err != nil || rerr != nil || perr != nil || !e.Type().IsRegular() {
+		id, token, ok := readMark(path, e)
+		if !ok {
 			// Not a mark (or one cut short by the crash): it tells nothing.
 			log.Warn("purge run mark unreadable; removed", "file", path)
 			_ = os.Remove(path)
 			continue
 		}
-		m.left[string(id)] = token
+		m.left[id] = token
 	}
 	if len(m.left) > 0 {
 		log.Warn("purge runs were in flight when this node's process last ended; each counts as a failed attempt if its job is still leased here under the same token",
 			"runs", len(m.left))
 	}
 	return m, nil
+}
+
+// readMark reads the mark at path: its job id and token. Only a small
+// regular file is read (a FIFO's read would wait for ever).
+func readMark(path string, e fs.DirEntry) (id string, token uint64, ok bool) {
+	raw, err := hex.DecodeString(e.Name())
+	if err != nil || !e.Type().IsRegular() {
+		return "", 0, false
+	}
+	if fi, err := e.Info(); err != nil || fi.Size() > 32 {
+		return "", 0, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0, false
+	}
+	token, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return string(raw), token, true
 }
 
 func (m *runMarks) path(jobID string) string {
