@@ -9,6 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // hclogAdapter sends hashicorp/raft's logs (an hclog.Logger) to slog. The
@@ -67,6 +68,12 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		if err, ok := v.(error); ok && errors.Is(err, errForeignPeer) {
 			// Raft says so at every heartbeat; checkPeerCluster's own
 			// error line, once a minute, tells the operator.
+			lv = slog.LevelDebug
+		}
+		if err, ok := v.(error); ok && errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			// A snapshot asked for with nothing applied since the last
+			// (replaceDamagedSnapshot asks every second until there is):
+			// nothing failed.
 			lv = slog.LevelDebug
 		}
 	}
