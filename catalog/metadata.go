@@ -137,33 +137,40 @@ func (s *Server) readMetadata(ctx context.Context, loc string) (*tableMetadata, 
 		return tm, nil
 	}
 	s.metrics.cacheMisses.Inc()
-	// Loads of one location that miss the cache at once share one read
-	// and parse: a document too large to cache (a table of 128 MiB of
-	// metadata) took several times its size per concurrent load. The
-	// warehouse is part of the key: the same URI may name a file of two
-	// warehouses' storage.
-	// The shared read does not end with the request that started it (the
-	// others wait for it), only at sharedLoadTimeout; each waiting request
-	// may leave at its own deadline.
-	wh := s.whOf(ctx)
-	ch := s.loads.DoChan(wh.location+"\x00"+loc, func() (any, error) {
+	return sharedRead(ctx, s, "", loc, s.readMetadataFile, s.cache.add)
+}
+
+// sharedRead reads and parses the document at loc with read, once for
+// every load of it that missed the cache at the same time (keyPrefix sets
+// views' reads apart from tables'), and keeps it with add. A document too
+// large to cache (a table of 128 MiB of metadata) took several times its
+// size per concurrent load. The warehouse is part of the key: the same
+// URI may name a file of two warehouses' storage. The shared read does
+// not end with the request that started it (the others wait for it),
+// only at sharedLoadTimeout; each waiting request may leave at its own
+// deadline.
+func sharedRead[T any](ctx context.Context, s *Server, keyPrefix, loc string,
+	read func(context.Context, string) (T, error), add func(T)) (T, error) {
+	ch := s.loads.DoChan(keyPrefix+s.whOf(ctx).location+"\x00"+loc, func() (any, error) {
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedLoadTimeout)
 		defer cancel()
-		tm, err := s.readMetadataFile(lctx, loc)
+		doc, err := read(lctx, loc)
 		if err != nil {
 			return nil, err
 		}
-		s.cache.add(tm)
-		return tm, nil
+		add(doc)
+		return doc, nil
 	})
 	select {
 	case res := <-ch:
 		if res.Err != nil {
-			return nil, res.Err
+			var zero T
+			return zero, res.Err
 		}
-		return res.Val.(*tableMetadata), nil
+		return res.Val.(T), nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("read metadata %s: %w", loc, ctx.Err())
+		var zero T
+		return zero, fmt.Errorf("read metadata %s: %w", loc, ctx.Err())
 	}
 }
 

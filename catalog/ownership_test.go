@@ -860,12 +860,10 @@ func TestMetadataFileOfAnotherViewIsRefused(t *testing.T) {
 	n.restart()
 
 	victimFiles := n.listFiles(t, victimLoc)
-	// doRaw: the spec gives view routes' errors the bare ErrorModel
-	// (catalog/DESIGN.md, "View routes answer the error model").
-	r = n.doRaw(t, "GET", "/v1/floe/namespaces/ns/views/other", nil)
+	r = n.vdo(t, "GET", "/v1/floe/namespaces/ns/views/other", nil)
 	require.Equal(t, 500, r.status, "%s", r.body)
 	assert.Contains(t, string(r.body), "replaced outside the catalog")
-	r = n.doRaw(t, "POST", "/v1/floe/namespaces/ns/views/other", addVersionBody("select 3", "ns"))
+	r = n.vdo(t, "POST", "/v1/floe/namespaces/ns/views/other", addVersionBody("select 3", "ns"))
 	require.Equal(t, 500, r.status, "%s", r.body)
 	assert.Equal(t, "InternalServerError", r.errorType(t))
 	assert.Equal(t, victimFiles, n.listFiles(t, victimLoc), "nothing written where the file points")

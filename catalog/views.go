@@ -94,26 +94,7 @@ func (s *Server) readViewMetadata(ctx context.Context, loc string) (*viewMetadat
 		return vm, nil
 	}
 	s.metrics.cacheMisses.Inc()
-	wh := s.whOf(ctx)
-	ch := s.loads.DoChan(viewKeyPrefix+wh.location+"\x00"+loc, func() (any, error) {
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedLoadTimeout)
-		defer cancel()
-		vm, err := s.readViewMetadataFile(lctx, loc)
-		if err != nil {
-			return nil, err
-		}
-		s.cache.addView(vm)
-		return vm, nil
-	})
-	select {
-	case res := <-ch:
-		if res.Err != nil {
-			return nil, res.Err
-		}
-		return res.Val.(*viewMetadata), nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("read view metadata %s: %w", loc, ctx.Err())
-	}
+	return sharedRead(ctx, s, viewKeyPrefix, loc, s.readViewMetadataFile, s.cache.addView)
 }
 
 // readViewOf reads the metadata file of the view id, whose record is v,
