@@ -54,18 +54,7 @@ func TestARunTheProcessEndedDuringCountsAsAnAttempt(t *testing.T) {
 	_, err = os.Stat(mark)
 	require.ErrorIs(t, err, os.ErrNotExist, "a run that ends removes its mark")
 	require.NoError(t, os.WriteFile(mark, saved, 0o600))
-	reg := prometheus.NewRegistry()
-	svc, err := purge.New(purge.Config{
-		NodeID: n.raft.ID(), Store: n.raft,
-		Storage:       func(string, map[string]string) (purge.Objects, error) { return n.store, nil },
-		WorkerThreads: 2, DeleteThreads: 2, DeleteBatchSize: 10,
-		HeartbeatTimeout: time.Second, MaxAttempts: 3, RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour,
-		CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, StopTimeout: 2 * time.Second,
-		Logger: quietLogger(), Registerer: reg, RunMarkDir: marks,
-	})
-	require.NoError(t, err)
-	svc.Start()
-	t.Cleanup(svc.Stop)
+	reg := restartPurge(t, n, marks)
 
 	failed := c.waitJob("ns", "t", 10*time.Second, func(j fsm.PurgeJob) bool { return j.State == fsm.JobPending })
 	assert.Equal(t, 1, failed.Attempts, "the lost run is one attempt")
@@ -94,20 +83,32 @@ func TestARunMarkOfALeaseThatMovedOnIsDropped(t *testing.T) {
 	stale := filepath.Join(marks, hex.EncodeToString([]byte(done.ID)))
 	require.NoError(t, os.WriteFile(stale, []byte("7\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(marks, "not-hex"), []byte("x"), 0o600))
-	reg := prometheus.NewRegistry()
-	svc, err := purge.New(purge.Config{
-		NodeID: n.raft.ID(), Store: n.raft,
-		Storage:          func(string, map[string]string) (purge.Objects, error) { return n.store, nil },
-		HeartbeatTimeout: time.Second, PollInterval: 50 * time.Millisecond,
-		Logger: quietLogger(), Registerer: reg, RunMarkDir: marks,
-	})
-	require.NoError(t, err)
-	svc.Start()
-	t.Cleanup(svc.Stop)
+	reg := restartPurge(t, n, marks)
 	require.Eventually(t, func() bool {
 		entries, err := os.ReadDir(marks)
 		return err == nil && len(entries) == 0
 	}, 10*time.Second, 20*time.Millisecond, "the stale and the unreadable mark are removed")
 	assert.Equal(t, done, c.mustJob("ns", "t"), "the job is as it was")
 	assert.Equal(t, float64(0), gathered(t, reg, "floe_purge_lost_runs_total"))
+}
+
+// restartPurge starts a new purge service for node n (whose own was
+// stopped) on the marks directory, as the node's next process would: its
+// scheduler does not run (a job it sends back to PENDING stays there).
+// It returns the service's metrics registry.
+func restartPurge(t *testing.T, n *tnode, marks string) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	svc, err := purge.New(purge.Config{
+		NodeID: n.raft.ID(), Store: n.raft,
+		Storage:       func(string, map[string]string) (purge.Objects, error) { return n.store, nil },
+		WorkerThreads: 2, DeleteThreads: 2, DeleteBatchSize: 10,
+		HeartbeatTimeout: time.Second, MaxAttempts: 3, RetryBackoff: time.Hour, MaxRetryBackoff: time.Hour,
+		CheckpointInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond, StopTimeout: 2 * time.Second,
+		Logger: quietLogger(), Registerer: reg, RunMarkDir: marks,
+	})
+	require.NoError(t, err)
+	svc.Start()
+	t.Cleanup(svc.Stop)
+	return reg
 }
