@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -82,7 +83,7 @@ func memberLeaves() []cliLeaf {
 (host:port, its --cluster-addr). Also moves a member to a new address.`,
 			minArgs: 2, maxArgs: 2, timeout: defaultCLITimeout,
 			run: func(ctx context.Context, s *cliSession, args []string) error {
-				return addMember(ctx, s, "/management/v1/cluster/voters", args[0], args[1], "a voter")
+				return addMember(ctx, s, "/management/v1/cluster/voters", args[0], args[1], "Voter", "a voter")
 			},
 		},
 		{
@@ -91,7 +92,7 @@ func memberLeaves() []cliLeaf {
 			about:   `POST /management/v1/cluster/non-voters. ADDR is the member's cluster address.`,
 			minArgs: 2, maxArgs: 2, timeout: defaultCLITimeout,
 			run: func(ctx context.Context, s *cliSession, args []string) error {
-				return addMember(ctx, s, "/management/v1/cluster/non-voters", args[0], args[1], "a non-voter")
+				return addMember(ctx, s, "/management/v1/cluster/non-voters", args[0], args[1], "Nonvoter", "a non-voter")
 			},
 		},
 		{
@@ -148,11 +149,30 @@ did not complete (no leader, or the target did not take over in time).`,
 	}}
 }
 
-func addMember(ctx context.Context, s *cliSession, path, id, addr, as string) error {
+// addMember adds id at addr with the change at path. suffrage is the
+// member's suffrage once added, as the cluster status spells it; as says
+// it in words. A member that was there already, at addr and with that
+// suffrage, is reported as such: the change left it as it was.
+func addMember(ctx context.Context, s *cliSession, path, id, addr, suffrage, as string) error {
+	// Only for the message: whether the member was there already.
+	already := false
+	if !s.opts.json {
+		ctx, cancel := context.WithTimeout(ctx, leaderIDTimeout)
+		if st, _, err := readCluster(ctx, s); err == nil {
+			already = slices.ContainsFunc(st.Members, func(m cliMember) bool {
+				return m.ID == id && m.ClusterAddr == addr && m.Suffrage == suffrage
+			})
+		}
+		cancel()
+	}
 	if _, err := s.api.change(ctx, "POST", path, map[string]string{"id": id, "address": addr}); err != nil {
 		return err
 	}
-	if !s.opts.json {
+	switch {
+	case s.opts.json:
+	case already:
+		fmt.Fprintf(s.stdout, "%s (%s) is %s already; nothing changed\n", id, addr, as)
+	default:
 		fmt.Fprintf(s.stdout, "added %s (%s) as %s\n", id, addr, as)
 	}
 	return nil

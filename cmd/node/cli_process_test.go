@@ -99,6 +99,9 @@ func TestCLIProcesses(t *testing.T) {
 	spare := freeAddr(t)
 	assert.Equal(t, "added node9 ("+spare+") as a non-voter\n", mustFloe("members", "add-nonvoter", "node9", spare))
 	assert.Regexp(t, `(?m)^node9 +Nonvoter +`, mustFloe("members"))
+	assert.Equal(t, "node9 ("+spare+") is a non-voter already; nothing changed\n", mustFloe("members", "add-nonvoter", "node9", spare))
+	assert.Equal(t, target.id+" ("+target.clusterAddr+") is a voter already; nothing changed\n",
+		mustFloe("members", "add-voter", target.id, target.clusterAddr))
 	assert.Equal(t, "removed member node9\n", mustFloe("members", "remove", "node9"))
 	assert.NotContains(t, mustFloe("members"), "node9")
 	code, out, errOut := floe("members", "remove", "node9")

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -320,8 +321,14 @@ func TestCLIServerAnswersMapToExitCodes(t *testing.T) {
 // own key; reads carry none.
 func TestMutationsRetryWithTheSameKey(t *testing.T) {
 	fastCLI(t)
-	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		switch n {
+	var posts atomic.Int32
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.Method == http.MethodGet {
+			// The status read for the message: node4 is not a member.
+			answerJSON(w, http.StatusOK, `{"members":[{"id":"node1","cluster-address":"127.0.0.1:8182","suffrage":"Voter"}]}`)
+			return
+		}
+		switch posts.Add(1) - 1 {
 		case 0:
 			// The connection drops before an answer.
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -340,7 +347,7 @@ func TestMutationsRetryWithTheSameKey(t *testing.T) {
 	code, out, errOut := runCLI(t, "members", "add-voter", "node4", "127.0.0.1:8482", "--node", f.URL)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Equal(t, "added node4 (127.0.0.1:8482) as a voter\n", out)
-	seen := f.requests()
+	seen := slices.DeleteFunc(f.requests(), func(r seenRequest) bool { return r.method == http.MethodGet })
 	require.Len(t, seen, 5)
 	key := seen[0].key
 	u, err := uuid.Parse(key)
@@ -919,4 +926,29 @@ func TestCommonFlagsBeforeTheSubcommand(t *testing.T) {
 	code, _, _ = runCLI(t, "purge", "--state", "FAILED", "list", "--node", f.URL)
 	assert.Equal(t, exitUsage, code)
 	assert.Len(t, f.requests(), 3, "nothing sent")
+}
+
+// Adding a member that is there already, at that address and with that
+// suffrage, says so: the change left the cluster as it was.
+func TestAddMemberThereAlready(t *testing.T) {
+	fastCLI(t)
+	f := newFakeNode(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		if r.Method == http.MethodGet {
+			answerJSON(w, http.StatusOK, `{"members":[{"id":"node4","cluster-address":"127.0.0.1:8482","suffrage":"Voter"},`+
+				`{"id":"node5","cluster-address":"127.0.0.1:8582","suffrage":"Nonvoter"}]}`)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	for _, c := range []struct{ args, out string }{
+		{"add-voter node4 127.0.0.1:8482", "node4 (127.0.0.1:8482) is a voter already; nothing changed\n"},
+		{"add-nonvoter node5 127.0.0.1:8582", "node5 (127.0.0.1:8582) is a non-voter already; nothing changed\n"},
+		// A non-voter promoted, a voter moved: changes.
+		{"add-voter node5 127.0.0.1:8582", "added node5 (127.0.0.1:8582) as a voter\n"},
+		{"add-voter node4 127.0.0.1:9482", "added node4 (127.0.0.1:9482) as a voter\n"},
+	} {
+		code, out, errOut := runCLI(t, append(append([]string{"members"}, strings.Fields(c.args)...), "--node", f.URL)...)
+		require.Equal(t, exitOK, code, errOut)
+		assert.Equal(t, c.out, out, c.args)
+	}
 }
