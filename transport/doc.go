@@ -22,11 +22,12 @@
 // # Deadlines
 //
 // The caller's context deadline travels as an absolute wall-clock time (Unix
-// nanoseconds) and the handler runs under exactly that deadline. Nodes on one
-// LAN are assumed to have clocks within a few milliseconds of each other
-// (NTP); skew shifts the server-side deadline by the same amount. A request
-// whose deadline has already passed on arrival is answered with
-// CodeDeadlineExceeded without running the handler.
+// nanoseconds). The handler runs under that deadline as the server's clock
+// reads it, but never under less than 5 seconds nor more than 2 minutes from
+// the request's arrival: clocks that disagree (a broken NTP) neither starve a
+// handler (a deadline that looks past on arrival) nor let a caller hold one
+// for as long as its clock is off. The caller stops waiting at its own
+// deadline whatever the handler does.
 //
 // # Retry contract
 //

@@ -24,8 +24,7 @@ const (
 	// CodeInternal: the handler panicked or returned an error that is not a
 	// *RemoteError.
 	CodeInternal = "internal"
-	// CodeDeadlineExceeded: the handler returned context.DeadlineExceeded, or
-	// the request arrived after its deadline (the handler did not run then).
+	// CodeDeadlineExceeded: the handler returned context.DeadlineExceeded.
 	CodeDeadlineExceeded = "deadline_exceeded"
 	// CodeCanceled: the handler returned context.Canceled (for example
 	// because the server is shutting down).

@@ -477,20 +477,35 @@ func (m *Mux) serveRPC(conn net.Conn, remote string) {
 	}
 }
 
-// dispatch runs the handler under the caller's absolute deadline.
+// The caller's deadline is read on this node's clock, which may not agree
+// with the caller's. A handler gets at least minHandlerTime and at most
+// maxHandlerTime from the request's arrival, whatever the deadline says:
+// a caller whose clock is behind this one's (its deadline looks past on
+// arrival, or too near) still gets an answer, and one whose clock is ahead
+// cannot hold a handler for as long as its clock is off. The caller stops
+// waiting at its own deadline in any case; the bounds only limit what this
+// node spends on a call it may no longer wait for.
+const (
+	minHandlerTime = 5 * time.Second
+	maxHandlerTime = 2 * time.Minute
+)
+
+// handlerDeadline is the deadline a handler runs under for a request
+// carrying deadline (Unix nanoseconds, not 0) that arrived at now.
+func handlerDeadline(now time.Time, deadline int64) time.Time {
+	left := time.Unix(0, deadline).Sub(now)
+	return now.Add(min(max(left, minHandlerTime), maxHandlerTime))
+}
+
+// dispatch runs the handler under the caller's deadline, bounded as
+// handlerDeadline says.
 func (m *Mux) dispatch(q request) response {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if q.Deadline == 0 {
 		ctx, cancel = context.WithCancel(m.ctx)
 	} else {
-		dl := time.Unix(0, q.Deadline)
-		if !time.Now().Before(dl) {
-			return response{ID: q.ID, Err: &RemoteError{
-				Code: CodeDeadlineExceeded, Message: "request arrived after its deadline; handler not run",
-			}}
-		}
-		ctx, cancel = context.WithDeadline(m.ctx, dl)
+		ctx, cancel = context.WithDeadline(m.ctx, handlerDeadline(time.Now(), q.Deadline))
 	}
 	defer cancel()
 	body, err := m.runHandler(ctx, q.Method, q.Body)

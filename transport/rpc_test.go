@@ -104,7 +104,7 @@ func TestDeadlinePropagated(t *testing.T) {
 	})
 	c := mustClient(t, ClientConfig{})
 
-	want := time.Now().Add(3 * time.Second)
+	want := time.Now().Add(30 * time.Second)
 	ctx, cancel := context.WithDeadline(context.Background(), want)
 	defer cancel()
 	_, err := c.Call(ctx, m.Addr().String(), "Deadline", nil)
@@ -116,15 +116,38 @@ func TestDeadlinePropagated(t *testing.T) {
 	assert.True(t, (<-seen).IsZero(), "no deadline sent means none on the server")
 }
 
-func TestExpiredRequestNotDispatched(t *testing.T) {
+// A caller's deadline is read on the server's clock: a caller whose clock
+// is behind (its deadline looks past, or near) still gets its handler run,
+// and one whose clock is ahead cannot hold a handler for as long as it is
+// off.
+func TestDeadlineFromAnotherClock(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		sent time.Duration // the deadline, from now on the server's clock
+		want time.Duration
+	}{
+		{"past: the caller's clock is behind", -time.Hour, minHandlerTime},
+		{"just past", -time.Second, minHandlerTime},
+		{"too near", 100 * time.Millisecond, minHandlerTime},
+		{"as sent", 30 * time.Second, 30 * time.Second},
+		{"far: the caller's clock is ahead", time.Hour, maxHandlerTime},
+	} {
+		assert.Equal(t, now.Add(c.want), handlerDeadline(now, now.Add(c.sent).UnixNano()), c.name)
+	}
+
 	m := mustListen(t, Config{})
-	var ran atomic.Bool
-	m.Serve(func(context.Context, string, []byte) ([]byte, error) { ran.Store(true); return nil, nil })
-	s := m.dispatch(request{ID: 7, Deadline: time.Now().Add(-time.Second).UnixNano(), Method: "Late"})
-	require.NotNil(t, s.Err)
-	assert.Equal(t, CodeDeadlineExceeded, s.Err.Code)
+	var left atomic.Int64
+	m.Serve(func(ctx context.Context, _ string, _ []byte) ([]byte, error) {
+		dl, _ := ctx.Deadline()
+		left.Store(int64(time.Until(dl)))
+		return []byte("ran"), ctx.Err()
+	})
+	s := m.dispatch(request{ID: 7, Deadline: time.Now().Add(-2 * time.Second).UnixNano(), Method: "Late"})
+	require.Nil(t, s.Err, "a request that arrives after its deadline by the server's clock is still run")
 	assert.Equal(t, uint64(7), s.ID)
-	assert.False(t, ran.Load())
+	assert.Equal(t, "ran", string(s.Body))
+	assert.InDelta(t, float64(minHandlerTime), float64(left.Load()), float64(time.Second))
 }
 
 // A server that idles out a pooled connection must not cost the caller an

@@ -857,9 +857,8 @@ const foreignProbeTimeout = 2 * time.Second
 // identity (it answers without one, or does not know the method), one
 // without an identity yet (a node joining) and a cluster not yet stamped
 // are not judged: Raft's own dial decides. A node that does not answer the
-// probe, or answers it with any other error (down, cut off, too slow, its
-// handler not run because the probe reached it after its deadline) is not
-// dialled either: it may be exactly such a node, reached the moment a
+// probe, or answers it with any other error (down, cut off, too slow) is
+// not dialled either: it may be exactly such a node, reached the moment a
 // partition heals, and Raft dials again later, probing again.
 func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 	if n.ClusterID() == "" {
@@ -891,8 +890,7 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 
 // isUnknownMethod reports whether re is a node's answer to a method it
 // does not serve: a binary from before the cluster identity probe. Any
-// other error answer (the probe arrived after its deadline on a busy node,
-// the node is shutting down) says nothing of which cluster the node holds.
+// other error answer (the node is shutting down, say) says nothing of which cluster the node holds.
 func isUnknownMethod(re *transport.RemoteError) bool {
 	return re.Code == codeBadRequest && strings.HasPrefix(re.Message, unknownMethod)
 }
