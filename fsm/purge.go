@@ -116,7 +116,9 @@ type PurgeJob struct {
 	Lease            *PurgeLease       `json:"lease,omitempty"`
 	Progress         PurgeProgress     `json:"progress"`
 	// NotBeforeMs delays the next assignment of a PENDING job (backoff
-	// after a failure), on the leader's clock.
+	// after a failure), on the clock of the node whose run failed; the
+	// leader's scheduler also counts the backoff it stands for
+	// (NotBeforeMs - UpdatedMs) on its own clock, for clocks that differ.
 	NotBeforeMs int64 `json:"not-before-ms,omitempty"`
 	// FirstPhase is the first purge phase with files to delete, as the
 	// dropping node judged from the job's metadata file (0: not judged).
@@ -882,6 +884,29 @@ func (r *Reader) PurgeJobs(f PurgeJobFilter, limit int) (out []PurgeJob, more bo
 		}
 	}
 	return out, more
+}
+
+// PurgeJobsInBackoff calls visit with the id and NotBeforeMs of every
+// PENDING job whose NotBeforeMs is after afterMs (in backoff then), in id
+// order, until visit returns false. Only entries written by earlier
+// releases, which hold no summary, are decoded.
+func (r *Reader) PurgeJobsInBackoff(afterMs int64, visit func(id string, notBeforeMs int64) bool) {
+	prefix := stateKey(JobPending, "")
+	c := r.tx.Bucket(bucketPurgeByState).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		id := string(k[len(prefix):])
+		sum, ok := parseSummary(v)
+		if !ok {
+			j, found := r.PurgeJob(id)
+			if !found {
+				continue
+			}
+			sum.ms = j.NotBeforeMs
+		}
+		if sum.ms > afterMs && !visit(id, sum.ms) {
+			return
+		}
+	}
 }
 
 // PurgeNodes returns every node's last heartbeat, in node id order.

@@ -79,6 +79,16 @@ type scheduler struct {
 	startIndex uint64
 	seen       map[string]observed
 	lastPrune  time.Time
+	// backoff holds the PENDING jobs in backoff by their NotBeforeMs, which
+	// is on the clock of the node whose run failed (see dueInBackoff).
+	backoff map[string]backoffSeen
+}
+
+// backoffSeen is a job in backoff as this scheduler first saw it: its
+// NotBeforeMs then, and when it is due on this node's monotonic clock.
+type backoffSeen struct {
+	notBeforeMs int64
+	due         time.Time
 }
 
 // leadershipStart is implemented by a Store that knows its log's last
@@ -98,7 +108,7 @@ type leadershipStart interface {
 // timeout.)
 func (s *Service) newScheduler() *scheduler {
 	now := s.cfg.Now()
-	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now}
+	sc := &scheduler{s: s, start: now, seen: map[string]observed{}, lastPrune: now, backoff: map[string]backoffSeen{}}
 	if ls, ok := s.cfg.Store.(leadershipStart); ok {
 		sc.startIndex = ls.LeadershipStartIndex()
 		return sc
@@ -116,6 +126,41 @@ type claim struct {
 	// silentIndex is the silent node's heartbeat row index this tick saw
 	// (fsm.AssignPurgeLease.SilentIndex); 0: not checked.
 	silentIndex uint64
+}
+
+// dueInBackoff returns up to limit PENDING jobs whose NotBeforeMs is still
+// ahead of nowMs, this node's wall clock, but whose backoff has passed since
+// this scheduler first saw it. A job's NotBeforeMs is set by the node whose
+// run failed, on that node's clock: one an hour ahead would otherwise keep
+// the job waiting an hour. The backoff the worker meant is NotBeforeMs less
+// the time it recorded the failure at (UpdatedMs), both on its clock; it is
+// counted here on this node's monotonic clock from when the scheduler first
+// saw the job in backoff, and never longer than MaxRetryBackoff. Jobs are
+// watched at every tick, with or without free slots, so that their backoff
+// starts when they enter it.
+func (sc *scheduler) dueInBackoff(r *fsm.Reader, now time.Time, nowMs int64, limit int) []fsm.PurgeJob {
+	var due []fsm.PurgeJob
+	seen := make(map[string]backoffSeen, len(sc.backoff))
+	r.PurgeJobsInBackoff(nowMs, func(id string, notBeforeMs int64) bool {
+		b, ok := sc.backoff[id]
+		if !ok || b.notBeforeMs != notBeforeMs {
+			j, found := r.PurgeJob(id)
+			if !found {
+				return true
+			}
+			wait := time.Duration(j.NotBeforeMs-j.UpdatedMs) * time.Millisecond
+			b = backoffSeen{notBeforeMs: notBeforeMs, due: now.Add(min(max(wait, 0), sc.s.cfg.MaxRetryBackoff))}
+		}
+		seen[id] = b
+		if len(due) < limit && !now.Before(b.due) {
+			if j, found := r.PurgeJob(id); found && j.State == fsm.JobPending {
+				due = append(due, j)
+			}
+		}
+		return true
+	})
+	sc.backoff = seen
+	return due
 }
 
 func (sc *scheduler) tick(ctx context.Context) {
@@ -203,6 +248,9 @@ func (sc *scheduler) tick(ctx context.Context) {
 			for _, j := range pending {
 				claims = append(claims, claim{job: j})
 			}
+		}
+		for _, j := range sc.dueInBackoff(r, now, nowMs, 2*free) {
+			claims = append(claims, claim{job: j})
 		}
 		return nil
 	}); err != nil {

@@ -170,6 +170,60 @@ func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
 	assert.Equal(t, []string{id(0), id(4)}, leased())
 }
 
+// TestBackoffOnAnotherClock: a job's NotBeforeMs is on the clock of the
+// node whose run failed. One whose clock is an hour ahead of the leader's
+// must not keep the job waiting an hour: the scheduler counts the backoff
+// the worker meant (5 s) on its own clock, from when it first saw the job.
+func TestBackoffOnAnotherClock(t *testing.T) {
+	st := newFSMStore(t)
+	clock := time.Unix(1000, 0)
+	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Minute, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+
+	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
+	for _, name := range []string{"a", "b"} {
+		ident := fsm.Ident{Namespace: []string{"db"}, Name: name}
+		st.must(t, fsm.CommitTables{Changes: []fsm.TableChange{{Kind: fsm.ChangeCreate, Ident: ident, Location: "s3://b/" + name, MetadataLocation: "m", UUID: name}}})
+		st.must(t, fsm.DropTable{Ident: ident, Purge: true, Job: &fsm.PurgeJobSpec{ID: "job-" + name}})
+	}
+	beat := func() { st.must(t, fsm.PurgeHeartbeat{Node: "n2", Slots: 2, AtMs: clock.UnixMilli()}) }
+	ctx := context.Background()
+	sc := s.newScheduler()
+	beat()
+	sc.tick(ctx)
+	clock = clock.Add(100 * time.Millisecond)
+	beat()
+	sc.tick(ctx)
+	require.NotNil(t, st.lease(t, "job-a"))
+	require.NotNil(t, st.lease(t, "job-b"))
+
+	// n2's clock is an hour ahead: both runs fail with a 5 s backoff on it.
+	worker := clock.Add(time.Hour)
+	for _, j := range []string{"job-a", "job-b"} {
+		st.must(t, fsm.FinishPurgeJob{JobID: j, Token: st.lease(t, j).Token, Outcome: fsm.OutcomeRetry, MaxAttempts: 5, Error: "refused",
+			AtMs: worker.UnixMilli(), NotBeforeMs: worker.Add(5 * time.Second).UnixMilli()})
+	}
+	clock = clock.Add(100 * time.Millisecond)
+	beat()
+	sc.tick(ctx)
+	assert.Nil(t, st.lease(t, "job-a"), "in backoff")
+
+	// A new leader's scheduler counts the backoff from when it sees the job.
+	clock = clock.Add(3 * time.Second)
+	fresh := s.newScheduler()
+	beat()
+	fresh.tick(ctx)
+	assert.Nil(t, st.lease(t, "job-b"), "a new scheduler starts the backoff when it first sees the job")
+
+	clock = clock.Add(2 * time.Second)
+	beat()
+	sc.tick(ctx)
+	assert.NotNil(t, st.lease(t, "job-a"), "5 s after the first scheduler saw it, not an hour")
+	assert.NotNil(t, st.lease(t, "job-b"))
+}
+
 func counter(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
