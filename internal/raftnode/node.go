@@ -447,14 +447,14 @@ func Open(cfg Config) (*Node, error) {
 	// indexes, membership); see package transport.
 	n.mux, err = transport.Listen(transport.Config{
 		BindAddr: cfg.ClusterAddr, AdvertiseAddr: cfg.AdvertiseAddr, TLS: cfg.TLS, DialFromBindIP: true,
-		Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+		Logger: cfg.Logger, Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: cluster transport on %s: %w", cfg.ClusterAddr, err)
 	}
 	undo = append(undo, func() { n.mux.Close() })
 	n.rpc, err = transport.NewClient(transport.ClientConfig{
-		TLS: cfg.TLS, Logger: cfg.Logger.With("component", "transport"), Registerer: cfg.Registerer,
+		TLS: cfg.TLS, Logger: cfg.Logger, Registerer: cfg.Registerer,
 		// Every linearizable read on a follower is one call to the leader;
 		// keep enough idle connections that concurrent readers do not
 		// dial a new one per call.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/floe-catalog/floe/fsm"
 	"github.com/floe-catalog/floe/internal/harness"
 	"github.com/floe-catalog/floe/internal/raftnode/raftfault"
+	"github.com/floe-catalog/floe/internal/testenv"
 )
 
 // testLogger discards logs unless FLOE_TEST_LOG=1.
@@ -482,4 +485,27 @@ func TestTransportDoesNotPipelineReplication(t *testing.T) {
 	n := mustOpen(t, testConfig(t, t.TempDir(), freeAddr(t)))
 	_, err := n.trans.AppendEntriesPipeline("peer", "127.0.0.1:1")
 	require.ErrorIs(t, err, raft.ErrPipelineReplicationNotSupported)
+}
+
+// A log line names its component once: JSON logs with a key twice are
+// ambiguous to the tools that read them.
+func TestTransportLogsNameTheirComponentOnce(t *testing.T) {
+	var buf testenv.LogBuffer
+	cfg := testConfig(t, t.TempDir(), freeAddr(t))
+	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Bootstrap = true
+	n := mustOpen(t, cfg)
+	waitLeaderOf(t, n)
+	// A TLS ClientHello to the plaintext cluster port: the transport logs
+	// a warning.
+	c, err := net.Dial("tcp", cfg.ClusterAddr)
+	require.NoError(t, err)
+	_, _ = c.Write([]byte{0x16, 0x03, 0x01})
+	_ = c.Close()
+	require.Eventually(t, func() bool { return strings.Contains(buf.String(), "TLS connection to a plaintext cluster port") }, 5*time.Second, 10*time.Millisecond)
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, `"transport`) {
+			assert.Equal(t, 1, strings.Count(line, `"component":`), line)
+		}
+	}
 }
