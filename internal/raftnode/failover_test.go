@@ -200,3 +200,44 @@ func TestReadWithNoLeaderLeftIsNoLeader(t *testing.T) {
 		assert.NotErrorIs(t, err, ErrUnknownOutcome)
 	}
 }
+
+// A node stopping lets the proposals waiting on it be answered first: a
+// command its log holds but the cluster has not yet committed is answered
+// once it commits, not cut off as of unknown outcome. Here the followers
+// are silent while the leader stops, and speak again before proposalDrain
+// is over.
+func TestShutdownLetsProposalsInFlightFinish(t *testing.T) {
+	nodes, _ := startJoinedClusterWith(t, 3, func(_ int, cfg *Config) {
+		// The leader keeps leading while its followers are silent.
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 3*time.Second
+	})
+	leader := waitOneLeader(t, nodes)
+	require.NoError(t, mustPropose(t, leader, createNS("before")).Err())
+	followers := others(nodes, leader)
+	for _, f := range followers {
+		pause(f, true)
+	}
+	proposed := make(chan error, 1)
+	go func() {
+		res, err := leader.Propose(ctxTimeout(t, 20*time.Second), createNS("in-flight"))
+		if err == nil {
+			err = res.Err()
+		}
+		proposed <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the command is in the leader's log
+	stopped := make(chan error, 1)
+	go func() { stopped <- leader.Shutdown() }()
+	time.Sleep(300 * time.Millisecond)
+	for _, f := range followers {
+		pause(f, false)
+	}
+	select {
+	case err := <-proposed:
+		require.NoError(t, err, "a command the cluster commits while its leader stops is answered as applied")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the proposal was never answered")
+	}
+	require.NoError(t, <-stopped)
+	assert.True(t, hasNamespace(t, linearRead(t, followers[0]), "in-flight"))
+}

@@ -361,7 +361,18 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 	closed       atomic.Bool
+	// proposing counts the proposals waiting for Raft's answer on this
+	// node (its own and those followers forwarded): Shutdown lets them
+	// finish first (see proposalDrain).
+	proposing atomic.Int64
 }
+
+// proposalDrain bounds how long Shutdown waits for the proposals in flight
+// on this node to be answered before it stops waiting for them. After a
+// handover (HandOver) Raft answers them within a round or two to the new
+// leader; cutting them off answered commands the cluster had applied as
+// of unknown outcome (500), which clients do not resend.
+var proposalDrain = 2 * time.Second
 
 // Open opens the node's stores under cfg.DataDir, binds cfg.ClusterAddr and
 // starts Raft. With cfg.Bootstrap and no existing Raft state it first writes
@@ -937,6 +948,8 @@ func (n *Node) ProposeAfterLeaving(ctx context.Context, cmd fsm.Command) (fsm.Re
 // proposeLocal appends an encoded command on this node, which believes it
 // leads. See Propose for the error contract.
 func (n *Node) proposeLocal(ctx context.Context, data []byte) (fsm.Result, error) {
+	n.proposing.Add(1)
+	defer n.proposing.Add(-1)
 	if n.closed.Load() {
 		return fsm.Result{}, ErrShutdown
 	}
@@ -1583,8 +1596,10 @@ func clusterIDFrom(infos []nodeInfo, errs []error, applied uint64) (id string, m
 	return id, id == "" && complete, nil
 }
 
-// Shutdown stops Raft, then closes the log store and the state machine. Any
-// Propose or Read still waiting returns (ErrUnknownOutcome or ErrShutdown).
+// Shutdown stops Raft, then closes the log store and the state machine. It
+// refuses new proposals at once (ErrShutdown) and first gives those waiting
+// for Raft's answer up to proposalDrain to get it; any Propose or Read
+// still waiting then returns (ErrUnknownOutcome or ErrShutdown).
 // Every goroutine the node started (the read-index batchers, the observer,
 // the monitor, cluster formation, leader tasks) has returned when Shutdown
 // returns. The one exception is a goroutine of await still waiting on a
@@ -1594,6 +1609,7 @@ func clusterIDFrom(infos []nodeInfo, errs []error, applied uint64) (id string, m
 func (n *Node) Shutdown() error {
 	n.shutdownOnce.Do(func() {
 		n.closed.Store(true)
+		n.drainProposals()
 		n.cancel()
 		n.logger.Info("raft node shutting down")
 		// The cancel ends a read-index fetch in flight; wait for the
@@ -1636,6 +1652,21 @@ func (n *Node) Shutdown() error {
 		n.logger.Info("raft node stopped")
 	})
 	return n.shutdownErr
+}
+
+// drainProposals waits, at most proposalDrain, until no proposal on this
+// node waits for Raft's answer. New ones are refused already (closed).
+func (n *Node) drainProposals() {
+	if n.proposing.Load() == 0 {
+		return
+	}
+	deadline := time.Now().Add(proposalDrain)
+	for n.proposing.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if left := n.proposing.Load(); left > 0 {
+		n.logger.Warn("stopping with proposals still waiting for Raft; they are answered as of unknown outcome", "proposals", left, "waited", proposalDrain)
+	}
 }
 
 // newRaft is raft.NewRaft, with a panic while it reads the stores (a
