@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/apache/iceberg-go/table"
@@ -334,5 +335,8 @@ func unreadableMetadataLocation(loc string, err error) error {
 // failure of the moment, answered 503.
 func storageUnavailable(err error) bool {
 	return errors.Is(err, storage.ErrTimeout) || errors.Is(err, storage.ErrUnreachable) ||
-		errors.Is(err, storage.ErrThrottled) || errors.Is(err, storage.ErrServerFailed)
+		errors.Is(err, storage.ErrThrottled) || errors.Is(err, storage.ErrServerFailed) ||
+		// This process or the system is out of file descriptors (too
+		// many connections, say): it passes.
+		errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
@@ -38,6 +40,8 @@ func TestStoreFailuresAnswerRetryOnlyWhenNothingApplied(t *testing.T) {
 		{"a base metadata file that cannot be parsed, commit", fmt.Errorf("read: %w: metadata s3://b/m.json: bad JSON", errCorruptMetadata), opCommit, http.StatusInternalServerError, "InternalServerError"},
 		{"a base metadata file that cannot be read, commit", fmt.Errorf("%w: %w", errBaseNotRead, errors.New("NoSuchBucket")), opCommit, http.StatusInternalServerError, "InternalServerError"},
 		{"a base metadata file stalled, commit", fmt.Errorf("%w: %w", errBaseNotRead, storage.ErrTimeout), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"out of file descriptors reading a base, commit", fmt.Errorf("%w: %w", errBaseNotRead, &os.PathError{Op: "open", Path: "/w/m.json", Err: syscall.EMFILE}), opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
+		{"out of file descriptors, read", fmt.Errorf("read metadata: %w", &os.PathError{Op: "open", Path: "/w/m.json", Err: syscall.ENFILE}), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"the table dropped while its base was read, commit", fmt.Errorf("%w: %w", errBaseNotRead, notFoundTable("table does not exist: ns.t")), opCommit, http.StatusNotFound, "NoSuchTableException"},
 		{"object storage stalled before proposing, commit", &storage.ObjectError{Op: "write", URI: "s3://b/k", Err: fmt.Errorf("%w: %w", storage.ErrTimeout, context.DeadlineExceeded)}, opCommit, http.StatusServiceUnavailable, "ServiceUnavailableException"},
 		{"object storage stalled, read", fmt.Errorf("read metadata: %w", storage.ErrTimeout), opOther, http.StatusServiceUnavailable, "ServiceUnavailableException"},
