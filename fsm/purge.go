@@ -813,9 +813,9 @@ type PurgeJobFilter struct {
 	// After resumes a listing after the job with this id (ids sort by
 	// creation: they are UUIDv7).
 	After string
-	// DueByMs, when positive, keeps only jobs whose NotBeforeMs is at or
-	// before it: PENDING jobs a scheduler may lease at that time.
-	DueByMs int64
+	// NoBackoff keeps only jobs without a NotBeforeMs: PENDING jobs that
+	// never failed, or were retried by an operator.
+	NoBackoff bool
 }
 
 func (f PurgeJobFilter) match(j PurgeJob) bool {
@@ -828,7 +828,7 @@ func (f PurgeJobFilter) match(j PurgeJob) bool {
 	if f.Table != "" && j.Ident.Name != f.Table {
 		return false
 	}
-	if f.DueByMs > 0 && j.NotBeforeMs > f.DueByMs {
+	if f.NoBackoff && j.NotBeforeMs != 0 {
 		return false
 	}
 	return true
@@ -859,7 +859,7 @@ func (r *Reader) PurgeJobs(f PurgeJobFilter, limit int) (out []PurgeJob, more bo
 		prefix := stateKey(f.State, "")
 		c := r.tx.Bucket(bucketPurgeByState).Cursor()
 		for k, v := c.Seek(append(append([]byte{}, prefix...), f.After...)); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if sum, ok := parseSummary(v); ok && f.State == JobPending && f.DueByMs > 0 && sum.ms > f.DueByMs {
+			if sum, ok := parseSummary(v); ok && f.State == JobPending && f.NoBackoff && sum.ms != 0 {
 				continue // in backoff: not decoded
 			}
 			if !visit(string(k[len(prefix):])) {
@@ -887,10 +887,10 @@ func (r *Reader) PurgeJobs(f PurgeJobFilter, limit int) (out []PurgeJob, more bo
 }
 
 // PurgeJobsInBackoff calls visit with the id and NotBeforeMs of every
-// PENDING job whose NotBeforeMs is after afterMs (in backoff then), in id
+// PENDING job that has one (that failed, and waits out a backoff), in id
 // order, until visit returns false. Only entries written by earlier
 // releases, which hold no summary, are decoded.
-func (r *Reader) PurgeJobsInBackoff(afterMs int64, visit func(id string, notBeforeMs int64) bool) {
+func (r *Reader) PurgeJobsInBackoff(visit func(id string, notBeforeMs int64) bool) {
 	prefix := stateKey(JobPending, "")
 	c := r.tx.Bucket(bucketPurgeByState).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
@@ -903,7 +903,7 @@ func (r *Reader) PurgeJobsInBackoff(afterMs int64, visit func(id string, notBefo
 			}
 			sum.ms = j.NotBeforeMs
 		}
-		if sum.ms > afterMs && !visit(id, sum.ms) {
+		if sum.ms != 0 && !visit(id, sum.ms) {
 			return
 		}
 	}

@@ -76,7 +76,7 @@ func BenchmarkDuePendingJobs(b *testing.B) {
 	read := func(b *testing.B) {
 		for b.Loop() {
 			err := f.View(func(r *Reader) error {
-				jobs, _ := r.PurgeJobs(PurgeJobFilter{State: JobPending, DueByMs: 1000}, 4)
+				jobs, _ := r.PurgeJobs(PurgeJobFilter{State: JobPending, NoBackoff: true}, 4)
 				if len(jobs) != 4 {
 					b.Fatalf("%d due jobs", len(jobs))
 				}

@@ -416,7 +416,16 @@ func TestStateIndexSummariesSpareDecoding(t *testing.T) {
 	}
 	check := func(t *testing.T, p *purgeFSM) {
 		assert.NotPanics(t, func() {
-			assert.Equal(t, []string{"job-due", "job-due-later", "job-due-now"}, p.jobs(PurgeJobFilter{State: JobPending, DueByMs: 1000}))
+			assert.Equal(t, []string{"job-due"}, p.jobs(PurgeJobFilter{State: JobPending, NoBackoff: true}))
+			var backoff []string
+			require.NoError(t, p.f.View(func(r *Reader) error {
+				r.PurgeJobsInBackoff(func(id string, notBeforeMs int64) bool {
+					backoff = append(backoff, fmt.Sprintf("%s@%d", id, notBeforeMs))
+					return true
+				})
+				return nil
+			}))
+			assert.Equal(t, []string{"job-backoff@5000", "job-due-later@500", "job-due-now@1000"}, backoff)
 			require.NoError(t, p.f.View(func(r *Reader) error {
 				counts, released := r.PurgeJobCounts()
 				assert.Equal(t, map[JobState]int{JobPending: 4, JobSucceeded: 2, JobFailed: 2}, counts)

@@ -128,20 +128,22 @@ type claim struct {
 	silentIndex uint64
 }
 
-// dueInBackoff returns up to limit PENDING jobs whose NotBeforeMs is still
-// ahead of nowMs, this node's wall clock, but whose backoff has passed since
-// this scheduler first saw it. A job's NotBeforeMs is set by the node whose
-// run failed, on that node's clock: one an hour ahead would otherwise keep
-// the job waiting an hour. The backoff the worker meant is NotBeforeMs less
-// the time it recorded the failure at (UpdatedMs), both on its clock; it is
-// counted here on this node's monotonic clock from when the scheduler first
-// saw the job in backoff, and never longer than MaxRetryBackoff. Jobs are
-// watched at every tick, with or without free slots, so that their backoff
-// starts when they enter it.
-func (sc *scheduler) dueInBackoff(r *fsm.Reader, now time.Time, nowMs int64, limit int) []fsm.PurgeJob {
+// dueInBackoff returns up to limit PENDING jobs waiting out a backoff whose
+// backoff has passed since this scheduler first saw them. A job's
+// NotBeforeMs is set by the node whose run failed, on that node's clock,
+// which may be hours from this one's: a clock ahead would keep the job
+// waiting as long, one behind would skip every backoff (a transient
+// failure FAILED within a second). The backoff the worker meant is
+// NotBeforeMs less the time it recorded the failure at (UpdatedMs), both on
+// its clock; it is counted here on this node's monotonic clock from when
+// the scheduler first saw the job in backoff, and never longer than
+// MaxRetryBackoff. A new leader counts it afresh. Jobs are watched at every
+// tick, with or without free slots, so that their backoff starts when they
+// enter it.
+func (sc *scheduler) dueInBackoff(r *fsm.Reader, now time.Time, limit int) []fsm.PurgeJob {
 	var due []fsm.PurgeJob
 	seen := make(map[string]backoffSeen, len(sc.backoff))
-	r.PurgeJobsInBackoff(nowMs, func(id string, notBeforeMs int64) bool {
+	r.PurgeJobsInBackoff(func(id string, notBeforeMs int64) bool {
 		b, ok := sc.backoff[id]
 		if !ok || b.notBeforeMs != notBeforeMs {
 			j, found := r.PurgeJob(id)
@@ -244,12 +246,12 @@ func (sc *scheduler) tick(ctx context.Context) {
 		// independent of the queue's length, thousands of jobs after a
 		// burst of drops.
 		if free > 0 {
-			pending, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending, DueByMs: nowMs}, 2*free)
+			pending, _ := r.PurgeJobs(fsm.PurgeJobFilter{State: fsm.JobPending, NoBackoff: true}, 2*free)
 			for _, j := range pending {
 				claims = append(claims, claim{job: j})
 			}
 		}
-		for _, j := range sc.dueInBackoff(r, now, nowMs, 2*free) {
+		for _, j := range sc.dueInBackoff(r, now, 2*free) {
 			claims = append(claims, claim{job: j})
 		}
 		return nil

@@ -153,7 +153,7 @@ func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
 	// job-00 fails and waits out its backoff; job-01 succeeds. Two slots
 	// free: the next two due jobs, not job-00.
 	st.must(t, fsm.FinishPurgeJob{JobID: id(0), Token: st.lease(t, id(0)).Token, Outcome: fsm.OutcomeRetry, MaxAttempts: 5,
-		NotBeforeMs: clock.Add(time.Minute).UnixMilli(), Error: "refused"})
+		AtMs: clock.UnixMilli(), NotBeforeMs: clock.Add(time.Minute).UnixMilli(), Error: "refused"})
 	st.must(t, fsm.FinishPurgeJob{JobID: id(1), Token: st.lease(t, id(1)).Token, Outcome: fsm.OutcomeSucceeded})
 	clock = clock.Add(100 * time.Millisecond)
 	beat()
@@ -172,8 +172,9 @@ func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
 
 // TestBackoffOnAnotherClock: a job's NotBeforeMs is on the clock of the
 // node whose run failed. One whose clock is an hour ahead of the leader's
-// must not keep the job waiting an hour: the scheduler counts the backoff
-// the worker meant (5 s) on its own clock, from when it first saw the job.
+// must not keep the job waiting an hour, nor one an hour behind skip the
+// backoff: the scheduler counts the backoff the worker meant (5 s) on its
+// own clock, from when it first saw the job.
 func TestBackoffOnAnotherClock(t *testing.T) {
 	st := newFSMStore(t)
 	clock := time.Unix(1000, 0)
@@ -199,9 +200,9 @@ func TestBackoffOnAnotherClock(t *testing.T) {
 	require.NotNil(t, st.lease(t, "job-a"))
 	require.NotNil(t, st.lease(t, "job-b"))
 
-	// n2's clock is an hour ahead: both runs fail with a 5 s backoff on it.
-	worker := clock.Add(time.Hour)
-	for _, j := range []string{"job-a", "job-b"} {
+	// n2's clock is an hour ahead when job-a fails, an hour behind when
+	// job-b does: both with a 5 s backoff on it.
+	for j, worker := range map[string]time.Time{"job-a": clock.Add(time.Hour), "job-b": clock.Add(-time.Hour)} {
 		st.must(t, fsm.FinishPurgeJob{JobID: j, Token: st.lease(t, j).Token, Outcome: fsm.OutcomeRetry, MaxAttempts: 5, Error: "refused",
 			AtMs: worker.UnixMilli(), NotBeforeMs: worker.Add(5 * time.Second).UnixMilli()})
 	}
@@ -209,6 +210,7 @@ func TestBackoffOnAnotherClock(t *testing.T) {
 	beat()
 	sc.tick(ctx)
 	assert.Nil(t, st.lease(t, "job-a"), "in backoff")
+	assert.Nil(t, st.lease(t, "job-b"), "in backoff, though its not-before is an hour past here")
 
 	// A new leader's scheduler counts the backoff from when it sees the job.
 	clock = clock.Add(3 * time.Second)
