@@ -105,7 +105,7 @@ func fromRemote(err error, write bool) error {
 		case codeRejoinRefused:
 			return &remoteErr{sentinel: ErrRejoinRefused, msg: re.Message}
 		case codeClockSkew:
-			return fmt.Errorf("%w: %s", ErrClockSkew, re.Message)
+			return &remoteErr{sentinel: ErrClockSkew, msg: re.Message}
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
 			return fmt.Errorf("raftnode: leader gave up: %w: %s", context.DeadlineExceeded, re.Message)
 		}

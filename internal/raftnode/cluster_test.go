@@ -731,6 +731,7 @@ func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 		_, err := follower.Propose(ctx, outcome("k-skewed", time.Now().Add(skew)))
 		require.ErrorIs(t, err, ErrClockSkew, "skew %s", skew)
 		assert.Contains(t, err.Error(), "one of them is wrong")
+		assert.Equal(t, 1, strings.Count(err.Error(), ErrClockSkew.Error()), "said once: %v", err)
 		require.NoError(t, mustPropose(t, follower, createNS(fmt.Sprintf("unkeyed%d", skew/time.Hour+1))).Err(), "unkeyed commands pass")
 	}
 	offsets[fi].Store(int64(time.Minute))
