@@ -1,7 +1,11 @@
 package raftnode
 
 import (
+	"errors"
+	"io"
+	"net"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 )
@@ -45,6 +49,56 @@ func (t *gatedTransport) stopHeartbeats() {
 	t.mu.Lock()
 	t.stopped = true
 	t.mu.Unlock()
+}
+
+// A peer that restarted leaves the connections pooled to it dead: the next
+// call on each fails at once (EOF, reset, broken pipe) before a new one is
+// dialled. Raft counted each such failure: a vote lost (a handover to a
+// node holding such connections failed, and the cluster waited out an
+// election instead), a heartbeat or an append that made the leader back
+// off replicating to the restarted node for seconds. Votes, pre-votes and
+// appends are safe to send again (a voter grants the same candidate again
+// in the same term; a follower takes an append it already has as a match),
+// so one that fails that way is sent again, on the next pooled connection
+// or a new one, up to once per pooled connection plus a fresh dial.
+const staleConnAttempts = transportMaxPool + 1
+
+// RequestVote implements raft.Transport, sending again after a dead pooled
+// connection.
+func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	return retryStale(func() error { return t.NetworkTransport.RequestVote(id, target, args, resp) })
+}
+
+// RequestPreVote implements raft.WithPreVote, sending again after a dead
+// pooled connection.
+func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return retryStale(func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
+}
+
+// AppendEntries implements raft.Transport, sending again after a dead
+// pooled connection.
+func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return retryStale(func() error { return t.NetworkTransport.AppendEntries(id, target, args, resp) })
+}
+
+func retryStale(call func() error) error {
+	var err error
+	for range staleConnAttempts {
+		if err = call(); err == nil || !deadConn(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// deadConn reports whether err is the failure of a connection the peer had
+// closed: not a timeout, and not a failed dial (a peer that is down).
+func deadConn(err error) bool {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Raft finds pre-vote and close through these interfaces; the gate must

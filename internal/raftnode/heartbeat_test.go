@@ -2,10 +2,14 @@ package raftnode
 
 import (
 	"io"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestHeartbeatGateWaitsAndRefuses checks the gate that lets Shutdown close
@@ -83,4 +87,98 @@ func TestHeartbeatGateWaitsAndRefuses(t *testing.T) {
 		t.Fatal("a heartbeat after stopHeartbeats reached the handler")
 	default:
 	}
+}
+
+// trackingLayer is a raft.StreamLayer over a TCP listener that can close
+// every connection it accepted, as a peer's process exit does.
+type trackingLayer struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *trackingLayer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *trackingLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
+
+func (l *trackingLayer) exit() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	_ = l.Listener.Close()
+}
+
+// A peer that restarted left the connection pooled to it dead: a vote, a
+// pre-vote or an append sent on it is sent again on a new connection, not
+// lost (a lost vote failed a handover; a lost append made the leader back
+// off from the restarted node).
+func TestCallsOnAConnectionToARestartedPeerAreSentAgain(t *testing.T) {
+	peer := func(addr string) *trackingLayer {
+		ln, err := net.Listen("tcp", addr)
+		require.NoError(t, err)
+		l := &trackingLayer{Listener: ln}
+		tr := raft.NewNetworkTransport(l, 2, 5*time.Second, io.Discard)
+		t.Cleanup(func() { _ = tr.Close() })
+		go func() {
+			for rpc := range tr.Consumer() {
+				switch rpc.Command.(type) {
+				case *raft.RequestVoteRequest:
+					rpc.Respond(&raft.RequestVoteResponse{Granted: true}, nil)
+				case *raft.RequestPreVoteRequest:
+					rpc.Respond(&raft.RequestPreVoteResponse{Granted: true}, nil)
+				case *raft.AppendEntriesRequest:
+					rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+				}
+			}
+		}()
+		return l
+	}
+	first := peer("127.0.0.1:0")
+	addr := raft.ServerAddress(first.Addr().String())
+	send, err := raft.NewTCPTransport("127.0.0.1:0", nil, transportMaxPool, 5*time.Second, io.Discard)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = send.Close() })
+	tr := &gatedTransport{NetworkTransport: send}
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("sender"), Addr: []byte(send.LocalAddr())}
+	calls := map[string]func() error{
+		"vote": func() error {
+			var resp raft.RequestVoteResponse
+			return tr.RequestVote("peer", addr, &raft.RequestVoteRequest{RPCHeader: header, Term: 2}, &resp)
+		},
+		"pre-vote": func() error {
+			var resp raft.RequestPreVoteResponse
+			return tr.RequestPreVote("peer", addr, &raft.RequestPreVoteRequest{RPCHeader: header, Term: 2}, &resp)
+		},
+		"append": func() error {
+			var resp raft.AppendEntriesResponse
+			return tr.AppendEntries("peer", addr, &raft.AppendEntriesRequest{RPCHeader: header, Term: 2}, &resp)
+		},
+	}
+	current := first
+	for name, call := range calls {
+		require.NoError(t, call(), "%s: a healthy peer", name)
+		// The peer restarts on the same address: the pooled connection is dead.
+		current.exit()
+		current = peer(string(addr))
+		require.NoError(t, call(), "%s: sent again on a new connection", name)
+	}
+
+	// A peer that is down is not dialled over and over: the dial's error.
+	current.exit()
+	start := time.Now()
+	var resp raft.RequestVoteResponse
+	require.Error(t, tr.RequestVote("peer", addr, &raft.RequestVoteRequest{RPCHeader: header, Term: 3}, &resp))
+	assert.Less(t, time.Since(start), 5*time.Second)
 }
