@@ -230,6 +230,20 @@ func IsKeyed(data []byte) bool {
 	return false
 }
 
+// PrunesByTime reports whether the encoded command data deletes what
+// expired by the proposer's clock: Idempotency-Key records or finished
+// purge jobs.
+func PrunesByTime(data []byte) bool {
+	if len(data) < 2 {
+		return false
+	}
+	switch CommandType(data[0]) {
+	case TypePruneIdempotency, TypePrunePurgeJobs:
+		return true
+	}
+	return false
+}
+
 func (Keyed) Type() CommandType            { return TypeKeyed }
 func (RecordOutcome) Type() CommandType    { return TypeRecordOutcome }
 func (PruneIdempotency) Type() CommandType { return TypePruneIdempotency }

@@ -504,6 +504,10 @@ type nodeInfo struct {
 	// that never received the entry removing it, learns of its removal
 	// from the leader (see askMembership).
 	Members []string `json:"members,omitempty"`
+	// ClockMs is the node's wall clock when it answered (0 from a binary
+	// that does not report it): the leader compares its own with it
+	// (checkClock).
+	ClockMs int64 `json:"clock-ms,omitempty"`
 }
 
 func (n *Node) info() nodeInfo {
@@ -523,7 +527,7 @@ func (n *Node) info() nodeInfo {
 		LeaderID: string(leaderID), LeaderAddr: string(leaderAddr), State: stateLabel(n.raft.State()),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), Applied: n.fsm.AppliedIndex(), LastContact: lc,
 		LastIndex: n.raft.LastIndex(), ClusterID: n.ClusterID(), ClusterIDAware: true,
-		LeaderReady: &leaderReady, Members: n.memberIDs(),
+		LeaderReady: &leaderReady, Members: n.memberIDs(), ClockMs: n.cfg.Clock().UnixMilli(),
 	}
 }
 

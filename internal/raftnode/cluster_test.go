@@ -703,6 +703,74 @@ func TestFollowerReadGivesUpWhenItsLogStandsStill(t *testing.T) {
 	require.Eventually(t, func() bool { return follower.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 }
 
+// A leader whose clock is far from a majority of the other voters' is the
+// one that is wrong: it refuses keyed commands and prunes (whose records
+// and cut-offs its clock would stamp), and hands leadership to a voter
+// whose clock agrees with the others. One follower off does not make the
+// leader's clock wrong.
+func TestLeaderWithAClockOffRefusesKeyedCommandsAndHandsOver(t *testing.T) {
+	old := clockCheckInterval
+	clockCheckInterval = 50 * time.Millisecond
+	t.Cleanup(func() { clockCheckInterval = old })
+	offsets := make([]atomic.Int64, 3)
+	nodes, _ := startJoinedClusterWith(t, 3, func(i int, cfg *Config) {
+		cfg.Clock = func() time.Time { return time.Now().Add(time.Duration(offsets[i].Load())) }
+	})
+	leader := waitOneLeader(t, nodes)
+	li := slices.Index(nodes, leader)
+	ctx := ctxTimeout(t, 30*time.Second)
+	outcome := func(key string, at time.Time) fsm.RecordOutcome {
+		return fsm.RecordOutcome{Key: key, Binding: fsm.Binding{Operation: "createNamespace"}, AtMs: at.UnixMilli(),
+			ExpiresMs: at.Add(time.Hour).UnixMilli(), Result: fsm.Result{Status: fsm.StatusNotFound}}
+	}
+
+	// One follower an hour ahead: the leader's clock is not the wrong one.
+	fi := slices.Index(nodes, others(nodes, leader)[0])
+	offsets[fi].Store(int64(time.Hour))
+	off, _ := leader.checkClock(ctx)
+	assert.False(t, off)
+	_, err := leader.Propose(ctx, outcome("k-one-off", time.Now()))
+	require.NoError(t, err)
+	offsets[fi].Store(0)
+
+	// The leader an hour behind both followers. Checked at once here (the
+	// watch also runs on its own).
+	offsets[li].Store(int64(-time.Hour))
+	off, to := leader.checkClock(ctx)
+	require.True(t, off)
+	assert.NotEqual(t, leader.ID(), to)
+	if leader.IsLeader() {
+		_, err = leader.Propose(ctx, outcome("k-leader-off", time.Now().Add(-time.Hour)))
+		if !errors.Is(err, ErrNotLeader) { // it may have handed over already
+			require.ErrorIs(t, err, ErrClockSkew)
+			assert.Contains(t, err.Error(), "nothing was applied")
+		}
+		_, err = leader.Propose(ctx, fsm.PruneIdempotency{NowMs: time.Now().Add(-time.Hour).UnixMilli(), Limit: 10})
+		if !errors.Is(err, ErrNotLeader) {
+			require.ErrorIs(t, err, ErrClockSkew)
+		}
+	}
+	require.Eventually(t, func() bool {
+		l := waitOneLeader(t, nodes)
+		return l != leader
+	}, 20*time.Second, 50*time.Millisecond, "leadership handed to a voter whose clock agrees")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(leader.metrics.clockOff) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the gauge is the leader's: 0 once it no longer leads")
+
+	// Keyed commands pass through the new leader; the node whose clock is
+	// off has its own refused by it.
+	next := waitOneLeader(t, nodes)
+	_, err = next.Propose(ctx, outcome("k-after", time.Now()))
+	require.NoError(t, err)
+	_, err = leader.Propose(ctx, outcome("k-from-off", time.Now().Add(-time.Hour)))
+	require.ErrorIs(t, err, ErrClockSkew, "the node whose clock is off forwards: the new leader refuses it")
+	require.NoError(t, next.Read(ctx, func(r *fsm.Reader) error {
+		_, ok := r.IdempotencyRecord("k-leader-off")
+		assert.False(t, ok, "nothing of the refused command was applied")
+		return nil
+	}))
+}
+
 // A keyed command forwarded by a node whose clock is far from the
 // leader's is refused before anything is appended: its Idempotency-Key
 // record would expire by that clock, and a retry within the advertised

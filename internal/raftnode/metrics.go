@@ -33,6 +33,9 @@ type metrics struct {
 	// foreignDials counts Raft dials refused because the peer holds
 	// another cluster's identity (checkPeerCluster).
 	foreignDials prometheus.Counter
+	// clockOff is 1 while this leader's clock disagrees with the other
+	// voters' (checkClock).
+	clockOff prometheus.Gauge
 }
 
 // Values of the role label of the read-index metrics, and the batchers'
@@ -134,11 +137,15 @@ func newMetrics() *metrics {
 			Namespace: ns, Subsystem: sub, Name: "foreign_peer_dials_refused_total",
 			Help: "Raft connections this node did not open because the member at that address holds another cluster's identity (a node that formed a cluster of its own).",
 		}),
+		clockOff: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "leader_clock_off",
+			Help: "1 while this node leads with a clock more than 5 minutes from a majority of the other voters' (keyed changes and prunes are refused, leadership is handed over); 0 otherwise.",
+		}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.readIndexRounds, m.readIndexBatch, m.snapshotDuration, m.snapshotBytes, m.foreignDials}
+	return []prometheus.Collector{m.state, m.term, m.commitIndex, m.appliedIndex, m.leaderChanges, m.applyDuration, m.readIndexWait, m.forwarded, m.leaderRetries, m.leaderAbandoned, m.readIndexRounds, m.readIndexBatch, m.snapshotDuration, m.snapshotBytes, m.foreignDials, m.clockOff}
 }
 
 // register registers every collector with reg, or none: on failure the ones

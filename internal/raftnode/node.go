@@ -361,6 +361,12 @@ type Node struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 	closed       atomic.Bool
+	// clockOff says the last clock check (checkClock) found this leader's
+	// clock far from the other voters'; clockDetail says what it saw.
+	clockOff        atomic.Bool
+	clockMu         sync.Mutex
+	clockDetail     string
+	clockTransferAt time.Time // only watchClock's goroutine uses it
 	// proposing counts the proposals waiting for Raft's answer on this
 	// node (its own and those followers forwarded): Shutdown lets them
 	// finish first (see proposalDrain).
@@ -574,6 +580,7 @@ func Open(cfg Config) (*Node, error) {
 		fetch:  n.followerReadIndex,
 		served: observeReads(n.metrics.readIndexBatch.WithLabelValues(roleFollower))}
 	n.leader = newLeaderWatch(n.electionBound())
+	n.leaderTasks = append(n.leaderTasks, n.watchClock)
 
 	n.observerCh = make(chan raft.Observation, 64)
 	n.observer = raft.NewObserver(n.observerCh, false, func(o *raft.Observation) bool {
@@ -952,6 +959,9 @@ func (n *Node) proposeLocal(ctx context.Context, data []byte) (fsm.Result, error
 	defer n.proposing.Add(-1)
 	if n.closed.Load() {
 		return fsm.Result{}, ErrShutdown
+	}
+	if err := n.clockOffErr(ctx, data); err != nil {
+		return fsm.Result{}, err
 	}
 	timeout := n.enqueueTimeout(ctx)
 	start := time.Now()

@@ -46,7 +46,10 @@ var (
 	ErrBehind = errors.New("raftnode: this replica is not keeping up with the leader")
 	// ErrClockSkew: the leader refused a keyed command this node forwarded
 	// because the time it carries is too far from the leader's clock (an
-	// Idempotency-Key record's expiry is judged by it). Nothing was
-	// appended; another node may take the request.
-	ErrClockSkew = errors.New("raftnode: this node's clock is too far from the leader's")
+	// Idempotency-Key record's expiry is judged by it), or refused a keyed
+	// command or a prune because its own clock is far from the other
+	// voters'. Nothing was appended; the request may be sent again (once
+	// the clocks agree, or leadership has moved to a node whose clock
+	// does).
+	ErrClockSkew = errors.New("raftnode: clocks too far apart")
 )

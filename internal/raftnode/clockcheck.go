@@ -1,0 +1,155 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/floe-catalog/floe/fsm"
+)
+
+// The leader's clock stamps what the state machine keeps by time: the
+// Idempotency-Key records of the commands it takes itself (their expiry)
+// and the prunes of expired records and finished purge jobs. A follower
+// whose clock is off has its keyed commands refused (checkProposerClock);
+// a leader whose clock is off would stamp records that expire an hour
+// early or late, and an hour ahead it would prune records clients may
+// still replay. So the leader compares its clock with the other voters'
+// (clockCheckInterval, and before every prune): when a majority of those
+// that answer read a time more than maxProposerSkew from its own, its
+// clock is taken to be the wrong one. It then refuses keyed commands and
+// prunes (ErrClockSkew, a 503: nothing applied) and hands leadership to a
+// voter whose clock agrees with the others.
+
+// clockCheckInterval is how often a leader compares its clock with the
+// other voters'.
+var clockCheckInterval = 10 * time.Second
+
+// clockTransferEvery bounds how often a leader whose clock is off hands
+// leadership over, so that clocks that all disagree do not pass it around.
+const clockTransferEvery = time.Minute
+
+// watchClock runs while this node leads.
+func (n *Node) watchClock(ctx context.Context) {
+	t := time.NewTicker(clockCheckInterval)
+	defer t.Stop()
+	for {
+		if off, to := n.checkClock(ctx); off && to != "" && time.Since(n.clockTransferAt) >= clockTransferEvery {
+			n.clockTransferAt = time.Now()
+			if err := n.transferLocal(ctx, to); err != nil {
+				n.logger.Warn("could not hand leadership over to a voter whose clock agrees with the others", "to", to, "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			n.setClockOff(false, "")
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkClock asks the other voters what their clocks read and records
+// whether this node's clock disagrees with a majority of those that answer
+// (see clockOffErr). to is the voter, among those that disagree with this
+// node, with the most of the log: the one to hand leadership to. Voters
+// that do not answer, or answer without a clock (an older binary), are
+// not counted; with none counted the clock is not judged.
+func (n *Node) checkClock(ctx context.Context) (off bool, to string) {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return n.clockOff.Load(), ""
+	}
+	var voters []raft.Server
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != n.id {
+			voters = append(voters, s)
+		}
+	}
+	if len(voters) == 0 {
+		n.setClockOff(false, "")
+		return false, ""
+	}
+	before := n.cfg.Clock()
+	infos, errs := n.askAll(ctx, voters, statusProbeTimeout)
+	after := n.cfg.Clock()
+	if ctx.Err() != nil {
+		return n.clockOff.Load(), ""
+	}
+	mid := before.Add(after.Sub(before) / 2)
+	answered, far := 0, []int{}
+	for i := range voters {
+		if errs[i] != nil || infos[i].ClockMs == 0 {
+			continue
+		}
+		answered++
+		if d := time.UnixMilli(infos[i].ClockMs).Sub(mid); d > maxProposerSkew || d < -maxProposerSkew {
+			far = append(far, i)
+		}
+	}
+	off = answered > 0 && 2*len(far) > answered
+	detail := ""
+	if off {
+		slices.SortFunc(far, func(a, b int) int { return -cmpUint(infos[a].LastIndex, infos[b].LastIndex) })
+		to = string(voters[far[0]].ID)
+		detail = fmt.Sprintf("this leader's clock reads %s; %d of the %d other voters that answered read a time more than %s from it (%s reads %s)",
+			mid.UTC().Format(time.RFC3339), len(far), answered, maxProposerSkew, to, time.UnixMilli(infos[far[0]].ClockMs).UTC().Format(time.RFC3339))
+	}
+	n.setClockOff(off, detail)
+	return off, to
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// setClockOff records the outcome of a clock check, logging a change.
+func (n *Node) setClockOff(off bool, detail string) {
+	n.clockMu.Lock()
+	defer n.clockMu.Unlock()
+	was := n.clockOff.Swap(off)
+	n.clockDetail = detail
+	if off {
+		n.metrics.clockOff.Set(1)
+	} else {
+		n.metrics.clockOff.Set(0)
+	}
+	switch {
+	case off && !was:
+		n.logger.Error("this leader's clock disagrees with the other voters': keyed changes and prunes are refused, and leadership is handed to a voter whose clock agrees (fix NTP on this node)",
+			"detail", detail)
+	case !off && was:
+		n.logger.Info("this node's clock no longer disagrees with the other voters'")
+	}
+}
+
+// clockOffErr returns ErrClockSkew, with what the last check saw, when the
+// command data depends on this leader's clock and that clock is off. A
+// prune is judged on a fresh check: a prune an hour early deletes records
+// clients may still replay, and a clock that just jumped may not have been
+// checked yet.
+func (n *Node) clockOffErr(ctx context.Context, data []byte) error {
+	switch {
+	case fsm.IsKeyed(data):
+	case fsm.PrunesByTime(data):
+		n.checkClock(ctx)
+	default:
+		return nil
+	}
+	if !n.clockOff.Load() {
+		return nil
+	}
+	n.clockMu.Lock()
+	detail := n.clockDetail
+	n.clockMu.Unlock()
+	return fmt.Errorf("%w: %s; nothing was applied", ErrClockSkew, detail)
+}
