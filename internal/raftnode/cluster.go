@@ -241,10 +241,20 @@ func (n *Node) forward(ctx context.Context, data []byte) (fsm.Result, error) {
 	}
 }
 
+// forwardAbandonGrace is how long a forwarded command's call may still be
+// answered once this node knows another leader (or none). A leader that
+// hands over (a planned stop, a transfer) answers its calls in flight within
+// milliseconds, each with its outcome or "not the leader" (then the command
+// goes to the next leader): abandoning the call at once answered such a
+// command as of unknown outcome (500) though it had not been applied, or
+// had been. A leader that fell silent (paused, cut off) is given up on after
+// the grace.
+const forwardAbandonGrace = 250 * time.Millisecond
+
 // forwardTo sends the command to the leader at addr, abandoning the call
-// when epoch ends (the leader changed).
+// forwardAbandonGrace after epoch ends (the leader changed).
 func (n *Node) forwardTo(ctx, epoch context.Context, addr string, data []byte) (fsm.Result, error) {
-	cctx, done := leaderCtx(ctx, epoch)
+	cctx, done := leaderCtxAfter(ctx, epoch, forwardAbandonGrace)
 	defer done()
 	var res fsm.Result
 	req := proposeRequest{Command: data}

@@ -178,8 +178,20 @@ func (n *Node) electionBound() time.Duration {
 // leaderCtx returns ctx, canceled also when epoch ends (with
 // errLeaderChanged as the cause).
 func leaderCtx(ctx, epoch context.Context) (context.Context, func()) {
+	return leaderCtxAfter(ctx, epoch, 0)
+}
+
+// leaderCtxAfter is leaderCtx, canceled grace after epoch ends.
+func leaderCtxAfter(ctx, epoch context.Context, grace time.Duration) (context.Context, func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(epoch, func() { cancel(context.Cause(epoch)) })
+	stop := context.AfterFunc(epoch, func() {
+		if grace <= 0 {
+			cancel(context.Cause(epoch))
+			return
+		}
+		t := time.AfterFunc(grace, func() { cancel(context.Cause(epoch)) })
+		context.AfterFunc(cctx, func() { t.Stop() })
+	})
 	return cctx, func() {
 		stop()
 		cancel(nil)

@@ -107,3 +107,33 @@ func TestProposeOnAHandingOverLeaderReachesTheNext(t *testing.T) {
 		cancel()
 	}
 }
+
+// A forwarded command's call outlives the leader's epoch by a grace: a
+// leader handing over answers it within that time (with its outcome, or
+// "not the leader"); only then is it given up on, with the epoch's cause.
+func TestLeaderCtxAfterGivesTheCallItsGrace(t *testing.T) {
+	epoch, end := context.WithCancelCause(context.Background())
+	ctx, done := leaderCtxAfter(context.Background(), epoch, 100*time.Millisecond)
+	defer done()
+	ended := time.Now()
+	end(errLeaderChanged)
+	select {
+	case <-ctx.Done():
+		t.Fatal("canceled at once")
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-ctx.Done()
+	assert.GreaterOrEqual(t, time.Since(ended), 100*time.Millisecond)
+	assert.ErrorIs(t, context.Cause(ctx), errLeaderChanged)
+
+	// Without a grace: at once. A call that ended first: never.
+	epoch, end = context.WithCancelCause(context.Background())
+	now, doneNow := leaderCtx(context.Background(), epoch)
+	defer doneNow()
+	finished, doneFinished := leaderCtxAfter(context.Background(), epoch, time.Hour)
+	doneFinished()
+	end(errLeaderChanged)
+	<-now.Done()
+	assert.ErrorIs(t, context.Cause(now), errLeaderChanged)
+	assert.ErrorIs(t, context.Cause(finished), context.Canceled, "a call that ended is not canceled again by the epoch")
+}
