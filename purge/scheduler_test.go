@@ -178,10 +178,7 @@ func TestSchedulerLeasesTheFirstDueJobs(t *testing.T) {
 func TestBackoffOnAnotherClock(t *testing.T) {
 	st := newFSMStore(t)
 	clock := time.Unix(1000, 0)
-	s, err := New(Config{NodeID: "n1", Store: st, HeartbeatTimeout: time.Minute, Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Storage: func(string, map[string]string) (Objects, error) { return nil, nil }, Now: func() time.Time { return clock }})
-	require.NoError(t, err)
-	t.Cleanup(s.Stop)
+	s := idleService(t, st, func() time.Time { return clock })
 
 	st.must(t, fsm.CreateNamespace{Namespace: []string{"db"}})
 	for _, name := range []string{"a", "b"} {
