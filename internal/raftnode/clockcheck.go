@@ -18,9 +18,9 @@ import (
 // a leader whose clock is off would stamp records that expire an hour
 // early or late, and an hour ahead it would prune records clients may
 // still replay. So the leader compares its clock with the other voters'
-// (clockCheckInterval, and before every prune): when a majority of those
-// that answer read a time more than maxProposerSkew from its own, its
-// clock is taken to be the wrong one. It then refuses keyed commands and
+// (clockCheckInterval, and before every prune): when a majority of all
+// voters read times that agree with each other and lie more than
+// maxProposerSkew from its own, its clock is taken to be the wrong one. It then refuses keyed commands and
 // prunes (ErrClockSkew, a 503: nothing applied) and hands leadership to a
 // voter whose clock agrees with the others.
 
@@ -53,11 +53,12 @@ func (n *Node) watchClock(ctx context.Context) {
 }
 
 // checkClock asks the other voters what their clocks read and records
-// whether this node's clock disagrees with a majority of those that answer
-// (see clockOffErr). to is the voter, among those that disagree with this
-// node, with the most of the log: the one to hand leadership to. Voters
-// that do not answer, or answer without a clock (an older binary), are
-// not counted; with none counted the clock is not judged.
+// whether this node's clock is off (see clockOffErr): whether a majority of
+// all voters, this one included, read times that agree with each other and
+// are more than maxProposerSkew from its own. to is the voter among those
+// with the most of the log: the one to hand leadership to. Voters that do
+// not answer, or answer without a clock (an older binary), count for this
+// node's clock; clocks that all disagree judge none.
 func (n *Node) checkClock(ctx context.Context) (off bool, to string) {
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
@@ -80,26 +81,46 @@ func (n *Node) checkClock(ctx context.Context) (off bool, to string) {
 		return n.clockOff.Load(), ""
 	}
 	mid := before.Add(after.Sub(before) / 2)
-	answered, far := 0, []int{}
+	var far []int
 	for i := range voters {
 		if errs[i] != nil || infos[i].ClockMs == 0 {
 			continue
 		}
-		answered++
-		if d := time.UnixMilli(infos[i].ClockMs).Sub(mid); d > maxProposerSkew || d < -maxProposerSkew {
+		if skewed(infos[i].ClockMs, mid.UnixMilli()) {
 			far = append(far, i)
 		}
 	}
-	off = answered > 0 && 2*len(far) > answered
+	// The voters far from this clock that agree with each other: those
+	// near the median of their clocks.
+	if len(far) > 0 {
+		clocks := make([]int64, len(far))
+		for k, i := range far {
+			clocks[k] = infos[i].ClockMs
+		}
+		slices.Sort(clocks)
+		median := clocks[len(clocks)/2]
+		far = slices.DeleteFunc(far, func(i int) bool { return skewed(infos[i].ClockMs, median) })
+	}
+	// Off only when they are a majority of all voters, this one included:
+	// voters down, cut off or of an older release count against it, so one
+	// follower off beside one that is down does not judge the leader.
+	off = 2*len(far) > len(voters)+1
 	detail := ""
 	if off {
 		slices.SortFunc(far, func(a, b int) int { return -cmpUint(infos[a].LastIndex, infos[b].LastIndex) })
 		to = string(voters[far[0]].ID)
-		detail = fmt.Sprintf("this leader's clock reads %s; %d of the %d other voters that answered read a time more than %s from it (%s reads %s)",
-			mid.UTC().Format(time.RFC3339), len(far), answered, maxProposerSkew, to, time.UnixMilli(infos[far[0]].ClockMs).UTC().Format(time.RFC3339))
+		detail = fmt.Sprintf("this leader's clock reads %s; %d of the %d voters read a time more than %s from it (%s reads %s)",
+			mid.UTC().Format(time.RFC3339), len(far), len(voters)+1, maxProposerSkew, to, time.UnixMilli(infos[far[0]].ClockMs).UTC().Format(time.RFC3339))
 	}
 	n.setClockOff(off, detail)
 	return off, to
+}
+
+// skewed reports whether two clock readings (Unix ms) are more than
+// maxProposerSkew apart.
+func skewed(a, b int64) bool {
+	d := time.Duration(a-b) * time.Millisecond
+	return d > maxProposerSkew || d < -maxProposerSkew
 }
 
 func cmpUint(a, b uint64) int {
@@ -112,10 +133,15 @@ func cmpUint(a, b uint64) int {
 	return 0
 }
 
-// setClockOff records the outcome of a clock check, logging a change.
+// setClockOff records the outcome of a clock check, logging a change. Only
+// a leader's clock is judged: a check that ends after this node stepped
+// down records nothing against it.
 func (n *Node) setClockOff(off bool, detail string) {
 	n.clockMu.Lock()
 	defer n.clockMu.Unlock()
+	if off && n.raft.State() != raft.Leader {
+		off, detail = false, ""
+	}
 	was := n.clockOff.Swap(off)
 	n.clockDetail = detail
 	if off {

@@ -724,11 +724,22 @@ func TestLeaderWithAClockOffRefusesKeyedCommandsAndHandsOver(t *testing.T) {
 			ExpiresMs: at.Add(time.Hour).UnixMilli(), Result: fsm.Result{Status: fsm.StatusNotFound}}
 	}
 
-	// One follower an hour ahead: the leader's clock is not the wrong one.
-	fi := slices.Index(nodes, others(nodes, leader)[0])
+	// One follower an hour ahead: the leader's clock is not the wrong one;
+	// nor with the other follower silent (down, paused, an older release),
+	// nor with the followers' clocks disagreeing with each other too.
+	followers := others(nodes, leader)
+	fi, gi := slices.Index(nodes, followers[0]), slices.Index(nodes, followers[1])
 	offsets[fi].Store(int64(time.Hour))
 	off, _ := leader.checkClock(ctx)
-	assert.False(t, off)
+	assert.False(t, off, "one follower off")
+	pause(followers[1], true)
+	off, _ = leader.checkClock(ctx)
+	assert.False(t, off, "one follower off, the other silent")
+	pause(followers[1], false)
+	offsets[gi].Store(int64(-time.Hour))
+	off, _ = leader.checkClock(ctx)
+	assert.False(t, off, "the followers two hours apart")
+	offsets[gi].Store(0)
 	_, err := leader.Propose(ctx, outcome("k-one-off", time.Now()))
 	require.NoError(t, err)
 	offsets[fi].Store(0)
