@@ -39,7 +39,8 @@ func (n *Node) watchClock(ctx context.Context) {
 	for {
 		if off, to := n.checkClock(ctx); off && to != "" && time.Since(n.clockTransferAt) >= clockTransferEvery {
 			n.clockTransferAt = time.Now()
-			if err := n.transferLocal(ctx, to); err != nil {
+			// A transfer that succeeds ends this leadership, and ctx with it.
+			if err := n.transferLocal(ctx, to); err != nil && ctx.Err() == nil {
 				n.logger.Warn("could not hand leadership over to a voter whose clock agrees with the others", "to", to, "error", err)
 			}
 		}
@@ -60,6 +61,11 @@ func (n *Node) watchClock(ctx context.Context) {
 // not answer, or answer without a clock (an older binary), count for this
 // node's clock; clocks that all disagree judge none.
 func (n *Node) checkClock(ctx context.Context) (off bool, to string) {
+	n.clockCheckMu.Lock()
+	defer n.clockCheckMu.Unlock()
+	n.clockMu.Lock()
+	n.checkedWall, n.checkedMono = n.cfg.Clock().Round(0), time.Now()
+	n.clockMu.Unlock()
 	cf := n.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return n.clockOff.Load(), ""
@@ -133,6 +139,39 @@ func cmpUint(a, b uint64) int {
 	return 0
 }
 
+// clockJump is how far this node's wall clock may move apart from its
+// monotonic clock between two checks before a keyed command waits for a
+// fresh check: a clock stepped by NTP or by hand.
+const clockJump = time.Second
+
+// clockMoved reports whether this node's wall clock moved apart from its
+// monotonic clock since the last check by more than clockJump, or was
+// never checked during this process (a leader just elected). The keyed
+// commands a leader takes in the seconds between a clock jump and its next
+// periodic check would otherwise be stamped by the jumped clock.
+func (n *Node) clockMoved() bool {
+	n.clockMu.Lock()
+	wall, mono := n.checkedWall, n.checkedMono
+	n.clockMu.Unlock()
+	if mono.IsZero() {
+		return true
+	}
+	d := n.cfg.Clock().Round(0).Sub(wall) - time.Since(mono)
+	return d > clockJump || d < -clockJump
+}
+
+// checkClockIfMoved runs checkClock unless a check that ran while this one
+// waited for its turn already saw the clock as it is: keyed commands that
+// arrive together after a jump share one check.
+func (n *Node) checkClockIfMoved(ctx context.Context) {
+	n.clockCheckMu.Lock()
+	moved := n.clockMoved()
+	n.clockCheckMu.Unlock()
+	if moved {
+		n.checkClock(ctx)
+	}
+}
+
 // setClockOff records the outcome of a clock check, logging a change. Only
 // a leader's clock is judged: a check that ends after this node stepped
 // down records nothing against it.
@@ -166,6 +205,9 @@ func (n *Node) setClockOff(off bool, detail string) {
 func (n *Node) clockOffErr(ctx context.Context, data []byte) error {
 	switch {
 	case fsm.IsKeyed(data):
+		if n.clockMoved() {
+			n.checkClockIfMoved(ctx)
+		}
 	case fsm.PrunesByTime(data):
 		n.checkClock(ctx)
 	default:

@@ -782,12 +782,39 @@ func TestLeaderWithAClockOffRefusesKeyedCommandsAndHandsOver(t *testing.T) {
 	}))
 }
 
+// A leader whose clock jumps is checked again before its next keyed
+// command, not at its next periodic check: the commands it took in
+// between would be stamped by the jumped clock.
+func TestLeaderClockJumpIsCheckedBeforeTheNextKeyedCommand(t *testing.T) {
+	old := clockCheckInterval
+	clockCheckInterval = time.Hour // only the check at the start of a leadership
+	t.Cleanup(func() { clockCheckInterval = old })
+	offsets := make([]atomic.Int64, 3)
+	nodes, _ := startJoinedClusterWith(t, 3, func(i int, cfg *Config) {
+		cfg.Clock = func() time.Time { return time.Now().Add(time.Duration(offsets[i].Load())) }
+	})
+	leader := waitOneLeader(t, nodes)
+	require.Eventually(t, func() bool { return !leader.clockMoved() }, 10*time.Second, 10*time.Millisecond, "the first check")
+	ctx := ctxTimeout(t, 20*time.Second)
+	record := func(key string) fsm.RecordOutcome {
+		at := leader.cfg.Clock()
+		return fsm.RecordOutcome{Key: key, Binding: fsm.Binding{Operation: "createNamespace"}, AtMs: at.UnixMilli(),
+			ExpiresMs: at.Add(time.Hour).UnixMilli(), Result: fsm.Result{Status: fsm.StatusNotFound}}
+	}
+	_, err := leader.Propose(ctx, record("k-before"))
+	require.NoError(t, err)
+
+	offsets[slices.Index(nodes, leader)].Store(int64(time.Hour))
+	_, err = leader.Propose(ctx, record("k-after-jump"))
+	require.ErrorIs(t, err, ErrClockSkew, "refused at once, not after the next periodic check")
+}
+
 // A keyed command forwarded by a node whose clock is far from the
 // leader's is refused before anything is appended: its Idempotency-Key
 // record would expire by that clock, and a retry within the advertised
 // lifetime could run twice. The clocks are judged, not the command's own
 // time (when its request arrived, which may be minutes old); other
-// commands, and the leader's own, are not judged.
+// commands are not judged.
 func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 	offsets := make([]atomic.Int64, 3)
 	nodes, _ := startJoinedClusterWith(t, 3, func(i int, cfg *Config) {
@@ -823,10 +850,14 @@ func TestLeaderRefusesForwardedKeyedCommandsFromASkewedClock(t *testing.T) {
 		assert.True(t, near)
 		return nil
 	}))
-	// The leader's own keyed commands are not judged.
+	// The leader's own keyed commands are judged by the other voters'
+	// clocks (TestLeaderWithAClockOffRefusesKeyedCommandsAndHandsOver):
+	// with both followers an hour from it, its clock is the wrong one.
 	offsets[slices.Index(nodes, leader)].Store(int64(time.Hour))
 	_, err = leader.Propose(ctx, outcome("k-leader", time.Now().Add(time.Hour)))
-	require.NoError(t, err)
+	if !errors.Is(err, ErrNotLeader) { // it may have handed over already
+		require.ErrorIs(t, err, ErrClockSkew)
+	}
 }
 
 // A member that lost its data directory and was started without --join

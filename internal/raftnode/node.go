@@ -367,6 +367,11 @@ type Node struct {
 	clockMu         sync.Mutex
 	clockDetail     string
 	clockTransferAt time.Time // only watchClock's goroutine uses it
+	// checkedWall and checkedMono are this node's wall clock (without its
+	// monotonic reading) and monotonic clock when the last check started
+	// (clockMoved); under clockMu. clockCheckMu lets one check run at once.
+	checkedWall, checkedMono time.Time
+	clockCheckMu             sync.Mutex
 	// proposing counts the proposals waiting for Raft's answer on this
 	// node (its own and those followers forwarded): Shutdown lets them
 	// finish first (see proposalDrain).
