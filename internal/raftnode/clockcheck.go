@@ -18,11 +18,12 @@ import (
 // a leader whose clock is off would stamp records that expire an hour
 // early or late, and an hour ahead it would prune records clients may
 // still replay. So the leader compares its clock with the other voters'
-// (clockCheckInterval, and before every prune): when a majority of all
-// voters read times that agree with each other and lie more than
-// maxProposerSkew from its own, its clock is taken to be the wrong one. It then refuses keyed commands and
-// prunes (ErrClockSkew, a 503: nothing applied) and hands leadership to a
-// voter whose clock agrees with the others.
+// (every clockCheckInterval, before every prune, and before a keyed command
+// once its clock jumped): when a majority of all voters read times that
+// agree with each other and lie more than maxProposerSkew from its own,
+// its clock is taken to be the wrong one. It then refuses keyed commands
+// and prunes (ErrClockSkew, a 503: nothing applied) and hands leadership
+// to a voter whose clock agrees with the others.
 
 // clockCheckInterval is how often a leader compares its clock with the
 // other voters'.
