@@ -904,7 +904,8 @@ func (n *Node) checkPeerCluster(addr string, timeout time.Duration) error {
 
 // isUnknownMethod reports whether re is a node's answer to a method it
 // does not serve: a binary from before the cluster identity probe. Any
-// other error answer (the node is shutting down, say) says nothing of which cluster the node holds.
+// other error answer (the node is shutting down, say) says nothing of
+// which cluster the node holds.
 func isUnknownMethod(re *transport.RemoteError) bool {
 	return re.Code == codeBadRequest && strings.HasPrefix(re.Message, unknownMethod)
 }
