@@ -373,8 +373,14 @@ func (m *Mux) handshake(raw net.Conn, release func()) {
 	switch b[0] {
 	case ProtoRaft:
 		_ = raw.SetDeadline(time.Time{})
+		// Raft sets no read deadline: a peer's connection carries its
+		// first request at once (Raft dials to send one), so one that
+		// sends nothing within the handshake timeout is not a peer's and
+		// is closed instead of holding a goroutine and a descriptor for
+		// as long as its client likes.
+		_ = conn.SetReadDeadline(time.Now().Add(m.handshakeTimeout))
 		select {
-		case m.raft.ch <- &trackedConn{Conn: conn, release: release}:
+		case m.raft.ch <- &trackedConn{Conn: conn, release: release, firstRead: true}:
 			handedOff = true
 			m.metrics.accepted.WithLabelValues("raft").Inc()
 		case <-m.raft.closed:
@@ -531,6 +537,19 @@ type trackedConn struct {
 	net.Conn
 	release func()
 	once    sync.Once
+	// firstRead: the read deadline set at the handshake is still on; the
+	// first read that returns data clears it. Only Raft's reading
+	// goroutine reads.
+	firstRead bool
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.firstRead && n > 0 {
+		c.firstRead = false
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 func (c *trackedConn) Close() error {

@@ -3,9 +3,11 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -231,4 +233,59 @@ func TestRaftLayerLifecycle(t *testing.T) {
 	a.Serve(echo)
 	_, err = mustClient(t, ClientConfig{}).Call(ctxTimeout(t, 5*time.Second), a.Addr().String(), "M", nil)
 	require.NoError(t, err)
+}
+
+// A Raft connection that sends nothing after its protocol byte is not a
+// peer's (Raft dials to send a request at once): it is closed after the
+// handshake timeout instead of holding a goroutine and a descriptor. One
+// that sent its first request idles as long as it likes.
+func TestSilentRaftConnectionIsClosed(t *testing.T) {
+	m := mustListen(t, Config{HandshakeTimeout: 200 * time.Millisecond})
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := m.RaftLayer().Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	read := func(c net.Conn) error {
+		done := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 16)
+			_, err := c.Read(buf)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			c.Close()
+			return errors.New("the read still waits after 10s")
+		}
+	}
+
+	// Silent: the Raft side's read fails once the timeout passes.
+	silent, err := net.Dial("tcp", m.Addr().String())
+	require.NoError(t, err)
+	defer silent.Close()
+	_, err = silent.Write([]byte{ProtoRaft})
+	require.NoError(t, err)
+	in := <-accepted
+	require.ErrorIs(t, read(in), os.ErrDeadlineExceeded)
+
+	// A peer: its first bytes clear the deadline, and it may idle.
+	peer, err := m.RaftLayer().Dial(raft.ServerAddress(m.Addr().String()), time.Second)
+	require.NoError(t, err)
+	defer peer.Close()
+	_, err = peer.Write([]byte("request"))
+	require.NoError(t, err)
+	in = <-accepted
+	require.NoError(t, read(in))
+	time.Sleep(400 * time.Millisecond)
+	_, err = peer.Write([]byte("next"))
+	require.NoError(t, err)
+	require.NoError(t, read(in), "no deadline once the first request came")
 }
