@@ -1192,8 +1192,27 @@ func (n *Node) HandOver(ctx context.Context) error {
 	if best < 0 {
 		return fmt.Errorf("%w: no other voter answers", ErrUnavailable)
 	}
-	return n.transferLocal(ctx, string(voters[best].ID))
+	if err := n.transferLocal(ctx, string(voters[best].ID)); err != nil {
+		return err
+	}
+	// Followers forward to this node until they hear from the new leader;
+	// a call that reaches it as it closes its cluster port is cut off and
+	// answered as of unknown outcome. So it stays, answering "not the
+	// leader" (the caller sends the command on), until it knows the new
+	// leader itself and a little longer, for the others to know it too.
+	if got := n.awaitLeader(ctx, n.id, n.electionBound()); got != "" && got != n.id {
+		select {
+		case <-time.After(handOverLinger):
+		case <-ctx.Done():
+		}
+	}
+	return nil
 }
+
+// handOverLinger is how long a node that handed leadership over before a
+// stop keeps serving once it knows the new leader (see HandOver): the new
+// leader's first heartbeat reaches every follower within it.
+const handOverLinger = 100 * time.Millisecond
 
 func (n *Node) transferLocal(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {

@@ -1006,6 +1006,10 @@ func TestHandOverBeforeStopping(t *testing.T) {
 	require.NoError(t, rest[0].Shutdown())
 	require.NoError(t, leader.HandOver(ctxTimeout(t, 10*time.Second)))
 	assert.False(t, leader.IsLeader())
+	// It returns once it knows the new leader (it then lingers, answering
+	// forwarded calls "not the leader", before its stop closes its port).
+	_, known, _ := leader.leaderNow()
+	assert.Equal(t, rest[1].ID(), string(known), "the old leader knows the new one when HandOver returns")
 	waitOneLeader(t, []*Node{leader, rest[1]})
 	assert.True(t, rest[1].IsLeader())
 	res, err := leader.Propose(ctxTimeout(t, 10*time.Second), createNS("after-hand-over"))
