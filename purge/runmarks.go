@@ -121,10 +121,7 @@ func (m *runMarks) drop(jobID string, token uint64) {
 	if t, ok := m.left[jobID]; !ok || t != token {
 		return
 	}
-	delete(m.left, jobID)
-	if err := os.Remove(m.path(jobID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.log.Warn("purge run mark not removed", "job_id", jobID, "error", err)
-	}
+	m.removeLocked(jobID)
 }
 
 // end removes jobID's mark, and forgets the one found at start.
@@ -134,6 +131,12 @@ func (m *runMarks) end(jobID string) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.removeLocked(jobID)
+}
+
+// removeLocked forgets the mark found at start for jobID and removes its
+// file; m.mu is held.
+func (m *runMarks) removeLocked(jobID string) {
 	delete(m.left, jobID)
 	if err := os.Remove(m.path(jobID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		m.log.Warn("purge run mark not removed", "job_id", jobID, "error", err)

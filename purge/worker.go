@@ -87,16 +87,15 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	if err == nil {
 		jr.removeEmptyDirsRecovered(ctx)
 	}
-	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: progress, MaxAttempts: s.cfg.MaxAttempts, AtMs: s.cfg.Now().UnixMilli()}
+	var cmd fsm.FinishPurgeJob
 	switch {
 	case err == nil:
-		cmd.Outcome = fsm.OutcomeSucceeded
+		cmd = s.finish(job, rn, progress, fsm.OutcomeSucceeded, "")
 		cmd.Progress.Phase, cmd.Progress.Offset = PhaseDone, 0
 	case errors.Is(err, errPermanent):
-		cmd.Outcome, cmd.Error = fsm.OutcomeFailed, truncate(err.Error())
+		cmd = s.finish(job, rn, progress, fsm.OutcomeFailed, truncate(err.Error()))
 	default:
-		cmd.Outcome, cmd.Error = fsm.OutcomeRetry, truncate(err.Error())
-		cmd.NotBeforeMs = s.cfg.Now().Add(s.backoff(job.Attempts)).UnixMilli()
+		cmd = s.finish(job, rn, progress, fsm.OutcomeRetry, truncate(err.Error()))
 	}
 	rn.finishing.Store(true)
 	if ferr := s.proposeLeased(ctx, log, cmd); ferr != nil {
@@ -127,6 +126,20 @@ func (s *Service) execute(ctx context.Context, job fsm.PurgeJob, rn *run) {
 	}
 }
 
+// finish is the command that ends rn's run of job with outcome. A retry
+// carries its not-before from the same clock reading as its time, so that
+// the leader's scheduler reads the backoff meant as their difference
+// (dueInBackoff), whatever this node's clock says.
+func (s *Service) finish(job fsm.PurgeJob, rn *run, progress fsm.PurgeProgress, outcome, msg string) fsm.FinishPurgeJob {
+	now := s.cfg.Now()
+	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: progress, MaxAttempts: s.cfg.MaxAttempts,
+		AtMs: now.UnixMilli(), Outcome: outcome, Error: msg}
+	if outcome == fsm.OutcomeRetry {
+		cmd.NotBeforeMs = now.Add(s.backoff(job.Attempts)).UnixMilli()
+	}
+	return cmd
+}
+
 // errLostRun is the error recorded for a run the node's process ended
 // during.
 var errLostRun = errors.New("this node's process ended during the previous run under this lease (a crash, an out-of-memory kill, SIGKILL or a power loss)")
@@ -138,9 +151,7 @@ var errLostRun = errors.New("this node's process ended during the previous run u
 // every restart. If the outcome cannot be recorded, the mark stays and
 // the next run under this lease tries again.
 func (s *Service) lostRun(ctx context.Context, log *slog.Logger, job fsm.PurgeJob, rn *run) {
-	cmd := fsm.FinishPurgeJob{JobID: job.ID, Token: rn.token, Progress: job.Progress, MaxAttempts: s.cfg.MaxAttempts,
-		AtMs: s.cfg.Now().UnixMilli(), Outcome: fsm.OutcomeRetry, Error: errLostRun.Error(),
-		NotBeforeMs: s.cfg.Now().Add(s.backoff(job.Attempts)).UnixMilli()}
+	cmd := s.finish(job, rn, job.Progress, fsm.OutcomeRetry, errLostRun.Error())
 	rn.finishing.Store(true)
 	if err := s.proposeLeased(ctx, log, cmd); err != nil {
 		rn.finishing.Store(false)
