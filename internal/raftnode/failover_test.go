@@ -217,6 +217,7 @@ func TestShutdownLetsProposalsInFlightFinish(t *testing.T) {
 	for _, f := range followers {
 		pause(f, true)
 	}
+	last := leader.raft.LastIndex()
 	proposed := make(chan error, 1)
 	go func() {
 		res, err := leader.Propose(ctxTimeout(t, 20*time.Second), createNS("in-flight"))
@@ -225,10 +226,11 @@ func TestShutdownLetsProposalsInFlightFinish(t *testing.T) {
 		}
 		proposed <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the command is in the leader's log
+	require.Eventually(t, func() bool { return leader.raft.LastIndex() > last }, 10*time.Second, 5*time.Millisecond,
+		"the command is in the leader's log")
 	stopped := make(chan error, 1)
 	go func() { stopped <- leader.Shutdown() }()
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, leader.closed.Load, 10*time.Second, 5*time.Millisecond, "the stop began")
 	for _, f := range followers {
 		pause(f, false)
 	}
