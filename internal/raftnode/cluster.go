@@ -46,6 +46,7 @@ const (
 	codeNotFound       = "not_found"
 	codeRejoinRefused  = "rejoin_refused"
 	codeClockSkew      = "clock_skew"
+	codeNotMember      = "not_member"
 )
 
 // toRemote turns a local error into a RemoteError whose code says what the
@@ -78,6 +79,8 @@ func toRemote(err error) error {
 		code = codeNotFound
 	case errors.Is(err, ErrClockSkew):
 		code = codeClockSkew
+	case errors.Is(err, ErrNotMember):
+		code = codeNotMember
 	}
 	return &transport.RemoteError{Code: code, Message: err.Error()}
 }
@@ -106,6 +109,8 @@ func fromRemote(err error, write bool) error {
 			return &remoteErr{sentinel: ErrRejoinRefused, msg: re.Message}
 		case codeClockSkew:
 			return &remoteErr{sentinel: ErrClockSkew, msg: re.Message}
+		case codeNotMember:
+			return fmt.Errorf("%w: %w: %s", ErrNoLeader, ErrNotMember, strings.TrimPrefix(re.Message, ErrNotMember.Error()+": "))
 		case transport.CodeDeadlineExceeded, transport.CodeCanceled:
 			return fmt.Errorf("raftnode: leader gave up: %w: %s", context.DeadlineExceeded, re.Message)
 		}
@@ -275,6 +280,15 @@ func (n *Node) forwardTo(ctx, epoch context.Context, addr string, data []byte) (
 	return fsm.Result{}, fromRemote(err, true)
 }
 
+// readIndexRequest asks the leader for a read index. ID is the asking
+// node's: the leader refuses a node its membership no longer holds
+// (ErrNotMember), which it no longer sends the log, so that such a node's
+// reads fail at once instead of waiting readStallLimit for entries that
+// never come. An older follower sends no ID and is not checked.
+type readIndexRequest struct {
+	ID string `json:"id,omitempty"`
+}
+
 type readIndexResponse struct {
 	Index uint64 `json:"index"`
 }
@@ -383,12 +397,36 @@ func (n *Node) followerReadIndex(ctx context.Context, renew func() bool) (uint64
 			// Abandoned, or the leader gave up at the call's deadline: ask
 			// the leader known now at once.
 			failed = ""
+		case errors.Is(err, ErrNotMember):
+			// The leader no longer holds this node: no leader will
+			// send it the log, so no read here can be served.
+			return 0, err
 		case errors.Is(err, ErrNotLeader), errors.Is(err, ErrNoLeader):
 			failed = id // ask another leader, once there is one
 		default:
 			return 0, err
 		}
 	}
+}
+
+// checkAsker returns ErrNotMember when id, a node asking this leader for a
+// read index, is not in the latest membership this leader knows: it was
+// removed (or has not been added yet), so this leader does not replicate to
+// it. An empty id (a node of an older release) passes.
+func (n *Node) checkAsker(id string) error {
+	if id == "" || n.raft.State() != raft.Leader {
+		return nil
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	servers := f.Configuration().Servers
+	if slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+		return nil
+	}
+	return fmt.Errorf("%w: the membership of the leader, %s, lists %d nodes, not %s: it was removed from the cluster (or is not yet added)",
+		ErrNotMember, n.id, len(servers), id)
 }
 
 // askReadIndex asks the leader at addr for a read index, abandoning the call
@@ -400,7 +438,7 @@ func (n *Node) askReadIndex(ctx, epoch context.Context, addr string) (uint64, er
 	defer cancel()
 	var resp readIndexResponse
 	n.metrics.readIndexRounds.WithLabelValues(roleFollower).Inc()
-	err := n.call(cctx, addr, rpcReadIndex, struct{}{}, &resp)
+	err := n.call(cctx, addr, rpcReadIndex, readIndexRequest{ID: string(n.id)}, &resp)
 	if err == nil {
 		return resp.Index, nil
 	}
@@ -598,6 +636,13 @@ func (n *Node) handleRPC(ctx context.Context, method string, body []byte) ([]byt
 		}
 		out, err = n.proposeLocal(ctx, req.Command)
 	case rpcReadIndex:
+		var req readIndexRequest
+		if err = json.Unmarshal(body, &req); err != nil {
+			return nil, &transport.RemoteError{Code: codeBadRequest, Message: err.Error()}
+		}
+		if err = n.checkAsker(req.ID); err != nil {
+			break
+		}
 		var idx uint64
 		idx, err = n.leaderBatch.get(ctx)
 		out = readIndexResponse{Index: idx}

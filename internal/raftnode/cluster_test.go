@@ -1124,3 +1124,41 @@ func TestJoinNobodyAnswersIsWarned(t *testing.T) {
 		return strings.Contains(logs.String(), "no --join address answers") && strings.Contains(logs.String(), nobody)
 	}, 30*time.Second, 100*time.Millisecond, "logs: %s", logs.String())
 }
+
+// A follower removed from the cluster no longer receives the log, so a read
+// index the leader gave it would never be reached: its reads waited
+// readStallLimit (10 s) and then failed. The leader now refuses such a node
+// a read index, and its reads fail at once saying it is not a member.
+func TestRemovedFollowerIsRefusedAReadIndex(t *testing.T) {
+	nodes, _ := startJoinedCluster(t, 3)
+	leader := waitOneLeader(t, nodes)
+	gone := others(nodes, leader)[0]
+	require.NoError(t, mustPropose(t, leader, createNS("a")).Err())
+	require.Eventually(t, func() bool { return gone.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+
+	// A member is given its read index.
+	_, err := gone.askReadIndex(ctxTimeout(t, 10*time.Second), context.Background(), leader.Addr())
+	require.NoError(t, err)
+
+	require.NoError(t, leader.Remove(ctxTimeout(t, 10*time.Second), gone.ID()))
+	require.NoError(t, mustPropose(t, leader, createNS("b")).Err())
+	// Asked directly of the leader, whatever the removed node has learned
+	// of its removal meanwhile.
+	_, err = gone.askReadIndex(ctxTimeout(t, 10*time.Second), context.Background(), leader.Addr())
+	require.ErrorIs(t, err, ErrNotMember)
+	require.ErrorIs(t, err, ErrNoLeader, "a client may send the read to another node (503)")
+	assert.Contains(t, err.Error(), "the membership of the leader, "+leader.ID())
+	assert.Equal(t, 1, strings.Count(err.Error(), ErrNotMember.Error()), err.Error())
+
+	// Through the follower's read path, when it still knows a leader: at
+	// once, not after waiting for its log.
+	if _, id := gone.raft.LeaderWithID(); id != "" {
+		_, err = gone.followerReadIndex(ctxTimeout(t, 10*time.Second), func() bool { return true })
+		require.ErrorIs(t, err, ErrNotMember)
+	}
+
+	// An asker without an ID (an older release) is not checked.
+	res, err := leader.handleRPC(ctxTimeout(t, 10*time.Second), rpcReadIndex, []byte(`{}`))
+	require.NoError(t, err)
+	assert.Contains(t, string(res), `"index"`)
+}
