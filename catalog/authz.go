@@ -123,6 +123,8 @@ var routePrivilege = map[string]string{
 	"namespaceExists":  PrivRead,
 	"dropNamespace":    PrivDrop,
 	"updateProperties": PrivWrite,
+	"listFunctions":    PrivRead,
+	"loadFunction":     PrivRead,
 	"listTables":       PrivRead,
 	"createTable":      PrivWrite,
 	"registerTable":    PrivWrite,

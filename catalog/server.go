@@ -405,6 +405,8 @@ func (s *Server) catalogRoutes() []route {
 		{"HEAD", "/namespaces/{namespace}", "namespaceExists", s.namespaceExists},
 		{"DELETE", "/namespaces/{namespace}", "dropNamespace", s.dropNamespace},
 		{"POST", "/namespaces/{namespace}/properties", "updateProperties", s.updateProperties},
+		{"GET", "/namespaces/{namespace}/functions", "listFunctions", s.listFunctions},
+		{"GET", "/namespaces/{namespace}/functions/{function}", "loadFunction", s.loadFunction},
 		{"GET", "/namespaces/{namespace}/tables", "listTables", s.listTables},
 		{"POST", "/namespaces/{namespace}/tables", "createTable", s.createTable},
 		{"POST", "/namespaces/{namespace}/register", "registerTable", s.registerTable},
