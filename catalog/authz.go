@@ -248,6 +248,9 @@ func (s *Server) audit(r *http.Request, op string, status int) {
 			if v, ok := vars["view"]; ok {
 				target += "." + v
 			}
+			if f, ok := vars["function"]; ok {
+				target += "." + f
+			}
 		}
 	}
 	s.cfg.Auditor.Audit(r, op, target, status, denied)

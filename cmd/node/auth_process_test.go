@@ -188,7 +188,7 @@ func TestAuthProcesses(t *testing.T) {
 	for _, ep := range cfg.Endpoints {
 		method, tmpl, ok := strings.Cut(ep, " ")
 		require.True(t, ok, ep)
-		path := strings.NewReplacer("{prefix}", "floe", "{namespace}", "sales", "{table}", "orders", "{view}", "v").Replace(tmpl)
+		path := strings.NewReplacer("{prefix}", "floe", "{namespace}", "sales", "{table}", "orders", "{view}", "v", "{function}", "f").Replace(tmpl)
 		if method == "DELETE" || strings.HasSuffix(path, "/rename") || strings.HasSuffix(path, "/unregister") {
 			continue // destructive routes are checked below, once
 		}
@@ -618,6 +618,9 @@ func TestAuthProcesses(t *testing.T) {
 		assert.True(t, find(func(m map[string]any) bool {
 			return m["principal"] == "bob" && m["outcome"] == "denied" && m["operation"] == "listNamespaces"
 		}), "bob's listing under a namespace hidden from him: %v", linesOf(lines, "bob"))
+		assert.True(t, find(func(m map[string]any) bool {
+			return m["principal"] == "bob" && m["outcome"] == "denied" && m["operation"] == "loadFunction" && m["target"] == "sales.f"
+		}), "bob's load of a function in a namespace hidden from him names it: %v", linesOf(lines, "bob"))
 		assert.False(t, find(func(m map[string]any) bool { return m["target"] == "hr.missing" }),
 			"a read allowed but of a missing table is not a refusal")
 		assert.True(t, find(func(m map[string]any) bool { return m["outcome"] == "unauthenticated" }), "a request without a token")
