@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -22,6 +23,33 @@ type gatedTransport struct {
 
 	mu      sync.RWMutex
 	stopped bool
+
+	// stopping ends the waits for a peer that is down (see AppendEntries):
+	// Raft's Shutdown waits for its replication goroutines.
+	stopOnce sync.Once
+	stopping chan struct{}
+}
+
+func newGatedTransport(nt *raft.NetworkTransport) *gatedTransport {
+	return &gatedTransport{NetworkTransport: nt, stopping: make(chan struct{})}
+}
+
+// stopWaiting ends every wait for a peer to come back, now and later:
+// called before Raft shuts down, whose Shutdown waits for the goroutines
+// making those calls.
+func (t *gatedTransport) stopWaiting() {
+	t.stopOnce.Do(func() {
+		if t.stopping != nil {
+			close(t.stopping)
+		}
+	})
+}
+
+// Close implements raft.WithClose: it ends the waits for peers, then
+// closes the transport.
+func (t *gatedTransport) Close() error {
+	t.stopWaiting()
+	return t.NetworkTransport.Close()
 }
 
 // SetHeartbeatHandler implements raft.Transport. The handler runs only
@@ -75,10 +103,54 @@ func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 	return retryStale(func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
 }
 
+// A leader replicating to a peer that is down (its cluster port refuses
+// connections: the process is restarting) counts each failed append, and
+// Raft waits before the next one for a time that doubles with every
+// failure, up to 10.24 s (hashicorp/raft's replicateTo: 10 ms × 2^10). A
+// follower restarted after some 20 s down waited that long, not ready and
+// holding the reads sent to it, before the leader sent it anything: the
+// wait was already running when it came back. So an append whose dial
+// fails is tried again every peerDownPoll for up to peerDownWait before
+// its failure is returned: a peer that comes back meanwhile gets the
+// append at once, and Raft counts one failure per peerDownWait instead of
+// one per attempt (its wait passes 1 s only after about 80 s down, and
+// reaches 10 s after some two minutes, where it took 20 s). Appends are
+// safe to send again (see staleConnAttempts), and Raft tolerates one
+// delivered late: a replication goroutine stopped meanwhile (the peer
+// removed, leadership lost) ends when the wait does. Only the one peer's
+// replication (or heartbeat) goroutine waits; Shutdown ends the waits
+// first (stopWaiting).
+const (
+	peerDownWait = 10 * time.Second
+	peerDownPoll = 100 * time.Millisecond
+)
+
 // AppendEntries implements raft.Transport, sending again after a dead
-// pooled connection.
+// pooled connection, and waiting up to peerDownWait for a peer that
+// refuses connections to come back.
 func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return retryStale(func() error { return t.NetworkTransport.AppendEntries(id, target, args, resp) })
+	call := func() error {
+		return retryStale(func() error { return t.NetworkTransport.AppendEntries(id, target, args, resp) })
+	}
+	err := call()
+	if err == nil || !dialFailed(err) {
+		return err
+	}
+	deadline := time.Now().Add(peerDownWait)
+	poll := time.NewTimer(peerDownPoll)
+	defer poll.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-t.stopping:
+			return err
+		case <-poll.C:
+		}
+		if err = call(); err == nil || !dialFailed(err) {
+			return err
+		}
+		poll.Reset(peerDownPoll)
+	}
+	return err
 }
 
 func retryStale(call func() error) error {
@@ -91,10 +163,16 @@ func retryStale(call func() error) error {
 	return err
 }
 
+// dialFailed reports whether err is a failed dial: nothing was sent.
+func dialFailed(err error) bool {
+	op, ok := errors.AsType[*net.OpError](err)
+	return ok && op.Op == "dial"
+}
+
 // deadConn reports whether err is the failure of a connection the peer had
 // closed: not a timeout, and not a failed dial (a peer that is down).
 func deadConn(err error) bool {
-	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+	if dialFailed(err) {
 		return false
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

@@ -128,26 +128,7 @@ func (l *trackingLayer) exit() {
 // lost (a lost vote failed a handover; a lost append made the leader back
 // off from the restarted node).
 func TestCallsOnAConnectionToARestartedPeerAreSentAgain(t *testing.T) {
-	peer := func(addr string) *trackingLayer {
-		ln, err := net.Listen("tcp", addr)
-		require.NoError(t, err)
-		l := &trackingLayer{Listener: ln}
-		tr := raft.NewNetworkTransport(l, 2, 5*time.Second, io.Discard)
-		t.Cleanup(func() { _ = tr.Close() })
-		go func() {
-			for rpc := range tr.Consumer() {
-				switch rpc.Command.(type) {
-				case *raft.RequestVoteRequest:
-					rpc.Respond(&raft.RequestVoteResponse{Granted: true}, nil)
-				case *raft.RequestPreVoteRequest:
-					rpc.Respond(&raft.RequestPreVoteResponse{Granted: true}, nil)
-				case *raft.AppendEntriesRequest:
-					rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
-				}
-			}
-		}()
-		return l
-	}
+	peer := func(addr string) *trackingLayer { return answeringPeer(t, addr) }
 	first := peer("127.0.0.1:0")
 	addr := raft.ServerAddress(first.Addr().String())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -187,4 +168,85 @@ func TestCallsOnAConnectionToARestartedPeerAreSentAgain(t *testing.T) {
 	var resp raft.RequestVoteResponse
 	require.Error(t, tr.RequestVote("peer", addr, &raft.RequestVoteRequest{RPCHeader: header, Term: 3}, &resp))
 	assert.Equal(t, dials+1, sendLayer.dials.Load())
+}
+
+// answeringPeer is a Raft peer listening at addr that grants every vote and
+// takes every append.
+func answeringPeer(t *testing.T, addr string) *trackingLayer {
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	l := &trackingLayer{Listener: ln}
+	tr := raft.NewNetworkTransport(l, 2, 5*time.Second, io.Discard)
+	t.Cleanup(func() { _ = tr.Close() })
+	go func() {
+		for rpc := range tr.Consumer() {
+			switch rpc.Command.(type) {
+			case *raft.RequestVoteRequest:
+				rpc.Respond(&raft.RequestVoteResponse{Granted: true}, nil)
+			case *raft.RequestPreVoteRequest:
+				rpc.Respond(&raft.RequestPreVoteResponse{Granted: true}, nil)
+			case *raft.AppendEntriesRequest:
+				rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+			}
+		}
+	}()
+	return l
+}
+
+// An append to a peer whose port refuses connections (restarting) waits
+// for it to come back, dialling again, instead of failing at once: each
+// failure made Raft wait longer before the next append (up to 10 s), so a
+// follower back after some 20 s down waited that long for the log. The
+// wait ends when the transport is stopping.
+func TestAppendToAPeerThatIsDownWaitsForItToComeBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // down
+
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sendLayer := &trackingLayer{Listener: sln}
+	send := raft.NewNetworkTransport(sendLayer, transportMaxPool, 5*time.Second, io.Discard)
+	tr := newGatedTransport(send)
+	t.Cleanup(func() { _ = tr.Close() })
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("sender"), Addr: []byte(send.LocalAddr())}
+	appendAsync := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			done <- tr.AppendEntries("peer", raft.ServerAddress(addr), &raft.AppendEntriesRequest{RPCHeader: header, Term: 2}, &resp)
+		}()
+		return done
+	}
+
+	done := appendAsync()
+	require.Eventually(t, func() bool { return sendLayer.dials.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the refused dial is tried again")
+	select {
+	case err := <-done:
+		t.Fatalf("the append returned (%v) before the peer came back", err)
+	default:
+	}
+	up := answeringPeer(t, addr)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "the append reaches the peer once it is back")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the append did not return once the peer was back")
+	}
+
+	// Down again: stopping ends the wait with the dial's error.
+	up.exit()
+	before := sendLayer.dials.Load()
+	done = appendAsync()
+	require.Eventually(t, func() bool { return sendLayer.dials.Load() >= before+3 }, 10*time.Second, 5*time.Millisecond)
+	tr.stopWaiting()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.True(t, dialFailed(err), "%v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("stopWaiting did not end the wait")
+	}
 }

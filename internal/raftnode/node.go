@@ -512,7 +512,7 @@ func Open(cfg Config) (*Node, error) {
 		// cluster's. It needs no inbound Raft connection to lead itself.
 		n.hold.inboundHeld.Store(true)
 	}
-	n.trans = &gatedTransport{NetworkTransport: NewNetworkTransport(layer, hlog)}
+	n.trans = newGatedTransport(NewNetworkTransport(layer, hlog))
 	undo = append(undo, func() { n.trans.Close() })
 	if cfg.NodeID == "" {
 		cfg.NodeID = string(n.trans.LocalAddr())
@@ -1632,6 +1632,9 @@ func (n *Node) Shutdown() error {
 		n.leaderBatch.close()
 		n.followerBatch.close()
 		var errs []error
+		// Raft's Shutdown waits for its replication goroutines, which may
+		// be waiting for a peer that is down to come back.
+		n.trans.stopWaiting()
 		stopping := n.raft.Shutdown()
 		// Raft may be reading a snapshot off a connection whose peer went
 		// silent, or sending one to it: cut the Raft connections so that
