@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,11 @@ type gatedTransport struct {
 	// Raft's Shutdown waits for its replication goroutines.
 	stopOnce sync.Once
 	stopping chan struct{}
+	// stillWanted, once set, says whether an append to id at target is
+	// still this node's to send: it leads, and its latest membership has
+	// id at target. A wait ends as soon as it is not (the peer moved to
+	// another address, was removed, or leadership was lost).
+	stillWanted atomic.Pointer[func(id raft.ServerID, target raft.ServerAddress) bool]
 }
 
 func newGatedTransport(nt *raft.NetworkTransport) *gatedTransport {
@@ -116,24 +122,26 @@ func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 // one per attempt (its wait passes 1 s only after about 80 s down, and
 // reaches 10 s after some two minutes, where it took 20 s). Appends are
 // safe to send again (see staleConnAttempts), and Raft tolerates one
-// delivered late: a replication goroutine stopped meanwhile (the peer
-// removed, leadership lost) ends when the wait does. Only the one peer's
-// replication (or heartbeat) goroutine waits; Shutdown ends the waits
-// first (stopWaiting).
-const (
-	peerDownWait = 10 * time.Second
-	peerDownPoll = 100 * time.Millisecond
-)
+// delivered late. A wait ends as soon as the append is no longer wanted
+// (stillWanted: the peer was removed or moved to another address, or
+// leadership was lost). Only the one peer's replication goroutine waits;
+// Shutdown ends the waits first (stopWaiting).
+var peerDownWait = 10 * time.Second // a variable for tests
+
+const peerDownPoll = 100 * time.Millisecond
 
 // AppendEntries implements raft.Transport, sending again after a dead
 // pooled connection, and waiting up to peerDownWait for a peer that
-// refuses connections to come back.
+// refuses connections to come back. Heartbeats do not wait: Raft backs
+// them off by at most half a heartbeat timeout, and reads the peer's
+// address again before each, so a peer restarted at another address hears
+// from the leader as soon as its new address is in the membership.
 func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	call := func() error {
 		return retryStale(func() error { return t.NetworkTransport.AppendEntries(id, target, args, resp) })
 	}
 	err := call()
-	if err == nil || !dialFailed(err) {
+	if err == nil || !dialFailed(err) || isHeartbeat(args) {
 		return err
 	}
 	deadline := time.Now().Add(peerDownWait)
@@ -145,12 +153,23 @@ func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 			return err
 		case <-poll.C:
 		}
+		if wanted := t.stillWanted.Load(); wanted != nil && !(*wanted)(id, target) {
+			return err
+		}
 		if err = call(); err == nil || !dialFailed(err) {
 			return err
 		}
 		poll.Reset(peerDownPoll)
 	}
 	return err
+}
+
+// isHeartbeat reports whether args is one of Raft's heartbeats, which
+// carry no entries, no previous entry and no commit index
+// (hashicorp/raft's heartbeat); an append always carries the leader's
+// commit index, which is above 0 once anything was committed.
+func isHeartbeat(args *raft.AppendEntriesRequest) bool {
+	return len(args.Entries) == 0 && args.PrevLogEntry == 0 && args.LeaderCommitIndex == 0
 }
 
 func retryStale(call func() error) error {

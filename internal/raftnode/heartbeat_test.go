@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -199,6 +200,11 @@ func answeringPeer(t *testing.T, addr string) *trackingLayer {
 // follower back after some 20 s down waited that long for the log. The
 // wait ends when the transport is stopping.
 func TestAppendToAPeerThatIsDownWaitsForItToComeBack(t *testing.T) {
+	// Only the peer's return, the append no longer being wanted, or the
+	// stop end a wait here.
+	old := peerDownWait
+	peerDownWait = time.Hour
+	t.Cleanup(func() { peerDownWait = old })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -215,7 +221,7 @@ func TestAppendToAPeerThatIsDownWaitsForItToComeBack(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			var resp raft.AppendEntriesResponse
-			done <- tr.AppendEntries("peer", raft.ServerAddress(addr), &raft.AppendEntriesRequest{RPCHeader: header, Term: 2}, &resp)
+			done <- tr.AppendEntries("peer", raft.ServerAddress(addr), &raft.AppendEntriesRequest{RPCHeader: header, Term: 2, LeaderCommitIndex: 1}, &resp)
 		}()
 		return done
 	}
@@ -236,9 +242,45 @@ func TestAppendToAPeerThatIsDownWaitsForItToComeBack(t *testing.T) {
 		t.Fatal("the append did not return once the peer was back")
 	}
 
-	// Down again: stopping ends the wait with the dial's error.
+	// Down again. A heartbeat does not wait: Raft reads the peer's
+	// address again before each (it may have moved).
 	up.exit()
+	var hb raft.AppendEntriesResponse
+	require.NoError(t, func() error {
+		before := sendLayer.dials.Load()
+		err := tr.AppendEntries("peer", raft.ServerAddress(addr), &raft.AppendEntriesRequest{RPCHeader: header, Term: 2}, &hb)
+		if err == nil || !dialFailed(err) {
+			return fmt.Errorf("heartbeat to a peer that is down: %v, want the dial's error", err)
+		}
+		if d := sendLayer.dials.Load() - before; d != 1 {
+			return fmt.Errorf("heartbeat dialled %d times, want once", d)
+		}
+		return nil
+	}())
+
+	// An append no longer wanted (the peer moved, was removed, or this
+	// node no longer leads) ends its wait.
+	wanted := atomic.Bool{}
+	wanted.Store(true)
+	still := func(id raft.ServerID, target raft.ServerAddress) bool {
+		return wanted.Load() && id == "peer" && target == raft.ServerAddress(addr)
+	}
+	tr.stillWanted.Store(&still)
 	before := sendLayer.dials.Load()
+	done = appendAsync()
+	require.Eventually(t, func() bool { return sendLayer.dials.Load() >= before+3 }, 10*time.Second, 5*time.Millisecond)
+	wanted.Store(false)
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.True(t, dialFailed(err), "%v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("an append no longer wanted kept waiting")
+	}
+
+	// Stopping ends the wait with the dial's error.
+	wanted.Store(true)
+	before = sendLayer.dials.Load()
 	done = appendAsync()
 	require.Eventually(t, func() bool { return sendLayer.dials.Load() >= before+3 }, 10*time.Second, 5*time.Millisecond)
 	tr.stopWaiting()

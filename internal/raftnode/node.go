@@ -574,6 +574,17 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
+	r := n.raft
+	stillWanted := func(id raft.ServerID, target raft.ServerAddress) bool {
+		if r.State() != raft.Leader {
+			return false
+		}
+		f := r.GetConfiguration()
+		return f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+			return s.ID == id && s.Address == target
+		})
+	}
+	n.trans.stillWanted.Store(&stillWanted)
 	n.openedAt = time.Now()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Shutdown cancels n.ctx, then closes both batchers and waits for their
