@@ -17,10 +17,10 @@ import (
 // reads as "no such namespace".
 
 // listFunctionsResponse is the spec's ListFunctionsResponse: identifiers
-// are CatalogObjectIdentifiers (the namespace's levels, then the name).
+// are CatalogObjectIdentifiers (the namespace's levels, then the name);
+// there is never one, nor a next page.
 type listFunctionsResponse struct {
-	NextPageToken *string    `json:"next-page-token,omitempty"`
-	Identifiers   [][]string `json:"identifiers"`
+	Identifiers [][]string `json:"identifiers"`
 }
 
 func (s *Server) listFunctions(w http.ResponseWriter, r *http.Request) error {

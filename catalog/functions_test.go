@@ -34,21 +34,15 @@ func TestFunctionsListEmptyAndLoadNone(t *testing.T) {
 		assert.JSONEq(t, `{"identifiers":[]}`, string(r.body))
 	}
 
-	r := n.do(t, "GET", "/v1/floe/namespaces/fn%2Einner/functions/add_one", nil)
-	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
-	assert.Equal(t, "NoSuchFunctionException", r.errorType(t))
-
-	for _, path := range []string{"/v1/namespaces/nope/functions", "/v1/floe/namespaces/nope/functions/add_one", "/v1/namespaces/fn/functions/x"} {
-		if path == "/v1/namespaces/fn/functions/x" {
-			// fn exists; its functions are fn's, not fn.inner's.
-			r := n.do(t, "GET", path, nil)
-			require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
-			assert.Equal(t, "NoSuchFunctionException", r.errorType(t))
-			continue
-		}
+	for path, typ := range map[string]string{
+		"/v1/floe/namespaces/fn%2Einner/functions/add_one": "NoSuchFunctionException",
+		"/v1/namespaces/fn/functions/x":                    "NoSuchFunctionException",
+		"/v1/namespaces/nope/functions":                    "NoSuchNamespaceException",
+		"/v1/floe/namespaces/nope/functions/add_one":       "NoSuchNamespaceException",
+	} {
 		r := n.do(t, "GET", path, nil)
 		require.Equal(t, http.StatusNotFound, r.status, "%s: %s", path, r.body)
-		assert.Equal(t, "NoSuchNamespaceException", r.errorType(t), path)
+		assert.Equal(t, typ, r.errorType(t), path)
 	}
 
 	// Bad input: the errors every namespace route gives.
