@@ -417,16 +417,12 @@ func (n *Node) checkAsker(id string) error {
 	if id == "" || n.raft.State() != raft.Leader {
 		return nil
 	}
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	servers := f.Configuration().Servers
-	if slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+	members := n.memberIDs()
+	if members == nil || slices.Contains(members, id) {
 		return nil
 	}
 	return fmt.Errorf("%w: the membership of the leader, %s, lists %d nodes, not %s: it was removed from the cluster (or is not yet added)",
-		ErrNotMember, n.id, len(servers), id)
+		ErrNotMember, n.id, len(members), id)
 }
 
 // askReadIndex asks the leader at addr for a read index, abandoning the call
