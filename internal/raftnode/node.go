@@ -574,17 +574,8 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
-	r := n.raft
-	stillWanted := func(id raft.ServerID, target raft.ServerAddress) bool {
-		if r.State() != raft.Leader {
-			return false
-		}
-		f := r.GetConfiguration()
-		return f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
-			return s.ID == id && s.Address == target
-		})
-	}
-	n.trans.stillWanted.Store(&stillWanted)
+	wanted := n.wantsAppend // stored once n.raft is set: the transport reads it
+	n.trans.stillWanted.Store(&wanted)
 	n.openedAt = time.Now()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	// Shutdown cancels n.ctx, then closes both batchers and waits for their
@@ -1154,6 +1145,19 @@ const (
 	notMemberWarnEvery = 30 * time.Second
 	notMemberSettle    = 5 * time.Second
 )
+
+// wantsAppend reports whether an append to id at target is still this
+// node's to send: it leads, and its latest membership has id at that
+// address (the transport's wait for a peer that is down ends otherwise).
+func (n *Node) wantsAppend(id raft.ServerID, target raft.ServerAddress) bool {
+	if n.raft.State() != raft.Leader {
+		return false
+	}
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return s.ID == id && s.Address == target
+	})
+}
 
 // notMember returns an error wrapping ErrNoLeader and ErrNotMember when the
 // latest membership this node knows (from its own log or snapshot) does not
